@@ -1,0 +1,209 @@
+// Package eventstore defines the port through which Mailroom appends and reads
+// events. The semantics mirror EventStoreDB so that the PostgreSQL adapter
+// (the embedded default) and the EventStoreDB adapter pass one contract suite.
+package eventstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Store is the event store port.
+type Store interface {
+	// Append writes events to the end of a stream if the stream's current
+	// version satisfies expected. A mismatch returns a *ConflictError.
+	Append(ctx context.Context, stream string, expected ExpectedVersion, events ...EventData) (AppendResult, error)
+
+	// ReadStream returns up to max events of stream, starting at revision from
+	// (inclusive), in revision order. A stream that does not exist yields
+	// ErrStreamNotFound.
+	ReadStream(ctx context.Context, stream string, from uint64, max int) ([]RecordedEvent, error)
+
+	// ReadAll returns up to max events of the global log positioned strictly
+	// after from, in global order. Start is before the first event.
+	ReadAll(ctx context.Context, from Position, max int) ([]RecordedEvent, error)
+
+	// SubscribeAll delivers every event positioned strictly after from: first
+	// the history (catch-up), then new events as they are committed. It never
+	// skips an event, even when transactions commit out of order.
+	SubscribeAll(ctx context.Context, from Position) (Subscription, error)
+
+	// Close releases the store's resources.
+	Close() error
+}
+
+// Subscription is a live feed of the global log.
+type Subscription interface {
+	// Next blocks until the next event is available, ctx is done, or the
+	// subscription fails.
+	Next(ctx context.Context) (RecordedEvent, error)
+	Close() error
+}
+
+// Position is a point in the global log. It mirrors EventStoreDB's
+// commit/prepare pair; the PostgreSQL adapter stores the committing
+// transaction id in Commit and a sequence number in Prepare. Positions are
+// ordered by Commit, then Prepare.
+type Position struct {
+	Commit  uint64 `json:"commit"`
+	Prepare uint64 `json:"prepare"`
+}
+
+// Start is the position before the first event.
+var Start = Position{}
+
+// Less reports whether p comes before q in the global log.
+func (p Position) Less(q Position) bool {
+	if p.Commit != q.Commit {
+		return p.Commit < q.Commit
+	}
+	return p.Prepare < q.Prepare
+}
+
+// String renders the position as "commit/prepare".
+func (p Position) String() string { return fmt.Sprintf("%d/%d", p.Commit, p.Prepare) }
+
+// ParsePosition reads the "commit/prepare" form written by String.
+func ParsePosition(s string) (Position, error) {
+	var p Position
+	if _, err := fmt.Sscanf(s, "%d/%d", &p.Commit, &p.Prepare); err != nil {
+		return Position{}, fmt.Errorf("position %q: want COMMIT/PREPARE", s)
+	}
+	return p, nil
+}
+
+// ExpectedVersion is the optimistic-concurrency condition of an append.
+type ExpectedVersion struct {
+	kind     expectedKind
+	revision uint64
+}
+
+type expectedKind int
+
+const (
+	anyVersion expectedKind = iota
+	noStream
+	streamExists
+	exactRevision
+)
+
+var (
+	// Any appends whatever the stream's state.
+	Any = ExpectedVersion{kind: anyVersion}
+	// NoStream appends only if the stream has no events.
+	NoStream = ExpectedVersion{kind: noStream}
+	// StreamExists appends only if the stream has at least one event.
+	StreamExists = ExpectedVersion{kind: streamExists}
+)
+
+// Exact appends only if the stream's last event has revision rev (revisions
+// start at 0).
+func Exact(rev uint64) ExpectedVersion { return ExpectedVersion{kind: exactRevision, revision: rev} }
+
+// IsAny, IsNoStream, IsStreamExists and Revision let adapters translate the
+// condition into their own terms.
+func (e ExpectedVersion) IsAny() bool          { return e.kind == anyVersion }
+func (e ExpectedVersion) IsNoStream() bool     { return e.kind == noStream }
+func (e ExpectedVersion) IsStreamExists() bool { return e.kind == streamExists }
+
+// Revision returns the exact revision expected and whether one is expected.
+func (e ExpectedVersion) Revision() (uint64, bool) { return e.revision, e.kind == exactRevision }
+
+func (e ExpectedVersion) String() string {
+	switch e.kind {
+	case noStream:
+		return "no-stream"
+	case streamExists:
+		return "stream-exists"
+	case exactRevision:
+		return fmt.Sprintf("revision %d", e.revision)
+	default:
+		return "any"
+	}
+}
+
+// Satisfied reports whether a stream whose last revision is current (exists
+// false when the stream has no events) meets the expectation.
+func (e ExpectedVersion) Satisfied(current uint64, exists bool) bool {
+	switch e.kind {
+	case noStream:
+		return !exists
+	case streamExists:
+		return exists
+	case exactRevision:
+		return exists && current == e.revision
+	default:
+		return true
+	}
+}
+
+// ErrStreamNotFound is returned when reading a stream that has no events.
+var ErrStreamNotFound = errors.New("eventstore: stream not found")
+
+// ConflictError reports an append whose expected version did not hold.
+type ConflictError struct {
+	Stream   string
+	Expected ExpectedVersion
+	// Actual is the stream's last revision; ActualExists is false when the
+	// stream had no events.
+	Actual       uint64
+	ActualExists bool
+}
+
+func (e *ConflictError) Error() string {
+	actual := "no stream"
+	if e.ActualExists {
+		actual = fmt.Sprintf("revision %d", e.Actual)
+	}
+	return fmt.Sprintf("eventstore: append to %s expected %s, found %s", e.Stream, e.Expected, actual)
+}
+
+// IsConflict reports whether err is a *ConflictError.
+func IsConflict(err error) bool {
+	var c *ConflictError
+	return errors.As(err, &c)
+}
+
+// Metadata travels with every event. Actor is an API key id, a token id,
+// "operator" or "system:<process>".
+type Metadata struct {
+	CorrelationID string `json:"correlation_id,omitempty"`
+	CausationID   string `json:"causation_id,omitempty"`
+	Actor         string `json:"actor,omitempty"`
+	RequestID     string `json:"request_id,omitempty"`
+}
+
+// EventData is an event about to be appended.
+type EventData struct {
+	ID            uuid.UUID
+	Type          string
+	SchemaVersion int
+	Data          json.RawMessage
+	Metadata      Metadata
+}
+
+// RecordedEvent is an event as stored.
+type RecordedEvent struct {
+	ID             uuid.UUID
+	StreamID       string
+	StreamRevision uint64
+	Position       Position
+	Type           string
+	SchemaVersion  int
+	Data           json.RawMessage
+	Metadata       Metadata
+	RecordedAt     time.Time
+	// Hash chains the event to the previous event of its stream; see ChainHash.
+	Hash string
+}
+
+// AppendResult tells where the last appended event landed.
+type AppendResult struct {
+	NextRevision uint64   // revision of the last event written
+	Position     Position // global position of the last event written
+}
