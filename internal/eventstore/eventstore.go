@@ -207,3 +207,10 @@ type AppendResult struct {
 	NextRevision uint64   // revision of the last event written
 	Position     Position // global position of the last event written
 }
+
+// Counter is implemented by stores that can count events cheaply; it feeds
+// projection lag and rebuild progress.
+type Counter interface {
+	// CountAfter counts the visible events positioned after from.
+	CountAfter(ctx context.Context, from Position) (int64, error)
+}

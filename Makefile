@@ -1,0 +1,35 @@
+# Mailroom. `make run` for a local server with the sandbox provider,
+# `make test` for every test (needs PostgreSQL on 127.0.0.1:5432).
+
+GO       ?= go
+BIN      := bin/mailroom
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+PKGS     := ./...
+
+.PHONY: run build test bench lint fmt vet clean
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mailroom
+
+run: build
+	MAILROOM_BOOTSTRAP=true $(BIN) serve
+
+test:
+	$(GO) test -count=1 -timeout 20m $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3s -count=1 -timeout 30m $(PKGS)
+
+lint: vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin .mailroom

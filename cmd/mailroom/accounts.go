@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mailroom/mailroom/domain/account"
+	"github.com/mailroom/mailroom/internal/config"
+)
+
+func accountsCmd(cfg *config.Config) *cobra.Command {
+	cmd := &cobra.Command{Use: "accounts", Short: "Create, suspend and reinstate accounts"}
+
+	var name string
+	var asJSON bool
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create an account and print its first org:admin token",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := openTool(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			acct, err := a.Commands.CreateAccount(cmd.Context(), name, operator)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(acct)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "account %s\nadmin token %s (shown once)\n", acct.AccountID, acct.Token)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&name, "name", "", "account name")
+	create.Flags().BoolVar(&asJSON, "json", false, `print {"account_id", "token"} as JSON`)
+	create.MarkFlagRequired("name")
+
+	suspend := &cobra.Command{
+		Use:   "suspend ID",
+		Short: "Suspend an account: its API keys get 403 on every /v1 route",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := openTool(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			if err := a.Commands.SuspendAccount(cmd.Context(), args[0], operator); err != nil {
+				return describe(err, "account", args[0])
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "account %s suspended\n", args[0])
+			return nil
+		},
+	}
+	reinstate := &cobra.Command{
+		Use:   "reinstate ID",
+		Short: "Lift an account's suspension",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := openTool(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			if err := a.Commands.ReinstateAccount(cmd.Context(), args[0], operator); err != nil {
+				return describe(err, "account", args[0])
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "account %s reinstated\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(create, suspend, reinstate)
+	return cmd
+}
+
+func tokensCmd(cfg *config.Config) *cobra.Command {
+	cmd := &cobra.Command{Use: "tokens", Short: "Issue management tokens for /api routes"}
+	var accountID, role string
+	var asJSON bool
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Issue a management token with a role on an account",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := openTool(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			tok, err := a.Commands.IssueToken(cmd.Context(), accountID, account.Role(role), operator)
+			if err != nil {
+				return describe(err, "account", accountID)
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]string{"token": tok})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "token %s (shown once)\n", tok)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&accountID, "account", "", "account id")
+	create.Flags().StringVar(&role, "role", string(account.RoleMember), "org:admin or org:member")
+	create.Flags().BoolVar(&asJSON, "json", false, `print {"token"} as JSON`)
+	create.MarkFlagRequired("account")
+	cmd.AddCommand(create)
+	return cmd
+}

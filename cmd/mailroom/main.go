@@ -1,0 +1,83 @@
+// Command mailroom is the Mailroom server and its operator tools.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/internal/app"
+	"github.com/mailroom/mailroom/internal/config"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := root().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "mailroom:", err)
+		os.Exit(1)
+	}
+}
+
+// operator is the actor recorded for operator commands.
+var operator = commands.Meta{Actor: "operator"}
+
+func root() *cobra.Command {
+	var cfg config.Config
+	cmd := &cobra.Command{
+		Use:           "mailroom",
+		Short:         "Mailroom, a transactional email service",
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	cfg.Flags(cmd.PersistentFlags())
+	cmd.AddCommand(
+		serveCmd(&cfg),
+		migrateCmd(&cfg),
+		accountsCmd(&cfg),
+		tokensCmd(&cfg),
+		projectionsCmd(&cfg),
+		eventsCmd(&cfg),
+	)
+	return cmd
+}
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if strings.EqualFold(cfg.LogFormat, "json") {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// openTool opens the app for an operator command: quiet logs unless asked,
+// and commands that update the read models themselves.
+func openTool(ctx context.Context, cfg *config.Config) (*app.App, error) {
+	if cfg.LogLevel == "info" {
+		cfg.LogLevel = "warn"
+	}
+	log := newLogger(cfg, os.Stderr)
+	slog.SetDefault(log)
+	a, err := app.Open(ctx, *cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	a.SettleInline()
+	return a, nil
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mailroom/mailroom/internal/app"
+	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/internal/database"
+)
+
+func serveCmd(cfg *config.Config) *cobra.Command {
+	return &cobra.Command{
+		Use:   "serve",
+		Short: "Run the API, projections and workers (see --roles)",
+		Long: `Run Mailroom. Every setting is a flag or a MAILROOM_* environment variable;
+the flags below list both. The database is created if missing and migrated on start.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log := newLogger(cfg, os.Stderr)
+			if _, err := cfg.LoadMasterKey(); err != nil {
+				return err
+			}
+			a, err := app.Open(ctx, *cfg, log)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			if cfg.Bootstrap {
+				first, err := a.Bootstrap(ctx)
+				if err != nil {
+					return fmt.Errorf("bootstrap: %w", err)
+				}
+				if first != nil {
+					printFirstRun(cmd, first, cfg.HTTPAddr)
+				}
+			}
+			return a.Serve(ctx)
+		},
+	}
+}
+
+func printFirstRun(cmd *cobra.Command, f *app.FirstRun, addr string) {
+	fmt.Fprintf(cmd.OutOrStdout(), `
+  Mailroom is ready at http://%s — first start, so here are your credentials.
+  They are shown once; keep them.
+
+    account      %s
+    admin token  %s    (Authorization for /api routes)
+    API key      %s    (Authorization for /v1 routes)
+
+`, addr, f.AccountID, f.AdminToken, f.APIKey)
+}
+
+func migrateCmd(cfg *config.Config) *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Create the database if missing and apply schema migrations",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			pool, err := database.Open(ctx, cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if err := database.Migrate(ctx, pool); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "migrations applied")
+			return nil
+		},
+	}
+}

@@ -1,0 +1,91 @@
+package commands
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/internal/apitime"
+	"github.com/mailroom/mailroom/internal/authn"
+	"github.com/mailroom/mailroom/internal/httpserver"
+)
+
+// Routes mounts the write routes. api is the /api group (management tokens),
+// v1 the /v1 group (API keys).
+func Routes(s *Service, api, v1 *echo.Group) {
+	h := handlers{s}
+	api.POST("/auth/api-keys", h.createAPIKey)
+	api.DELETE("/auth/api-keys/:id", h.revokeAPIKey)
+}
+
+type handlers struct{ s *Service }
+
+func meta(c echo.Context) Meta {
+	return Meta{Actor: authn.From(c).Actor(), RequestID: httpserver.RequestIDOf(c)}
+}
+
+// problem translates a domain refusal into its HTTP problem.
+func problem(err error) error {
+	var v *domain.ValidationError
+	var conflict *domain.ConflictError
+	var forbidden *domain.ForbiddenError
+	switch {
+	case errors.As(err, &v):
+		fields := make([]httpserver.FieldError, len(v.Errors))
+		for i, f := range v.Errors {
+			fields[i] = httpserver.FieldError{Field: f.Field, Message: f.Message}
+		}
+		return httpserver.Validation(fields...)
+	case errors.As(err, &conflict):
+		return httpserver.Conflict(conflict.Code, conflict.Detail)
+	case errors.As(err, &forbidden):
+		return httpserver.Forbidden(forbidden.Code, forbidden.Detail)
+	case errors.Is(err, domain.ErrNotFound):
+		return httpserver.NotFound("no such resource")
+	}
+	return err
+}
+
+type createAPIKeyRequest struct {
+	Name        string   `json:"name"`
+	Permissions []string `json:"permissions"`
+}
+
+// APIKeyCreated is the 201 body: the only time the full key is shown.
+type APIKeyCreated struct {
+	ID          string       `json:"id"`
+	Name        string       `json:"name"`
+	Key         string       `json:"key"`
+	KeyPreview  string       `json:"key_preview"`
+	Permissions []string     `json:"permissions"`
+	IsActive    bool         `json:"is_active"`
+	CreatedAt   apitime.Time `json:"created_at"`
+}
+
+func (h handlers) createAPIKey(c echo.Context) error {
+	var req createAPIKeyRequest
+	if err := httpserver.BindJSON(c, &req); err != nil {
+		return err
+	}
+	k, err := h.s.CreateAPIKey(c.Request().Context(), authn.From(c).AccountID, req.Name, req.Permissions, meta(c))
+	if err != nil {
+		return problem(err)
+	}
+	perms := make([]string, len(k.Created.Permissions))
+	for i, p := range k.Created.Permissions {
+		perms[i] = string(p)
+	}
+	return c.JSON(http.StatusCreated, APIKeyCreated{
+		ID: k.Created.KeyID, Name: k.Created.Name, Key: k.Key, KeyPreview: k.Created.KeyPreview,
+		Permissions: perms, IsActive: true, CreatedAt: apitime.Of(k.Created.CreatedAt),
+	})
+}
+
+func (h handlers) revokeAPIKey(c echo.Context) error {
+	if err := h.s.RevokeAPIKey(c.Request().Context(), authn.From(c).AccountID, c.Param("id"), meta(c)); err != nil {
+		return problem(err)
+	}
+	return c.NoContent(http.StatusNoContent)
+}

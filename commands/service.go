@@ -1,0 +1,108 @@
+// Package commands turns requests into events: it loads an aggregate's
+// stream, asks the domain to decide, and appends the decision with optimistic
+// concurrency. HTTP routes for writes live here too, as thin adapters.
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/eventstore"
+)
+
+// Settle waits until the named projectors have applied pos, so a read after
+// a write sees it. It reports whether they caught up in time.
+type Settle func(ctx context.Context, pos eventstore.Position, projectors ...string) bool
+
+// Meta says who asks and on which request; it becomes the events' metadata.
+type Meta struct {
+	Actor     string
+	RequestID string
+}
+
+func (m Meta) metadata() eventstore.Metadata {
+	return eventstore.Metadata{Actor: m.Actor, RequestID: m.RequestID, CorrelationID: m.RequestID, CausationID: m.RequestID}
+}
+
+// Service executes commands.
+type Service struct {
+	store  eventstore.Store
+	settle Settle
+	now    func() time.Time
+}
+
+// New returns a Service. now is the clock; settle may be nil.
+func New(store eventstore.Store, settle Settle, now func() time.Time) *Service {
+	if settle == nil {
+		settle = func(context.Context, eventstore.Position, ...string) bool { return true }
+	}
+	return &Service{store: store, settle: settle, now: now}
+}
+
+// maxAttempts bounds retries after a concurrency conflict.
+const maxAttempts = 5
+
+// execute loads stream into state S, decides, and appends what was decided
+// at the revision it read. A conflict re-runs the whole cycle. It returns
+// the decided events (none when the decision was a no-op).
+func execute[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
+	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, error) {
+	for attempt := 1; ; attempt++ {
+		state, expected, err := load(ctx, s.store, stream, evolve)
+		if err != nil {
+			return nil, err
+		}
+		evs, err := decide(state)
+		if err != nil || len(evs) == 0 {
+			return evs, err
+		}
+		data, err := codec.EncodeAll(evs, meta.metadata())
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.store.Append(ctx, stream, expected, data...)
+		if eventstore.IsConflict(err) && attempt < maxAttempts {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("append to %s: %w", stream, err)
+		}
+		s.settle(ctx, res.Position, projectors...)
+		return evs, nil
+	}
+}
+
+// load folds a stream into its state and returns the expected version that
+// an append based on it must meet.
+func load[S any](ctx context.Context, store eventstore.Store, stream string, evolve func(S, domain.Event) S) (S, eventstore.ExpectedVersion, error) {
+	var state S
+	expected := eventstore.NoStream
+	const page = 1000
+	for from := uint64(0); ; {
+		evs, err := store.ReadStream(ctx, stream, from, page)
+		if errors.Is(err, eventstore.ErrStreamNotFound) {
+			return state, expected, nil
+		}
+		if err != nil {
+			return state, expected, err
+		}
+		for _, rec := range evs {
+			e, err := codec.Decode(rec)
+			if err != nil {
+				return state, expected, err
+			}
+			if e != nil {
+				state = evolve(state, e)
+			}
+			expected = eventstore.Exact(rec.StreamRevision)
+		}
+		if len(evs) < page {
+			return state, expected, nil
+		}
+		from = evs[len(evs)-1].StreamRevision + 1
+	}
+}

@@ -1,0 +1,147 @@
+// Package account is the tenant aggregate: every resource belongs to one
+// account. The account stream also records the management tokens issued to
+// operate it.
+package account
+
+import (
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mailroom/mailroom/domain"
+)
+
+// Role is a management token's role on its account.
+type Role string
+
+const (
+	RoleAdmin  Role = "org:admin"
+	RoleMember Role = "org:member"
+)
+
+// Valid reports whether r is a known role.
+func (r Role) Valid() bool { return r == RoleAdmin || r == RoleMember }
+
+// Status of an account.
+type Status string
+
+const (
+	StatusActive    Status = "active"
+	StatusSuspended Status = "suspended"
+)
+
+// Events.
+type (
+	Created struct {
+		AccountID string    `json:"account_id"`
+		Name      string    `json:"name"`
+		CreatedAt time.Time `json:"created_at"`
+	}
+	Suspended struct {
+		AccountID   string    `json:"account_id"`
+		SuspendedAt time.Time `json:"suspended_at"`
+	}
+	Reinstated struct {
+		AccountID    string    `json:"account_id"`
+		ReinstatedAt time.Time `json:"reinstated_at"`
+	}
+	TokenIssued struct {
+		AccountID string    `json:"account_id"`
+		TokenID   string    `json:"token_id"`
+		Role      Role      `json:"role"`
+		TokenHash string    `json:"token_hash"`
+		IssuedAt  time.Time `json:"issued_at"`
+	}
+)
+
+func (Created) EventType() string     { return "AccountCreated" }
+func (Suspended) EventType() string  { return "AccountSuspended" }
+func (Reinstated) EventType() string  { return "AccountReinstated" }
+func (TokenIssued) EventType() string { return "ManagementTokenIssued" }
+
+// Events lists a fresh value of every event type of this aggregate, for
+// decoding.
+func Events() []domain.Event {
+	return []domain.Event{&Created{}, &Suspended{}, &Reinstated{}, &TokenIssued{}}
+}
+
+// Stream is the account's stream name.
+func Stream(id string) string { return "account-" + id }
+
+// State is the account as its events left it.
+type State struct {
+	ID     string
+	Name   string
+	Status Status
+}
+
+// Exists reports whether the account was created.
+func (s State) Exists() bool { return s.ID != "" }
+
+// Evolve applies one event.
+func Evolve(s State, e domain.Event) State {
+	switch e := e.(type) {
+	case *Created:
+		s.ID, s.Name, s.Status = e.AccountID, e.Name, StatusActive
+	case *Suspended:
+		s.Status = StatusSuspended
+	case *Reinstated:
+		s.Status = StatusActive
+	}
+	return s
+}
+
+// Create decides the creation of an account named name.
+func Create(s State, id, name string, now time.Time) ([]domain.Event, error) {
+	if s.Exists() {
+		return nil, &domain.ConflictError{Code: "account_exists", Detail: "account already exists"}
+	}
+	name = strings.TrimSpace(name)
+	var v domain.ValidationError
+	if name == "" {
+		v.Add("name", "is required")
+	} else if utf8.RuneCountInString(name) > 200 {
+		v.Add("name", "must be at most 200 characters")
+	}
+	if err := v.OrNil(); err != nil {
+		return nil, err
+	}
+	return []domain.Event{&Created{AccountID: id, Name: name, CreatedAt: now}}, nil
+}
+
+// IssueToken decides issuing a management token whose secret hashes to hash.
+func IssueToken(s State, tokenID string, role Role, hash string, now time.Time) ([]domain.Event, error) {
+	if !s.Exists() {
+		return nil, domain.ErrNotFound
+	}
+	if !role.Valid() {
+		var v domain.ValidationError
+		v.Add("role", "must be org:admin or org:member")
+		return nil, &v
+	}
+	return []domain.Event{&TokenIssued{AccountID: s.ID, TokenID: tokenID, Role: role, TokenHash: hash, IssuedAt: now}}, nil
+}
+
+// Suspend decides suspending the account; suspending a suspended account
+// decides nothing.
+func Suspend(s State, now time.Time) ([]domain.Event, error) {
+	if !s.Exists() {
+		return nil, domain.ErrNotFound
+	}
+	if s.Status == StatusSuspended {
+		return nil, nil
+	}
+	return []domain.Event{&Suspended{AccountID: s.ID, SuspendedAt: now}}, nil
+}
+
+// Reinstate decides lifting a suspension; reinstating an active account
+// decides nothing.
+func Reinstate(s State, now time.Time) ([]domain.Event, error) {
+	if !s.Exists() {
+		return nil, domain.ErrNotFound
+	}
+	if s.Status == StatusActive {
+		return nil, nil
+	}
+	return []domain.Event{&Reinstated{AccountID: s.ID, ReinstatedAt: now}}, nil
+}

@@ -1,0 +1,279 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain/account"
+	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/config"
+)
+
+var timestamp = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$`)
+
+// wantProblem checks an error answer: status, problem+json, a code and the
+// request id.
+func wantProblem(t *testing.T, r apptest.Response, status int, code string) {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status %d, want %d: %s", r.Status, status, r.Body)
+	}
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
+		t.Fatalf("Content-Type %q, want application/problem+json", ct)
+	}
+	p := r.JSON(t)
+	if code != "" && p["code"] != code {
+		t.Fatalf("code %v, want %s: %s", p["code"], code, r.Body)
+	}
+	if p["code"] == nil || p["code"] == "" {
+		t.Fatalf("problem without code: %s", r.Body)
+	}
+	if p["request_id"] == "" || p["request_id"] != r.Header.Get("X-Request-Id") {
+		t.Fatalf("request_id %v does not match X-Request-Id %q", p["request_id"], r.Header.Get("X-Request-Id"))
+	}
+	if int(p["status"].(float64)) != status {
+		t.Fatalf("problem status %v, want %d", p["status"], status)
+	}
+}
+
+func TestAPIKeysEndToEnd(t *testing.T) {
+	s := apptest.Start(t)
+	_, admin := s.Account("Acme")
+
+	// Create a read-only key.
+	r := s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"name": "reader", "permissions": []string{"emails:read"}})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("create key: %d %s", r.Status, r.Body)
+	}
+	created := r.JSON(t)
+	key, _ := created["key"].(string)
+	if !regexp.MustCompile(`^mr_[0-9A-Za-z]{32,}$`).MatchString(key) {
+		t.Fatalf("key %q does not look like mr_<32+ base62>", key)
+	}
+	if created["key_preview"] != key[:9]+"..." {
+		t.Fatalf("key_preview %v, want %s...", created["key_preview"], key[:9])
+	}
+	if fmt.Sprint(created["permissions"]) != "[emails:read]" || created["is_active"] != true || created["name"] != "reader" {
+		t.Fatalf("created key: %s", r.Body)
+	}
+	if !timestamp.MatchString(created["created_at"].(string)) {
+		t.Fatalf("created_at %v", created["created_at"])
+	}
+	if _, ok := created["last_used"]; ok {
+		t.Fatal("creation response must not carry last_used")
+	}
+	keyID := created["id"].(string)
+
+	// Default permissions are both.
+	r = s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"name": "default"})
+	if r.Status != http.StatusCreated || fmt.Sprint(r.JSON(t)["permissions"]) != "[emails:send emails:read]" {
+		t.Fatalf("default permissions: %d %s", r.Status, r.Body)
+	}
+	sender := r.JSON(t)["key"].(string)
+	r = s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"name": "send only", "permissions": []string{"emails:send"}})
+	sendOnly := r.JSON(t)["key"].(string)
+
+	// The list never shows a full key, and shows last_used.
+	r = s.Do("GET", "/v1/emails", key, nil) // uses the key once
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET /v1/emails: %d %s", r.Status, r.Body)
+	}
+	list := s.Do("GET", "/api/auth/api-keys", admin, nil)
+	if list.Status != http.StatusOK {
+		t.Fatalf("list: %d %s", list.Status, list.Body)
+	}
+	for _, secret := range []string{key, sender, sendOnly} {
+		if strings.Contains(string(list.Body), secret) {
+			t.Fatalf("list contains a full key: %s", list.Body)
+		}
+	}
+	data := list.JSON(t)["data"].([]any)
+	if len(data) != 3 {
+		t.Fatalf("list has %d keys, want 3", len(data))
+	}
+	var listed map[string]any
+	for _, k := range data {
+		if k.(map[string]any)["id"] == keyID {
+			listed = k.(map[string]any)
+		}
+	}
+	if listed == nil || listed["key_preview"] != created["key_preview"] {
+		t.Fatalf("created key missing from list: %s", list.Body)
+	}
+	if _, ok := listed["key"]; ok {
+		t.Fatal("list item carries key")
+	}
+	if lu, ok := listed["last_used"].(string); !ok || !timestamp.MatchString(lu) {
+		// last_used is written asynchronously; poll briefly.
+		for i := 0; i < 50 && !ok; i++ {
+			for _, k := range s.Do("GET", "/api/auth/api-keys", admin, nil).JSON(t)["data"].([]any) {
+				if k.(map[string]any)["id"] == keyID {
+					lu, ok = k.(map[string]any)["last_used"].(string)
+				}
+			}
+		}
+		if !ok || !timestamp.MatchString(lu) {
+			t.Fatalf("last_used after use = %v", listed["last_used"])
+		}
+	}
+
+	// GET /v1/emails answers the empty shape.
+	r = s.Do("GET", "/v1/emails", key, nil)
+	body := r.JSON(t)
+	if fmt.Sprint(body["data"]) != "[]" {
+		t.Fatalf("data = %v", body["data"])
+	}
+	pg := body["pagination"].(map[string]any)
+	if pg["total"] != 0.0 || pg["total_pages"] != 0.0 || pg["page"] != 1.0 || pg["per_page"] != 20.0 {
+		t.Fatalf("pagination = %v", pg)
+	}
+	if got := s.Do("GET", "/v1/emails?per_page=500", key, nil).JSON(t)["pagination"].(map[string]any)["per_page"]; got != 100.0 {
+		t.Fatalf("per_page=500 clamped to %v, want 100", got)
+	}
+	for _, q := range []string{"page=0", "per_page=-1", "page=abc", "date_from=yesterday"} {
+		wantProblem(t, s.Do("GET", "/v1/emails?"+q, key, nil), 422, "validation_failed")
+	}
+
+	// Authentication and authorisation on /v1.
+	wantProblem(t, s.Do("GET", "/v1/emails", "", nil), 401, "")
+	wantProblem(t, s.Do("GET", "/v1/emails", "not-a-key", nil), 401, "")
+	wantProblem(t, s.Do("GET", "/v1/emails", "mr_"+strings.Repeat("x", 40), nil), 401, "")
+	wantProblem(t, s.Do("GET", "/v1/emails", admin, nil), 401, "")
+	wantProblem(t, s.Do("GET", "/v1/emails", sendOnly, nil), 403, "permission_denied")
+	// API keys are refused on /api.
+	wantProblem(t, s.Do("GET", "/api/auth/api-keys", sender, nil), 401, "")
+
+	// Another account cannot see or revoke the key.
+	_, otherAdmin := s.Account("Other")
+	if n := len(s.Do("GET", "/api/auth/api-keys", otherAdmin, nil).JSON(t)["data"].([]any)); n != 0 {
+		t.Fatalf("other account sees %d keys", n)
+	}
+	wantProblem(t, s.Do("DELETE", "/api/auth/api-keys/"+keyID, otherAdmin, nil), 404, "not_found")
+	wantProblem(t, s.Do("DELETE", "/api/auth/api-keys/not-an-id", admin, nil), 404, "not_found")
+
+	// Revocation is immediate.
+	r = s.Do("DELETE", "/api/auth/api-keys/"+keyID, admin, nil)
+	if r.Status != http.StatusNoContent || len(r.Body) != 0 {
+		t.Fatalf("delete: %d %q", r.Status, r.Body)
+	}
+	wantProblem(t, s.Do("GET", "/v1/emails", key, nil), 401, "")
+	for _, k := range s.Do("GET", "/api/auth/api-keys", admin, nil).JSON(t)["data"].([]any) {
+		if k := k.(map[string]any); k["id"] == keyID && k["is_active"] != false {
+			t.Fatalf("revoked key listed as active: %v", k)
+		}
+	}
+
+	// Validation and malformed bodies.
+	wantProblem(t, s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"permissions": []string{"emails:read"}}), 422, "validation_failed")
+	wantProblem(t, s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"name": "x", "permissions": []string{"emails:delete"}}), 422, "validation_failed")
+	wantProblem(t, s.Do("POST", "/api/auth/api-keys", admin, `{"name": `), 400, "")
+	wantProblem(t, s.Do("POST", "/api/auth/api-keys", admin, `{"name": 7}`), 400, "")
+	wantProblem(t, s.Do("GET", "/api/nothing-here", admin, nil), 404, "")
+
+	// Members may manage keys too.
+	acctID := func() string {
+		var id string
+		s.Pool.QueryRow(context.Background(), "SELECT id FROM accounts WHERE name = 'Acme'").Scan(&id)
+		return id
+	}()
+	member, err := s.Commands.IssueToken(context.Background(), acctID, account.RoleMember, commands.Meta{Actor: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Do("GET", "/api/auth/api-keys", member, nil); r.Status != 200 {
+		t.Fatalf("member list: %d %s", r.Status, r.Body)
+	}
+
+	// A suspended account gets 403 on /v1, and its keys work again once reinstated.
+	if err := s.Commands.SuspendAccount(context.Background(), acctID, commands.Meta{Actor: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, s.Do("GET", "/v1/emails", sender, nil), 403, "account_suspended")
+	if err := s.Commands.ReinstateAccount(context.Background(), acctID, commands.Meta{Actor: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Do("GET", "/v1/emails", sender, nil); r.Status != 200 {
+		t.Fatalf("after reinstate: %d %s", r.Status, r.Body)
+	}
+
+	// Every response carries X-Request-Id.
+	if s.Do("GET", "/healthz", "", nil).Header.Get("X-Request-Id") == "" {
+		t.Fatal("no X-Request-Id on /healthz")
+	}
+}
+
+// TestNoSecretInDatabase issues keys and tokens and searches every table of
+// the database, event store included, for their plaintext.
+func TestNoSecretInDatabase(t *testing.T) {
+	s := apptest.Start(t)
+	acctID, admin := s.Account("Acme")
+	member, err := s.Commands.IssueToken(context.Background(), acctID, account.RoleMember, commands.Meta{Actor: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{admin, member}
+	for i := range 3 {
+		r := s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"name": fmt.Sprint("k", i)})
+		key := r.JSON(t)["key"].(string)
+		secrets = append(secrets, key)
+		s.Do("GET", "/v1/emails", key, nil)
+	}
+
+	ctx := context.Background()
+	rows, err := s.Pool.Query(ctx, `SELECT quote_ident(table_schema) || '.' || quote_ident(table_name)
+		FROM information_schema.tables WHERE table_schema NOT IN ('pg_catalog', 'information_schema') AND table_type = 'BASE TABLE'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	for rows.Next() {
+		var name string
+		rows.Scan(&name)
+		tables = append(tables, name)
+	}
+	rows.Close()
+	if len(tables) < 5 {
+		t.Fatalf("found only tables %v", tables)
+	}
+	searched := 0
+	for _, table := range tables {
+		var dump string
+		if err := s.Pool.QueryRow(ctx, fmt.Sprintf("SELECT coalesce(string_agg(t::text, E'\\n'), '') FROM %s t", table)).Scan(&dump); err != nil {
+			t.Fatalf("dump %s: %v", table, err)
+		}
+		searched += len(dump)
+		for _, secret := range secrets {
+			// Neither the secret nor its random part may be stored.
+			_, random, _ := strings.Cut(secret, "_")
+			if strings.Contains(dump, random) {
+				t.Errorf("table %s holds a plaintext secret", table)
+			}
+		}
+	}
+	if searched == 0 {
+		t.Fatal("searched nothing")
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	s := apptest.Start(t, func(c *config.Config) { c.RateLimit = 0.001; c.RateBurst = 3 })
+	_, admin := s.Account("Acme")
+	var last apptest.Response
+	for range 4 {
+		last = s.Do("GET", "/api/auth/api-keys", admin, nil)
+	}
+	wantProblem(t, last, 429, "rate_limited")
+	if last.Header.Get("Retry-After") == "" || last.Header.Get("RateLimit-Limit") != "3" || last.Header.Get("RateLimit-Remaining") != "0" {
+		t.Fatalf("rate limit headers: %v", last.Header)
+	}
+	// Limits are per credential: another account is unaffected.
+	_, other := s.Account("Other")
+	if r := s.Do("GET", "/api/auth/api-keys", other, nil); r.Status != 200 || r.Header.Get("RateLimit-Remaining") != "2" {
+		t.Fatalf("other credential: %d %v", r.Status, r.Header)
+	}
+}

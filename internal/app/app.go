@@ -1,0 +1,171 @@
+// Package app assembles Mailroom from its parts: database, event store,
+// projections, command and read routes, and the HTTP server. The binary and
+// the end-to-end tests build the same App.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/internal/authn"
+	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/internal/database"
+	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/eventstore/postgres"
+	"github.com/mailroom/mailroom/internal/httpserver"
+	"github.com/mailroom/mailroom/projections"
+	"github.com/mailroom/mailroom/readapi"
+)
+
+// App is a running Mailroom's parts.
+type App struct {
+	Config   config.Config
+	Log      *slog.Logger
+	Pool     *pgxpool.Pool
+	Store    eventstore.Store
+	Runner   *projections.Runner
+	Waiter   *projections.Waiter
+	Commands *commands.Service
+	Metrics  *httpserver.Metrics
+	Now      func() time.Time
+}
+
+// Open connects to the database (creating and migrating it) and the event
+// store, and prepares the read-model tables.
+func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pool, err := database.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := database.Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	store, err := openStore(cfg, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	a := &App{Config: cfg, Log: log, Pool: pool, Store: store, Now: time.Now, Metrics: httpserver.NewMetrics()}
+	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
+	a.Runner = projections.NewRunner(pool, store, a.Waiter, log, projections.All()...)
+	a.Commands = commands.New(store, a.Waiter.WaitFor, a.Now)
+	if err := a.Runner.Prepare(ctx); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func openStore(cfg config.Config, pool *pgxpool.Pool) (eventstore.Store, error) {
+	switch {
+	case cfg.EventStore == "" || cfg.EventStore == "postgres":
+		return postgres.New(pool), nil
+	case strings.HasPrefix(cfg.EventStore, "esdb://"), strings.HasPrefix(cfg.EventStore, "kurrentdb://"):
+		return nil, errors.New("eventstore: the EventStoreDB adapter is not available in this build; use MAILROOM_EVENTSTORE=postgres")
+	default:
+		return nil, fmt.Errorf("eventstore: %q is neither postgres nor an esdb:// connection string", cfg.EventStore)
+	}
+}
+
+// Close releases connections.
+func (a *App) Close() {
+	a.Store.Close()
+	a.Pool.Close()
+}
+
+// Handler is the HTTP API.
+func (a *App) Handler() http.Handler {
+	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics})
+	httpserver.Health(e, a.Ready)
+	auth := authn.New(a.Pool, a.Log, a.Now)
+	limiter := httpserver.NewRateLimiter(a.Config.RateLimit, a.Config.RateBurst)
+
+	api := e.Group("/api", auth.Tokens(), limiter.Middleware(authn.RateKey))
+	v1 := e.Group("/v1", auth.APIKeys(), limiter.Middleware(authn.RateKey))
+	commands.Routes(a.Commands, api, v1)
+	readapi.Routes(a.Pool, api, v1)
+	return e
+}
+
+// Ready reports whether this instance can serve: both stores reachable and
+// the projections close enough to the head of the log.
+func (a *App) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := a.Pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres unreachable: %v", err)
+	}
+	if _, err := a.Store.ReadAll(ctx, eventstore.Start, 1); err != nil {
+		return fmt.Errorf("event store unreachable: %v", err)
+	}
+	statuses, err := a.Runner.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("projection status: %v", err)
+	}
+	for _, s := range statuses {
+		if s.Lag > a.Config.ReadyMaxLag {
+			return fmt.Errorf("projection %s lags %d events (bound %d)", s.Name, s.Lag, a.Config.ReadyMaxLag)
+		}
+	}
+	return nil
+}
+
+// Serve runs the roles of the configuration until ctx ends.
+func (a *App) Serve(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	if a.Config.Has("projections") {
+		g.Go(func() error { return a.Runner.Run(ctx) })
+	}
+	if a.Config.Has("api") {
+		ln, err := net.Listen("tcp", a.Config.HTTPAddr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		a.Log.Info("listening", "addr", ln.Addr().String())
+		g.Go(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-ctx.Done()
+			shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return srv.Shutdown(shutdown)
+		})
+	}
+	return g.Wait()
+}
+
+// SettleInline makes commands bring the affected projections up to date
+// themselves instead of waiting for a runner: for operator commands run while
+// no server may be running. The projector lock keeps this safe alongside one.
+func (a *App) SettleInline() {
+	a.Commands = commands.New(a.Store, func(ctx context.Context, _ eventstore.Position, names ...string) bool {
+		for _, n := range names {
+			if p := a.Runner.Projector(n); p != nil {
+				if _, err := a.Runner.CatchUp(ctx, p); err != nil {
+					a.Log.Warn("projection catch-up", "projection", n, "err", err)
+					return false
+				}
+			}
+		}
+		return true
+	}, a.Now)
+}

@@ -1,0 +1,153 @@
+// Package apptest runs a whole Mailroom for tests: a fresh database, the
+// projections and the HTTP API on a real loopback server.
+package apptest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/internal/app"
+	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/internal/pgtest"
+)
+
+// Server is a running Mailroom.
+type Server struct {
+	*app.App
+	URL         string
+	DatabaseURL string
+	t           testing.TB
+}
+
+// Config returns the default configuration pointed at databaseURL, with
+// local state under a temporary directory.
+func Config(t testing.TB, databaseURL string) config.Config {
+	var cfg config.Config
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	cfg.Flags(fs)
+	cfg.DatabaseURL = databaseURL
+	cfg.DataDir = t.TempDir()
+	cfg.SandboxOutbox = cfg.DataDir + "/outbox"
+	cfg.RateLimit = 0
+	return cfg
+}
+
+// Start runs Mailroom on a fresh database. configure may adjust the
+// configuration first.
+func Start(t testing.TB, configure ...func(*config.Config)) *Server {
+	t.Helper()
+	url := pgtest.NewURL(t)
+	cfg := Config(t, url)
+	for _, f := range configure {
+		f(&cfg)
+	}
+	return StartWith(t, cfg)
+}
+
+// StartWith runs Mailroom with cfg.
+func StartWith(t testing.TB, cfg config.Config) *Server {
+	t.Helper()
+	level := slog.LevelWarn
+	if os.Getenv("MAILROOM_TEST_LOG") != "" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := app.Open(ctx, cfg, log)
+	if err != nil {
+		cancel()
+		t.Fatalf("apptest: open: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Runner.Run(ctx) }()
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("apptest: projections did not stop")
+		}
+		a.Close()
+	})
+	return &Server{App: a, URL: srv.URL, DatabaseURL: cfg.DatabaseURL, t: t}
+}
+
+// Account creates an account and returns its id and org:admin token.
+func (s *Server) Account(name string) (id, adminToken string) {
+	s.t.Helper()
+	acct, err := s.Commands.CreateAccount(context.Background(), name, commands.Meta{Actor: "operator"})
+	if err != nil {
+		s.t.Fatalf("apptest: create account: %v", err)
+	}
+	return acct.AccountID, acct.Token
+}
+
+// Response is a finished request.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into a map.
+func (r Response) JSON(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("response %d is not a JSON object: %v\n%s", r.Status, err, r.Body)
+	}
+	return m
+}
+
+// Do sends a request with a bearer credential (none when empty). body may
+// be nil, a string or []byte sent as is, or a value encoded as JSON.
+func (s *Server) Do(method, path, credential string, body any) Response {
+	s.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = bytes.NewBufferString(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		enc, err := json.Marshal(b)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		rd = bytes.NewReader(enc)
+	}
+	req, err := http.NewRequest(method, s.URL+path, rd)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if credential != "" {
+		req.Header.Set("Authorization", "Bearer "+credential)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
+}

@@ -1,0 +1,37 @@
+package app
+
+import (
+	"context"
+
+	"github.com/mailroom/mailroom/commands"
+)
+
+// FirstRun is what a first development start creates and shows once.
+type FirstRun struct {
+	AccountID  string `json:"account_id"`
+	AdminToken string `json:"admin_token"`
+	APIKeyID   string `json:"api_key_id"`
+	APIKey     string `json:"api_key"`
+}
+
+// Bootstrap creates a first account with an admin token and an API key when
+// the database has no account yet. It returns nil when there was one.
+func (a *App) Bootstrap(ctx context.Context) (*FirstRun, error) {
+	var n int
+	if err := a.Pool.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		return nil, nil
+	}
+	meta := commands.Meta{Actor: "system:bootstrap"}
+	acct, err := a.Commands.CreateAccount(ctx, "Development", meta)
+	if err != nil {
+		return nil, err
+	}
+	key, err := a.Commands.CreateAPIKey(ctx, acct.AccountID, "development", nil, meta)
+	if err != nil {
+		return nil, err
+	}
+	return &FirstRun{AccountID: acct.AccountID, AdminToken: acct.Token, APIKeyID: key.Created.KeyID, APIKey: key.Key}, nil
+}

@@ -1,0 +1,240 @@
+// Package authn authenticates requests: API keys on /v1 routes, management
+// tokens on /api routes. Credentials are looked up by hash in the read models
+// on every request, so a revocation is seen by every instance as soon as its
+// projection has been written.
+package authn
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailroom/mailroom/internal/credential"
+	"github.com/mailroom/mailroom/internal/httpserver"
+)
+
+// Kind of credential.
+type Kind string
+
+const (
+	APIKey Kind = "api_key"
+	Token  Kind = "token"
+)
+
+// Principal is the authenticated caller.
+type Principal struct {
+	Kind        Kind
+	ID          string // key or token id
+	AccountID   string
+	Permissions []string // API keys
+	Role        string   // tokens
+	Suspended   bool     // the account is suspended
+}
+
+// Actor names the principal in event metadata.
+func (p Principal) Actor() string { return string(p.Kind) + ":" + p.ID }
+
+// Can reports whether an API key holds permission.
+func (p Principal) Can(permission string) bool {
+	for _, have := range p.Permissions {
+		if have == permission {
+			return true
+		}
+	}
+	return false
+}
+
+// Authenticator looks credentials up.
+type Authenticator struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	now  func() time.Time
+
+	mu       sync.Mutex
+	lastSeen map[string]time.Time // key id → last_used last written
+}
+
+// New returns an Authenticator over the read models in pool.
+func New(pool *pgxpool.Pool, log *slog.Logger, now func() time.Time) *Authenticator {
+	return &Authenticator{pool: pool, log: log, now: now, lastSeen: map[string]time.Time{}}
+}
+
+var errUnknown = errors.New("unknown credential")
+
+func (a *Authenticator) apiKey(ctx context.Context, secret string) (Principal, error) {
+	p := Principal{Kind: APIKey}
+	var status string
+	err := a.pool.QueryRow(ctx, `SELECT k.id, k.account_id, k.permissions, a.status
+		FROM api_keys k JOIN accounts a ON a.id = k.account_id
+		WHERE k.key_hash = $1 AND k.is_active`, credential.Hash(secret)).
+		Scan(&p.ID, &p.AccountID, &p.Permissions, &status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, errUnknown
+	}
+	p.Suspended = status == "suspended"
+	return p, err
+}
+
+func (a *Authenticator) token(ctx context.Context, secret string) (Principal, error) {
+	p := Principal{Kind: Token}
+	var status string
+	err := a.pool.QueryRow(ctx, `SELECT t.id, t.account_id, t.role, a.status
+		FROM management_tokens t JOIN accounts a ON a.id = t.account_id
+		WHERE t.token_hash = $1`, credential.Hash(secret)).
+		Scan(&p.ID, &p.AccountID, &p.Role, &status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, errUnknown
+	}
+	p.Suspended = status == "suspended"
+	return p, err
+}
+
+// touch records that a key was used, at most about once a minute per key,
+// without holding up the request.
+func (a *Authenticator) touch(keyID string) {
+	now := a.now()
+	a.mu.Lock()
+	if now.Sub(a.lastSeen[keyID]) < time.Minute {
+		a.mu.Unlock()
+		return
+	}
+	a.lastSeen[keyID] = now
+	if len(a.lastSeen) > 100_000 { // bound memory; the worst case is an extra write
+		clear(a.lastSeen)
+	}
+	a.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := a.pool.Exec(ctx, `INSERT INTO api_key_usage (key_id, last_used) VALUES ($1, $2)
+			ON CONFLICT (key_id) DO UPDATE SET last_used = GREATEST(api_key_usage.last_used, $2)`, keyID, now)
+		if err != nil {
+			a.log.Warn("recording api key use", "key_id", keyID, "err", err)
+		}
+	}()
+}
+
+const principalKey = "mailroom.principal"
+
+// From returns the request's principal; routes behind a middleware of this
+// package always have one.
+func From(c echo.Context) Principal {
+	p, _ := c.Get(principalKey).(Principal)
+	return p
+}
+
+// bearer extracts the credential of an "Authorization: Bearer" header.
+func bearer(c echo.Context) (string, error) {
+	h := c.Request().Header.Get(echo.HeaderAuthorization)
+	if h == "" {
+		return "", httpserver.Unauthorized("missing Authorization header; send Authorization: Bearer <key>")
+	}
+	scheme, secret, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+		return "", httpserver.Unauthorized("malformed Authorization header; want Bearer <key>")
+	}
+	return strings.TrimSpace(secret), nil
+}
+
+// APIKeys authenticates /v1 requests. Management tokens are refused there.
+// A suspended account gets 403 on every route.
+func (a *Authenticator) APIKeys() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			secret, err := bearer(c)
+			if err != nil {
+				return err
+			}
+			if strings.HasPrefix(secret, credential.TokenPrefix) {
+				return httpserver.Unauthorized("management tokens are not accepted on /v1 routes; use an API key")
+			}
+			if !credential.WellFormed(secret, credential.APIKeyPrefix) {
+				return httpserver.Unauthorized("malformed API key")
+			}
+			p, err := a.apiKey(c.Request().Context(), secret)
+			if errors.Is(err, errUnknown) {
+				return httpserver.Unauthorized("unknown or revoked API key")
+			}
+			if err != nil {
+				return err
+			}
+			if p.Suspended {
+				return httpserver.Forbidden("account_suspended", "the account is suspended")
+			}
+			a.touch(p.ID)
+			c.Set(principalKey, p)
+			return next(c)
+		}
+	}
+}
+
+// Tokens authenticates /api requests with management tokens. API keys are
+// refused there.
+func (a *Authenticator) Tokens() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			secret, err := bearer(c)
+			if err != nil {
+				return err
+			}
+			if strings.HasPrefix(secret, credential.APIKeyPrefix) {
+				return httpserver.Unauthorized("API keys are not accepted on /api routes; use a management token")
+			}
+			if !credential.WellFormed(secret, credential.TokenPrefix) {
+				return httpserver.Unauthorized("malformed management token")
+			}
+			p, err := a.token(c.Request().Context(), secret)
+			if errors.Is(err, errUnknown) {
+				return httpserver.Unauthorized("unknown management token")
+			}
+			if err != nil {
+				return err
+			}
+			c.Set(principalKey, p)
+			return next(c)
+		}
+	}
+}
+
+// Require lets through API keys holding every permission.
+func Require(permissions ...string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			p := From(c)
+			for _, perm := range permissions {
+				if !p.Can(perm) {
+					return httpserver.Forbidden("permission_denied", "this API key lacks the "+perm+" permission")
+				}
+			}
+			return next(c)
+		}
+	}
+}
+
+// RequireAdmin lets through org:admin tokens only.
+func RequireAdmin() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if From(c).Role != "org:admin" {
+				return httpserver.Forbidden("role_required", "this operation needs an org:admin token")
+			}
+			return next(c)
+		}
+	}
+}
+
+// RateKey keys the rate limiter by principal.
+func RateKey(c echo.Context) string {
+	p := From(c)
+	if p.ID == "" {
+		return ""
+	}
+	return p.ID
+}

@@ -1,0 +1,198 @@
+// Package config holds Mailroom's settings. Every setting is a flag whose
+// default comes from a MAILROOM_* environment variable, so `mailroom serve
+// --help` lists them all together with their variables.
+package config
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Config is the whole configuration.
+type Config struct {
+	DatabaseURL        string
+	EventStore         string
+	HTTPAddr           string
+	MasterKey          string
+	DataDir            string
+	Environment        string
+	Provider           string
+	SandboxOutbox      string
+	Region             string
+	LogFormat          string
+	LogLevel           string
+	RateLimit          float64
+	RateBurst          int
+	ConsistencyTimeout time.Duration
+	ReadyMaxLag        int64
+	Roles              []string
+	Bootstrap          bool
+
+	envErrors []error // MAILROOM_* values that did not parse
+}
+
+// Flags registers the settings on fs, each defaulting to its variable.
+func (c *Config) Flags(fs *pflag.FlagSet) {
+	str(fs, &c.DatabaseURL, "database-url", "MAILROOM_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mailroom?sslmode=disable", "PostgreSQL for read models (and events, with the postgres event store); created if missing")
+	str(fs, &c.EventStore, "eventstore", "MAILROOM_EVENTSTORE", "postgres", `event store: "postgres" (same database) or an esdb:// connection string`)
+	str(fs, &c.HTTPAddr, "http-addr", "MAILROOM_HTTP_ADDR", "127.0.0.1:8080", "address the HTTP API listens on")
+	str(fs, &c.MasterKey, "master-key", "MAILROOM_MASTER_KEY", "", "32-byte key as 64 hex characters that encrypts stored secrets; generated into <data-dir>/master.key in development")
+	str(fs, &c.DataDir, "data-dir", "MAILROOM_DATA_DIR", "./.mailroom", "local state for development: master key, outbox, blobs")
+	str(fs, &c.Environment, "env", "MAILROOM_ENV", "development", `"development" or "production" (production requires an explicit master key)`)
+	str(fs, &c.Provider, "provider", "MAILROOM_PROVIDER", "sandbox", "mail provider: sandbox, ses or smtp")
+	str(fs, &c.SandboxOutbox, "sandbox-outbox", "MAILROOM_SANDBOX_OUTBOX", "./.mailroom/outbox", "where the sandbox provider writes <email_id>.eml")
+	str(fs, &c.Region, "region", "MAILROOM_REGION", "us-east-1", "provider region of sending identities")
+	str(fs, &c.LogFormat, "log-format", "MAILROOM_LOG_FORMAT", "text", `log format: "text" or "json"`)
+	str(fs, &c.LogLevel, "log-level", "MAILROOM_LOG_LEVEL", "info", "debug, info, warn or error")
+	c.float(fs, &c.RateLimit, "rate-limit", "MAILROOM_RATE_LIMIT", 50, "requests per second allowed per API key or token (0 disables)")
+	c.integer(fs, &c.RateBurst, "rate-burst", "MAILROOM_RATE_BURST", 100, "requests a credential may send in a burst")
+	c.duration(fs, &c.ConsistencyTimeout, "consistency-timeout", "MAILROOM_CONSISTENCY_TIMEOUT", 2*time.Second, "how long a write waits for the read models to show it")
+	c.int64Flag(fs, &c.ReadyMaxLag, "ready-max-lag", "MAILROOM_READY_MAX_LAG", 10000, "events a projection may lag before /readyz fails")
+	list(fs, &c.Roles, "roles", "MAILROOM_ROLES", []string{"api", "projections", "workers"}, "roles this process runs: api, projections, workers")
+	c.boolean(fs, &c.Bootstrap, "bootstrap", "MAILROOM_BOOTSTRAP", false, "on first start, create an account, admin token and API key and print them")
+}
+
+// Has reports whether the process runs role.
+func (c *Config) Has(role string) bool {
+	for _, r := range c.Roles {
+		if strings.TrimSpace(r) == role {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks settings that flags cannot.
+func (c *Config) Validate() error {
+	if len(c.envErrors) > 0 {
+		return errors.Join(c.envErrors...)
+	}
+	for _, r := range c.Roles {
+		switch strings.TrimSpace(r) {
+		case "api", "projections", "workers":
+		default:
+			return fmt.Errorf("roles: unknown role %q (want api, projections, workers)", r)
+		}
+	}
+	switch c.Environment {
+	case "development", "production":
+	default:
+		return fmt.Errorf("env: %q is neither development nor production", c.Environment)
+	}
+	return nil
+}
+
+// LoadMasterKey returns the 32-byte master key. In development a missing key
+// is generated into <data-dir>/master.key and reused after; in production it
+// must be given.
+func (c *Config) LoadMasterKey() ([]byte, error) {
+	if c.MasterKey != "" {
+		return decodeKey(c.MasterKey)
+	}
+	if c.Environment == "production" {
+		return nil, errors.New("MAILROOM_MASTER_KEY is required in production")
+	}
+	path := filepath.Join(c.DataDir, "master.key")
+	if b, err := os.ReadFile(path); err == nil {
+		return decodeKey(strings.TrimSpace(string(b)))
+	}
+	key := make([]byte, 32)
+	rand.Read(key)
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return key, nil
+}
+
+func decodeKey(s string) ([]byte, error) {
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != 32 {
+		return nil, errors.New("master key must be 64 hex characters (32 bytes)")
+	}
+	return b, nil
+}
+
+// check records a variable that did not parse; Validate reports it.
+func (c *Config) check(env string, err error) bool {
+	if err != nil {
+		c.envErrors = append(c.envErrors, fmt.Errorf("%s: %w", env, err))
+	}
+	return err == nil
+}
+
+func usage(env, text string) string { return text + " [" + env + "]" }
+
+func str(fs *pflag.FlagSet, p *string, name, env, def, text string) {
+	if v, ok := os.LookupEnv(env); ok {
+		def = v
+	}
+	fs.StringVar(p, name, def, usage(env, text))
+}
+
+func (c *Config) boolean(fs *pflag.FlagSet, p *bool, name, env string, def bool, text string) {
+	if v, ok := os.LookupEnv(env); ok {
+		b, err := strconv.ParseBool(v)
+		c.check(env, err)
+		def = b || (err != nil && def)
+	}
+	fs.BoolVar(p, name, def, usage(env, text))
+}
+
+func (c *Config) integer(fs *pflag.FlagSet, p *int, name, env string, def int, text string) {
+	if v, ok := os.LookupEnv(env); ok {
+		n, err := strconv.Atoi(v)
+		if c.check(env, err) {
+			def = n
+		}
+	}
+	fs.IntVar(p, name, def, usage(env, text))
+}
+
+func (c *Config) int64Flag(fs *pflag.FlagSet, p *int64, name, env string, def int64, text string) {
+	if v, ok := os.LookupEnv(env); ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if c.check(env, err) {
+			def = n
+		}
+	}
+	fs.Int64Var(p, name, def, usage(env, text))
+}
+
+func (c *Config) float(fs *pflag.FlagSet, p *float64, name, env string, def float64, text string) {
+	if v, ok := os.LookupEnv(env); ok {
+		n, err := strconv.ParseFloat(v, 64)
+		if c.check(env, err) {
+			def = n
+		}
+	}
+	fs.Float64Var(p, name, def, usage(env, text))
+}
+
+func (c *Config) duration(fs *pflag.FlagSet, p *time.Duration, name, env string, def time.Duration, text string) {
+	if v, ok := os.LookupEnv(env); ok {
+		d, err := time.ParseDuration(v)
+		if c.check(env, err) {
+			def = d
+		}
+	}
+	fs.DurationVar(p, name, def, usage(env, text))
+}
+
+func list(fs *pflag.FlagSet, p *[]string, name, env string, def []string, text string) {
+	if v := os.Getenv(env); v != "" {
+		def = strings.Split(v, ",")
+	}
+	fs.StringSliceVar(p, name, def, usage(env, text))
+}

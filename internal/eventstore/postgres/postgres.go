@@ -1,0 +1,311 @@
+// Package postgres is the embedded PostgreSQL adapter of the event store port.
+//
+// Global order is the pair (transaction id, sequence): every event row stores
+// pg_current_xact_id() of the transaction that wrote it and a bigserial. A
+// sequence number is taken at insert but becomes visible at commit, so
+// ordering by it alone lets a reader skip an event whose transaction commits
+// after a later one. Readers therefore only read events whose transaction id
+// is below pg_snapshot_xmin(pg_current_snapshot()): every transaction below
+// that horizon has finished, so nothing can appear behind a reader's
+// position later.
+//
+// Appends to one stream are serialised by a transaction-scoped advisory lock
+// taken before the transaction is assigned its id, which keeps a stream's
+// revision order and its $all order identical.
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailroom/mailroom/internal/eventstore"
+)
+
+const (
+	// notifyChannel wakes live subscriptions when an append commits.
+	notifyChannel = "mailroom_events"
+	// lockClass is the first key of the per-stream advisory lock; the second
+	// is hashtext(stream). Two-key advisory locks do not collide with
+	// single-bigint ones (such as the migration lock).
+	lockClass = 0x6d726576 // "mrev"
+	// defaultPollInterval bounds how late a subscriber sees an event that
+	// became readable because an unrelated older transaction ended (no
+	// notification is sent for that).
+	defaultPollInterval = 250 * time.Millisecond
+	// subscriptionBatch is how many events a subscription reads per query.
+	subscriptionBatch = 256
+)
+
+// ErrClosed is returned by Subscription.Next after the subscription (or its
+// store) was closed.
+var ErrClosed = errors.New("eventstore/postgres: subscription closed")
+
+// Store is the PostgreSQL event store. It is safe for concurrent use.
+type Store struct {
+	pool         *pgxpool.Pool
+	pollInterval time.Duration
+
+	mu     sync.Mutex
+	subs   map[*subscription]struct{}
+	closed bool
+}
+
+var _ eventstore.Store = (*Store)(nil)
+
+// New returns a store on pool, whose schema must be migrated
+// (database.Migrate). The pool stays owned by the caller.
+func New(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool, pollInterval: defaultPollInterval, subs: map[*subscription]struct{}{}}
+}
+
+// Close closes the store's open subscriptions. It does not close the pool.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	subs := make([]*subscription, 0, len(s.subs))
+	for sub := range s.subs {
+		subs = append(subs, sub)
+	}
+	s.mu.Unlock()
+	for _, sub := range subs {
+		sub.Close()
+	}
+	return nil
+}
+
+// Append writes events at the end of stream in one transaction. An event
+// with a nil ID gets a random one. Appending no events only checks expected
+// (returning a *ConflictError on mismatch); its result carries the stream's
+// current last revision and a zero Position.
+func (s *Store) Append(ctx context.Context, stream string, expected eventstore.ExpectedVersion, events ...eventstore.EventData) (eventstore.AppendResult, error) {
+	if stream == "" {
+		return eventstore.AppendResult{}, errors.New("eventstore/postgres: empty stream name")
+	}
+	if len(events) == 0 {
+		return s.checkExpected(ctx, stream, expected)
+	}
+	events = append([]eventstore.EventData(nil), events...) // do not touch the caller's slice
+	for i := range events {
+		ev := &events[i]
+		if ev.ID == uuid.Nil {
+			ev.ID = uuid.New()
+		}
+		if ev.Type == "" {
+			return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: append to %s: event %d has no type", stream, i)
+		}
+		if !json.Valid(ev.Data) {
+			return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: append to %s: event %d data is not valid JSON", stream, i)
+		}
+	}
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	res, err := appendTx(ctx, tx, stream, expected, events)
+	if err != nil {
+		return eventstore.AppendResult{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: commit append to %s: %w", stream, err)
+	}
+	return res, nil
+}
+
+// appendTx appends inside tx, which must not yet have written anything to
+// the stream's lock order (see package doc). Events must be validated.
+func appendTx(ctx context.Context, tx pgx.Tx, stream string, expected eventstore.ExpectedVersion, events []eventstore.EventData) (eventstore.AppendResult, error) {
+	// Lock first (an advisory lock assigns no transaction id), then read the
+	// stream head in a separate statement so that its snapshot is taken
+	// after the previous holder committed.
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(lockClass), stream)
+	b.Queue("SELECT last_revision, last_hash FROM streams WHERE stream_id = $1", stream)
+	br := tx.SendBatch(ctx, b)
+	var (
+		last     int64
+		prevHash string
+		exists   = true
+	)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&last, &prevHash)
+		if errors.Is(err, pgx.ErrNoRows) {
+			exists, err = false, nil
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: lock stream %s: %w", stream, err)
+	}
+	current := uint64(0)
+	if exists {
+		current = uint64(last)
+	}
+	if !expected.Satisfied(current, exists) {
+		return eventstore.AppendResult{}, &eventstore.ConflictError{Stream: stream, Expected: expected, Actual: current, ActualExists: exists}
+	}
+
+	next := uint64(0)
+	if exists {
+		next = current + 1
+	}
+	b = &pgx.Batch{}
+	for i, ev := range events {
+		rev := next + uint64(i)
+		prevHash = eventstore.ChainHash(prevHash, stream, rev, ev)
+		meta, err := json.Marshal(ev.Metadata)
+		if err != nil {
+			return eventstore.AppendResult{}, err
+		}
+		b.Queue(`INSERT INTO events (event_id, stream_id, stream_revision, event_type, schema_version, data, metadata, hash)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING transaction_id, seq`,
+			ev.ID, stream, int64(rev), ev.Type, ev.SchemaVersion, []byte(ev.Data), meta, prevHash)
+	}
+	lastRev := next + uint64(len(events)) - 1
+	b.Queue(`INSERT INTO streams (stream_id, last_revision, last_hash) VALUES ($1, $2, $3)
+		ON CONFLICT (stream_id) DO UPDATE SET last_revision = EXCLUDED.last_revision, last_hash = EXCLUDED.last_hash`,
+		stream, int64(lastRev), prevHash)
+	b.Queue("SELECT pg_notify($1, '')", notifyChannel)
+	br = tx.SendBatch(ctx, b)
+	var pos eventstore.Position
+	for range events {
+		var seq int64
+		if err = br.QueryRow().Scan(&pos.Commit, &seq); err != nil {
+			break
+		}
+		pos.Prepare = uint64(seq)
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: append to %s: %w", stream, err)
+	}
+	return eventstore.AppendResult{NextRevision: lastRev, Position: pos}, nil
+}
+
+// checkExpected serves an append of no events.
+func (s *Store) checkExpected(ctx context.Context, stream string, expected eventstore.ExpectedVersion) (eventstore.AppendResult, error) {
+	var last int64
+	exists := true
+	err := s.pool.QueryRow(ctx, "SELECT last_revision FROM streams WHERE stream_id = $1", stream).Scan(&last)
+	if errors.Is(err, pgx.ErrNoRows) {
+		exists, err = false, nil
+	}
+	if err != nil {
+		return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: read stream head %s: %w", stream, err)
+	}
+	current := uint64(0)
+	if exists {
+		current = uint64(last)
+	}
+	if !expected.Satisfied(current, exists) {
+		return eventstore.AppendResult{}, &eventstore.ConflictError{Stream: stream, Expected: expected, Actual: current, ActualExists: exists}
+	}
+	return eventstore.AppendResult{NextRevision: current}, nil
+}
+
+const selectEvents = `SELECT transaction_id, seq, event_id, stream_id, stream_revision, event_type,
+	schema_version, data, metadata, hash, recorded_at FROM events `
+
+// ReadStream returns up to max events of stream from revision from on.
+func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, max int) ([]eventstore.RecordedEvent, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("eventstore/postgres: read %s: max must be positive, got %d", stream, max)
+	}
+	rows, err := s.pool.Query(ctx, selectEvents+`WHERE stream_id = $1 AND stream_revision >= $2
+		ORDER BY stream_revision LIMIT $3`, stream, clampInt64(from), max)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore/postgres: read %s: %w", stream, err)
+	}
+	evs, err := scanEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore/postgres: read %s: %w", stream, err)
+	}
+	if len(evs) == 0 {
+		var exists bool
+		if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM streams WHERE stream_id = $1)", stream).Scan(&exists); err != nil {
+			return nil, fmt.Errorf("eventstore/postgres: read %s: %w", stream, err)
+		}
+		if !exists {
+			return nil, eventstore.ErrStreamNotFound
+		}
+	}
+	return evs, nil
+}
+
+// readAllSQL reads $all after ($1, $2) below the transaction-id horizon.
+const readAllSQL = selectEvents + `WHERE (transaction_id, seq) > ($1, $2)
+	AND transaction_id < (SELECT pg_snapshot_xmin(pg_current_snapshot()))
+	ORDER BY transaction_id, seq LIMIT $3`
+
+// ReadAll returns up to max events positioned after from. It reads only
+// below the oldest running transaction id of the whole cluster, so a
+// long-running writing transaction (in any database of the server) holds
+// back every reader until it ends. The reading statement must not be
+// assigned a transaction id itself, hence pg_current_snapshot() rather than
+// pg_current_xact_id().
+func (s *Store) ReadAll(ctx context.Context, from eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("eventstore/postgres: read $all: max must be positive, got %d", max)
+	}
+	rows, err := s.pool.Query(ctx, readAllSQL, from.Commit, clampInt64(from.Prepare), max)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore/postgres: read $all: %w", err)
+	}
+	evs, err := scanEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore/postgres: read $all: %w", err)
+	}
+	return evs, nil
+}
+
+func scanEvents(rows pgx.Rows) ([]eventstore.RecordedEvent, error) {
+	defer rows.Close()
+	var evs []eventstore.RecordedEvent
+	for rows.Next() {
+		var (
+			e         eventstore.RecordedEvent
+			seq, rev  int64
+			data, mdt []byte
+		)
+		if err := rows.Scan(&e.Position.Commit, &seq, &e.ID, &e.StreamID, &rev, &e.Type,
+			&e.SchemaVersion, &data, &mdt, &e.Hash, &e.RecordedAt); err != nil {
+			return nil, err
+		}
+		e.Position.Prepare = uint64(seq)
+		e.StreamRevision = uint64(rev)
+		e.Data = data
+		if err := json.Unmarshal(mdt, &e.Metadata); err != nil {
+			return nil, fmt.Errorf("event %s metadata: %w", e.ID, err)
+		}
+		evs = append(evs, e)
+	}
+	return evs, rows.Err()
+}
+
+func clampInt64(v uint64) int64 {
+	if v > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(v)
+}

@@ -1,0 +1,296 @@
+package httpserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// MaxBodyBytes caps every request body (45 MiB; 40 MB of base64 attachments plus the rest).
+const MaxBodyBytes = 45 << 20
+
+// BodyLimit answers 413 when the declared Content-Length exceeds max, and
+// wraps the body so reading past max fails too (chunked bodies included).
+func BodyLimit(max int64) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			if req.ContentLength > max {
+				return tooLargeProblem(max)
+			}
+			if req.Body != nil && req.Body != http.NoBody {
+				req.Body = http.MaxBytesReader(c.Response().Writer, req.Body, max)
+			}
+			return next(c)
+		}
+	}
+}
+
+func tooLargeProblem(limit int64) *Problem {
+	return TooLarge("the request body exceeds the limit of " + formatBytes(limit))
+}
+
+func formatBytes(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// BindJSON decodes the request body into v with encoding/json, ignoring the
+// Content-Type and unknown fields. Malformed JSON is a 400 "invalid_json"; a
+// value of the wrong JSON type is a 400 "invalid_type" naming the field path
+// (e.g. "attachments.0.filename"); a body over the limit is a 413.
+func BindJSON(c echo.Context, v any) error {
+	body := c.Request().Body
+	if body == nil {
+		return BadRequest("invalid_json", "the request body is empty; expected a JSON document")
+	}
+	data, err := io.ReadAll(body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLargeProblem(mbe.Limit)
+		}
+		return BadRequest("invalid_body", "the request body could not be read")
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return BadRequest("invalid_json", "the request body is empty; expected a JSON document")
+	}
+	// json.Unmarshal validates the whole input first, so syntax errors and
+	// trailing garbage are reported before any type mismatch.
+	err = json.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	var p *Problem
+	var ie *json.InvalidUnmarshalError
+	switch {
+	case errors.As(err, &se):
+		return BadRequest("invalid_json",
+			fmt.Sprintf("the request body is not valid JSON: %s (at byte %d)", se.Error(), se.Offset))
+	case errors.As(err, &te):
+		return typeProblem(data, te)
+	case errors.As(err, &p):
+		return p
+	case errors.As(err, &ie):
+		return err // programming error: a 500
+	default:
+		// An UnmarshalJSON method rejected a value; encoding/json gives no
+		// field for such errors, so the detail carries the method's message.
+		return BadRequest("invalid_value", "the request body has an invalid value: "+err.Error())
+	}
+}
+
+// typeProblem builds the 400 invalid_type problem for a type mismatch.
+func typeProblem(data []byte, te *json.UnmarshalTypeError) *Problem {
+	msg := "must be " + expectedJSON(te.Type)
+	path := te.Field
+	if te.Offset > 0 {
+		if p, ok := jsonPathAt(data, te.Offset); ok && extendsField(p, te.Field) {
+			path = p
+		}
+	}
+	if path == "" {
+		return BadRequest("invalid_type", "the request body "+msg)
+	}
+	p := BadRequest("invalid_type", fmt.Sprintf("field %q %s", path, msg))
+	p.Errors = []FieldError{{Field: path, Message: msg}}
+	return p
+}
+
+var (
+	timeType         = reflect.TypeOf(time.Time{})
+	stringOrListType = reflect.TypeOf(StringOrList(nil))
+)
+
+// expectedJSON describes the JSON a Go type accepts, for error messages.
+func expectedJSON(t reflect.Type) string {
+	if t == nil {
+		return "of a different type"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t {
+	case stringOrListType:
+		return "a string or an array of strings"
+	case timeType:
+		return "a timestamp string"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "a non-negative integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "a base64 string"
+		}
+		return "an array"
+	case reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "of a different type"
+}
+
+// jsonPathAt finds the path ("a.0.b") of the value that ends at offset, as
+// encoding/json reports it in UnmarshalTypeError.Offset: the end of a scalar
+// or just past the opening bracket of an array or object. encoding/json's own
+// Field leaves out array indexes.
+func jsonPathAt(data []byte, offset int64) (string, bool) {
+	type frame struct {
+		array bool
+		index int
+		key   string
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var stack []frame
+	// expectKey reports whether the next token in an object is a key.
+	expectKey := false
+	path := func() string {
+		parts := make([]string, 0, len(stack))
+		for _, f := range stack {
+			if f.array {
+				parts = append(parts, strconv.Itoa(f.index))
+			} else {
+				parts = append(parts, f.key)
+			}
+		}
+		return strings.Join(parts, ".")
+	}
+	// afterValue advances the enclosing container past a finished value.
+	afterValue := func() {
+		if len(stack) == 0 {
+			return
+		}
+		if top := &stack[len(stack)-1]; top.array {
+			top.index++
+		} else {
+			expectKey = true
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			if len(stack) == 0 {
+				return "", false
+			}
+			stack = stack[:len(stack)-1]
+			expectKey = false
+			afterValue()
+			continue
+		}
+		if expectKey {
+			key, _ := tok.(string)
+			stack[len(stack)-1].key = key
+			expectKey = false
+			continue
+		}
+		// tok starts (or is) a value at the current path.
+		if dec.InputOffset() >= offset {
+			return path(), true
+		}
+		if d, ok := tok.(json.Delim); ok {
+			// Entering a container: its members get their own frame.
+			stack = append(stack, frame{array: d == '['})
+			expectKey = d == '{'
+			continue
+		}
+		afterValue()
+	}
+}
+
+// extendsField reports whether path agrees with encoding/json's Field, which
+// has no array indexes and stops at a map: without its numeric segments, path
+// must start with Field.
+func extendsField(path, field string) bool {
+	if field == "" {
+		return true
+	}
+	var kept []string
+	for _, seg := range strings.Split(path, ".") {
+		if _, err := strconv.Atoi(seg); err == nil {
+			continue
+		}
+		kept = append(kept, seg)
+	}
+	want := strings.Split(field, ".")
+	if len(kept) < len(want) {
+		return false
+	}
+	for i, seg := range want {
+		if kept[i] != seg {
+			return false
+		}
+	}
+	return true
+}
+
+// StringOrList accepts a JSON string or an array of strings (e.g. an email's
+// "to"); a string becomes a one-element list. null leaves it unchanged.
+type StringOrList []string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (s *StringOrList) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return &json.UnmarshalTypeError{Value: "empty", Type: stringOrListType}
+	}
+	switch data[0] {
+	case 'n':
+		return nil
+	case '"':
+		var one string
+		if err := json.Unmarshal(data, &one); err != nil {
+			return err
+		}
+		*s = StringOrList{one}
+		return nil
+	case '[':
+		var many []string
+		if err := json.Unmarshal(data, &many); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				return &json.UnmarshalTypeError{Value: "array of " + te.Value, Type: stringOrListType}
+			}
+			return err
+		}
+		*s = StringOrList(many)
+		return nil
+	}
+	return &json.UnmarshalTypeError{Value: jsonKind(data[0]), Type: stringOrListType}
+}
+
+func jsonKind(b byte) string {
+	switch b {
+	case '{':
+		return "object"
+	case 't', 'f':
+		return "bool"
+	}
+	return "number"
+}

@@ -1,0 +1,250 @@
+package httpserver
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+type attachment struct {
+	Filename string `json:"filename"`
+	Content  string `json:"content"`
+}
+
+type sendRequest struct {
+	From        string            `json:"from"`
+	To          StringOrList      `json:"to"`
+	Permissions []string          `json:"permissions"`
+	Attachments []attachment      `json:"attachments"`
+	Headers     map[string]string `json:"headers"`
+	Count       int               `json:"count"`
+	Tracking    *bool             `json:"tracking"`
+	SendAt      *time.Time        `json:"send_at"`
+}
+
+func bindServer(t *testing.T) *testServer {
+	return newServer(t, func(e *echo.Echo) {
+		e.POST("/bind", func(c echo.Context) error {
+			var req sendRequest
+			if err := BindJSON(c, &req); err != nil {
+				return err
+			}
+			return c.JSON(http.StatusOK, req)
+		})
+	})
+}
+
+func TestBindJSONInvalidJSON(t *testing.T) {
+	s := bindServer(t)
+	for _, body := range []string{
+		``,
+		`   `,
+		`{"from":`,
+		`{"from":"a"} trailing`,
+		`{"from":"a"}{"from":"b"}`,
+		`not json`,
+		`{'from':'a'}`,
+	} {
+		res := s.post(t, "/bind", body)
+		p := res.problem(t)
+		if res.status != 400 || p.Code != "invalid_json" || p.Detail == "" || len(p.Errors) != 0 {
+			t.Errorf("%q: %d %s", body, res.status, res.body)
+		}
+	}
+}
+
+func TestBindJSONInvalidType(t *testing.T) {
+	s := bindServer(t)
+	cases := []struct {
+		body, field, message string
+	}{
+		{`{"permissions":"emails:send"}`, "permissions", "must be an array"},
+		{`{"permissions":["a",7]}`, "permissions.1", "must be a string"},
+		{`{"from":42}`, "from", "must be a string"},
+		{`{"count":"3"}`, "count", "must be an integer"},
+		{`{"count":1.5}`, "count", "must be an integer"},
+		{`{"tracking":"yes"}`, "tracking", "must be a boolean"},
+		{`{"headers":[]}`, "headers", "must be an object"},
+		{`{"headers":{"X-A":1}}`, "headers.X-A", "must be a string"},
+		{`{"attachments":{}}`, "attachments", "must be an array"},
+		{`{"attachments":[{"filename":"a.txt"},{"filename":1}]}`, "attachments.1.filename", "must be a string"},
+		{`{"attachments":[{}, {"content":"x"}, {"filename":{"x":[1]}}]}`, "attachments.2.filename", "must be a string"},
+		{`{"attachments":[[], {"filename":"a"}]}`, "attachments.0", "must be an object"},
+		{`{"to":5}`, "to", "must be a string or an array of strings"},
+		{`{"to":{"a":"b"}}`, "to", "must be a string or an array of strings"},
+		{`{"to":["a@x.dev",5]}`, "to", "must be a string or an array of strings"},
+		{`{"to":true}`, "to", "must be a string or an array of strings"},
+	}
+	for _, tc := range cases {
+		res := s.post(t, "/bind", tc.body)
+		p := res.problem(t)
+		if res.status != 400 || p.Code != "invalid_type" {
+			t.Errorf("%s: %d %s", tc.body, res.status, res.body)
+			continue
+		}
+		if len(p.Errors) != 1 || p.Errors[0] != (FieldError{tc.field, tc.message}) {
+			t.Errorf("%s: errors = %+v, want %s %q", tc.body, p.Errors, tc.field, tc.message)
+		}
+		if !strings.Contains(p.Detail, tc.field) {
+			t.Errorf("%s: detail %q does not name the field", tc.body, p.Detail)
+		}
+	}
+
+	// Plain errors from an UnmarshalJSON method carry no field.
+	res := s.post(t, "/bind", `{"send_at":"yesterday"}`)
+	if p := res.problem(t); res.status != 400 || p.Code != "invalid_value" || !strings.Contains(p.Detail, "yesterday") {
+		t.Errorf("invalid value: %d %s", res.status, res.body)
+	}
+
+	// A root of the wrong type has no field path.
+	res = s.post(t, "/bind", `["a"]`)
+	if p := res.problem(t); res.status != 400 || p.Code != "invalid_type" || p.Detail != "the request body must be an object" {
+		t.Errorf("root: %d %s", res.status, res.body)
+	}
+}
+
+func TestBindJSONAccepts(t *testing.T) {
+	s := bindServer(t)
+	cases := []struct{ body, to string }{
+		{`{"to":"a@x.dev","unknown_field":{"deep":[1]}}`, `["a@x.dev"]`},
+		{`{"to":["a@x.dev","b@x.dev"]}`, `["a@x.dev","b@x.dev"]`},
+		{`{"to":[]}`, `[]`},
+		{`{"to":null}`, `null`},
+		{"\n {\"to\" : \"a@x.dev\" } \n", `["a@x.dev"]`},
+	}
+	for _, tc := range cases {
+		res := s.post(t, "/bind", tc.body)
+		if res.status != 200 {
+			t.Errorf("%s: %d %s", tc.body, res.status, res.body)
+			continue
+		}
+		var got struct{ To json.RawMessage }
+		if err := json.Unmarshal(res.body, &got); err != nil || string(got.To) != tc.to {
+			t.Errorf("%s: to = %s, want %s", tc.body, got.To, tc.to)
+		}
+	}
+	// The Content-Type is not enforced.
+	res := s.do(t, "POST", "/bind", strings.NewReader(`{"from":"a@x.dev"}`), map[string]string{"Content-Type": "text/plain"})
+	if res.status != 200 {
+		t.Errorf("text/plain: %d %s", res.status, res.body)
+	}
+}
+
+func TestJSONPathAt(t *testing.T) {
+	// Offsets as encoding/json reports them: end of a scalar, or just past '[' / '{'.
+	data := `{"a": [ {"b": 1}, {"c": [true, "x"]} ], "d": {"e.f": null}, "g": []}`
+	cases := []struct {
+		upTo string // prefix of data ending where the value ends / the container opens
+		want string
+	}{
+		{`{"a": [`, "a"},
+		{`{"a": [ {`, "a.0"},
+		{`{"a": [ {"b": 1`, "a.0.b"},
+		{`{"a": [ {"b": 1}, {"c": [true`, "a.1.c.0"},
+		{`{"a": [ {"b": 1}, {"c": [true, "x"`, "a.1.c.1"},
+		{`{"a": [ {"b": 1}, {"c": [true, "x"]} ], "d": {"e.f": null`, "d.e.f"},
+		{`{"a": [ {"b": 1}, {"c": [true, "x"]} ], "d": {"e.f": null}, "g": [`, "g"},
+	}
+	for _, tc := range cases {
+		if !strings.HasPrefix(data, tc.upTo) {
+			t.Fatalf("bad case %q", tc.upTo)
+		}
+		got, ok := jsonPathAt([]byte(data), int64(len(tc.upTo)))
+		if !ok || got != tc.want {
+			t.Errorf("offset %d: %q %v, want %q", len(tc.upTo), got, ok, tc.want)
+		}
+	}
+	if _, ok := jsonPathAt([]byte(`{"a":`), 100); ok {
+		t.Error("truncated input must not produce a path")
+	}
+}
+
+func TestBodyLimit(t *testing.T) {
+	var sawChunked bool
+	s := newServer(t, func(e *echo.Echo) {
+		e.POST("/small", func(c echo.Context) error {
+			if c.Request().ContentLength == -1 {
+				sawChunked = true
+			}
+			var v map[string]any
+			if err := BindJSON(c, &v); err != nil {
+				return err
+			}
+			return c.NoContent(204)
+		}, BodyLimit(64))
+		// A handler that reads the body itself and returns the raw error.
+		e.POST("/raw", func(c echo.Context) error {
+			if _, err := io.ReadAll(c.Request().Body); err != nil {
+				return err
+			}
+			return c.NoContent(204)
+		}, BodyLimit(64))
+	})
+	big := `{"k":"` + strings.Repeat("x", 100) + `"}`
+	small := `{"k":"x"}`
+
+	if res := s.post(t, "/small", small); res.status != 204 {
+		t.Errorf("small body: %d %s", res.status, res.body)
+	}
+	// Declared Content-Length over the limit.
+	res := s.post(t, "/small", big)
+	if p := res.problem(t); res.status != 413 || p.Code != "payload_too_large" || p.Detail != "the request body exceeds the limit of 64 bytes" {
+		t.Errorf("content-length: %d %s", res.status, res.body)
+	}
+	// Chunked body (no Content-Length) caught while reading.
+	res = s.do(t, "POST", "/small", io.MultiReader(strings.NewReader(big)), nil)
+	if p := res.problem(t); res.status != 413 || p.Code != "payload_too_large" {
+		t.Errorf("chunked: %d %s", res.status, res.body)
+	}
+	if !sawChunked {
+		t.Error("test did not send a chunked body")
+	}
+	res = s.do(t, "POST", "/raw", io.MultiReader(strings.NewReader(big)), nil)
+	if p := res.problem(t); res.status != 413 || p.Code != "payload_too_large" {
+		t.Errorf("raw read: %d %s", res.status, res.body)
+	}
+	if res := s.do(t, "POST", "/small", io.MultiReader(strings.NewReader(small)), nil); res.status != 204 {
+		t.Errorf("small chunked: %d %s", res.status, res.body)
+	}
+}
+
+func TestBodyLimitDefault(t *testing.T) {
+	if MaxBodyBytes != 45*1024*1024 {
+		t.Fatalf("MaxBodyBytes = %d", MaxBodyBytes)
+	}
+	e := New(Options{})
+	e.POST("/x", func(c echo.Context) error { return c.NoContent(204) })
+	req, _ := http.NewRequest("POST", "/x", strings.NewReader("{}"))
+	req.ContentLength = MaxBodyBytes + 1
+	rec := newRecorder()
+	e.ServeHTTP(rec, req)
+	if rec.Code != 413 {
+		t.Errorf("over 45 MiB declared: %d", rec.Code)
+	}
+	var p Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Detail != "the request body exceeds the limit of 45 MiB" {
+		t.Errorf("problem %s (%v)", rec.Body, err)
+	}
+}
+
+func TestStringOrList(t *testing.T) {
+	var s StringOrList
+	if err := json.Unmarshal([]byte(`"a"`), &s); err != nil || len(s) != 1 || s[0] != "a" {
+		t.Errorf("string: %v %v", s, err)
+	}
+	if err := json.Unmarshal([]byte(`["a","b"]`), &s); err != nil || len(s) != 2 {
+		t.Errorf("list: %v %v", s, err)
+	}
+	for _, bad := range []string{`1`, `{}`, `false`, `[1]`, `[["a"]]`} {
+		var te *json.UnmarshalTypeError
+		if err := json.Unmarshal([]byte(bad), &s); !errors.As(err, &te) {
+			t.Errorf("%s: err = %v, want type error", bad, err)
+		}
+	}
+}

@@ -1,0 +1,361 @@
+package httpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+func TestProblemConstructors(t *testing.T) {
+	cases := []struct {
+		name       string
+		p          *Problem
+		status     int
+		code       string
+		detail     string
+		errors     int
+		retryAfter string
+	}{
+		{"bad request", BadRequest("invalid_thing", "thing is bad"), 400, "invalid_thing", "thing is bad", 0, ""},
+		{"bad request default code", BadRequest("", "x"), 400, "bad_request", "x", 0, ""},
+		{"unauthorized", Unauthorized("missing key"), 401, "unauthorized", "missing key", 0, ""},
+		{"forbidden", Forbidden("domain_not_verified", "verify it"), 403, "domain_not_verified", "verify it", 0, ""},
+		{"not found", NotFound("no such email"), 404, "not_found", "no such email", 0, ""},
+		{"conflict", Conflict("idempotency_key_reused", "different body"), 409, "idempotency_key_reused", "different body", 0, ""},
+		{"validation one", Validation(FieldError{"subject", "must not be empty"}), 422, "validation_failed", "subject must not be empty", 1, ""},
+		{"validation many", Validation(FieldError{"subject", "too long"}, FieldError{"to", "required"}), 422, "validation_failed", "2 fields are invalid: subject, to", 2, ""},
+		{"limit", LimitExceeded("at most 10 endpoints"), 422, "limit_exceeded", "at most 10 endpoints", 0, ""},
+		{"too large", TooLarge("too big"), 413, "payload_too_large", "too big", 0, ""},
+		{"rate limited", TooManyRequests(1500 * time.Millisecond), 429, "rate_limited", "rate limit exceeded; retry after 2 second(s)", 0, "2"},
+		{"rate limited floor", TooManyRequests(0), 429, "rate_limited", "rate limit exceeded; retry after 1 second(s)", 0, "1"},
+	}
+	s := newServer(t, func(e *echo.Echo) {
+		for i, tc := range cases {
+			p := tc.p
+			e.GET(fmt.Sprintf("/p/%d", i), func(c echo.Context) error { return p })
+		}
+	})
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := s.get(t, fmt.Sprintf("/p/%d", i))
+			if res.status != tc.status {
+				t.Fatalf("status = %d, want %d", res.status, tc.status)
+			}
+			p := res.problem(t)
+			if p.Status != tc.status || p.Code != tc.code || p.Detail != tc.detail {
+				t.Errorf("problem = %+v, want status %d code %q detail %q", p, tc.status, tc.code, tc.detail)
+			}
+			if p.Type != ProblemTypeBase+tc.code {
+				t.Errorf("type = %q", p.Type)
+			}
+			if p.Title != http.StatusText(tc.status) {
+				t.Errorf("title = %q", p.Title)
+			}
+			if p.RequestID == "" || p.RequestID != res.header.Get(HeaderRequestID) {
+				t.Errorf("request_id = %q, header %q", p.RequestID, res.header.Get(HeaderRequestID))
+			}
+			if len(p.Errors) != tc.errors {
+				t.Errorf("errors = %v, want %d entries", p.Errors, tc.errors)
+			}
+			if tc.errors == 0 && strings.Contains(string(res.body), `"errors"`) {
+				t.Errorf("empty errors must be omitted: %s", res.body)
+			}
+			if got := res.header.Get("Retry-After"); got != tc.retryAfter {
+				t.Errorf("Retry-After = %q, want %q", got, tc.retryAfter)
+			}
+		})
+	}
+	// The shared *Problem values must not have been stamped with a request id.
+	for _, tc := range cases {
+		if tc.p.RequestID != "" {
+			t.Errorf("%s: handler's Problem was mutated", tc.name)
+		}
+	}
+}
+
+func TestProblemBodyShape(t *testing.T) {
+	s := newServer(t, func(e *echo.Echo) {
+		e.GET("/v", func(c echo.Context) error { return Validation(FieldError{"subject", "too long"}) })
+	})
+	res := s.get(t, "/v")
+	for _, key := range []string{`"type":`, `"title":`, `"status":422`, `"detail":`, `"code":"validation_failed"`, `"request_id":`, `"errors":[{"field":"subject","message":"too long"}]`} {
+		if !strings.Contains(string(res.body), key) {
+			t.Errorf("body %s lacks %s", res.body, key)
+		}
+	}
+	if strings.Contains(string(res.body), "RetryAfter") || strings.Contains(string(res.body), "retry") {
+		t.Errorf("RetryAfter must not be serialised: %s", res.body)
+	}
+}
+
+func TestInternalErrorHidesInternals(t *testing.T) {
+	s := newServer(t, func(e *echo.Echo) {
+		e.GET("/boom", func(c echo.Context) error {
+			return fmt.Errorf("loading: %w", errors.New("pq: password=hunter2 host=db.internal"))
+		})
+	})
+	res := s.get(t, "/boom")
+	if res.status != 500 {
+		t.Fatalf("status = %d", res.status)
+	}
+	p := res.problem(t)
+	if p.Code != "internal_error" || p.RequestID == "" || p.RequestID != res.header.Get(HeaderRequestID) {
+		t.Errorf("problem = %+v", p)
+	}
+	for _, secret := range []string{"hunter2", "db.internal", "pq:", "loading"} {
+		if strings.Contains(string(res.body), secret) {
+			t.Errorf("500 body leaks %q: %s", secret, res.body)
+		}
+	}
+	s.Close()
+	found := false
+	for _, l := range s.logs.logLines(t) {
+		if l["level"] == "ERROR" && l["request_id"] == p.RequestID && strings.Contains(fmt.Sprint(l["error"]), "hunter2") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("real error not logged at error level with request_id:\n%s", s.logs.String())
+	}
+}
+
+func TestPanicBecomesProblem(t *testing.T) {
+	s := newServer(t, func(e *echo.Echo) {
+		e.GET("/panic", func(c echo.Context) error { panic("secret panic value") })
+	})
+	res := s.get(t, "/panic")
+	if res.status != 500 {
+		t.Fatalf("status = %d", res.status)
+	}
+	p := res.problem(t)
+	if p.Code != "internal_error" || p.RequestID == "" || strings.Contains(string(res.body), "secret") {
+		t.Errorf("problem = %s", res.body)
+	}
+	// The inner recover lets metrics see the 500 under its route.
+	if body := string(s.get(t, "/metrics").body); !strings.Contains(body, `mailroom_http_requests_total{method="GET",route="/panic",status="500"} 1`) {
+		t.Errorf("panic not counted as 500:\n%s", grepLines(body, "mailroom_http_requests_total"))
+	}
+	s.Close()
+	found := false
+	for _, l := range s.logs.logLines(t) {
+		if l["level"] == "ERROR" && l["request_id"] == p.RequestID && strings.Contains(fmt.Sprint(l["stack"]), "TestPanicBecomesProblem") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("panic not logged with stack:\n%s", s.logs.String())
+	}
+}
+
+func TestRequestIDOnEveryResponse(t *testing.T) {
+	s := newServer(t, func(e *echo.Echo) {
+		e.GET("/ok", func(c echo.Context) error {
+			return c.JSON(200, map[string]string{
+				"echo": RequestIDOf(c),
+				"ctx":  RequestIDFrom(c.Request().Context()),
+			})
+		})
+		e.GET("/err", func(c echo.Context) error { return NotFound("nope") })
+	})
+
+	for _, path := range []string{"/ok", "/err", "/no/such/route"} {
+		res := s.get(t, path)
+		id := res.header.Get(HeaderRequestID)
+		if !strings.HasPrefix(id, "req_") || !validRequestID(id) {
+			t.Errorf("%s: X-Request-Id = %q", path, id)
+		}
+	}
+	// Generated ids differ.
+	if a, b := s.get(t, "/ok").header.Get(HeaderRequestID), s.get(t, "/ok").header.Get(HeaderRequestID); a == b {
+		t.Errorf("ids repeat: %q", a)
+	}
+
+	// A sane incoming id is echoed and visible to handlers.
+	res := s.do(t, "GET", "/ok", nil, map[string]string{HeaderRequestID: "client-id_1.2"})
+	if got := res.header.Get(HeaderRequestID); got != "client-id_1.2" {
+		t.Errorf("incoming id not echoed: %q", got)
+	}
+	if want := `{"ctx":"client-id_1.2","echo":"client-id_1.2"}`; strings.TrimSpace(string(res.body)) != want {
+		t.Errorf("body = %s, want %s", res.body, want)
+	}
+	res = s.do(t, "GET", "/err", nil, map[string]string{HeaderRequestID: "client-id_1.2"})
+	if p := res.problem(t); p.RequestID != "client-id_1.2" {
+		t.Errorf("problem request_id = %q", p.RequestID)
+	}
+
+	// Unsafe incoming ids are replaced.
+	for _, bad := range []string{"has space", "semi;colon", "<script>", strings.Repeat("a", 129)} {
+		res := s.do(t, "GET", "/ok", nil, map[string]string{HeaderRequestID: bad})
+		if got := res.header.Get(HeaderRequestID); got == bad || !strings.HasPrefix(got, "req_") {
+			t.Errorf("unsafe id %q: got %q", bad, got)
+		}
+	}
+	if !validRequestID(strings.Repeat("a", 128)) || validRequestID("") {
+		t.Error("length bounds wrong")
+	}
+}
+
+func TestRouterErrors(t *testing.T) {
+	s := newServer(t, func(e *echo.Echo) {
+		e.GET("/only-get", func(c echo.Context) error { return c.NoContent(204) })
+	})
+	res := s.get(t, "/no/such/route")
+	if p := res.problem(t); res.status != 404 || p.Code != "not_found" || p.RequestID == "" {
+		t.Errorf("unknown route: %d %+v", res.status, p)
+	}
+	res = s.do(t, "DELETE", "/only-get", nil, nil)
+	if p := res.problem(t); res.status != 405 || p.Code != "method_not_allowed" {
+		t.Errorf("wrong method: %d %+v", res.status, p)
+	}
+	if allow := res.header.Get("Allow"); !strings.Contains(allow, "GET") {
+		t.Errorf("Allow = %q", allow)
+	}
+}
+
+func TestHTTPErrorMapping(t *testing.T) {
+	cases := []struct {
+		err    error
+		status int
+		code   string
+		detail string
+	}{
+		{echo.NewHTTPError(400, "bad thing"), 400, "bad_request", "bad thing"},
+		{echo.ErrUnauthorized, 401, "unauthorized", "Unauthorized"},
+		{echo.ErrStatusRequestEntityTooLarge, 413, "payload_too_large", "the request body is too large"},
+		{echo.ErrUnsupportedMediaType, 415, "unsupported_media_type", "Unsupported Media Type"},
+		{echo.NewHTTPError(500, "db password=x").SetInternal(errors.New("x")), 500, "internal_error", ""},
+		{echo.ErrServiceUnavailable, 503, "service_unavailable", ""},
+		{fmt.Errorf("wrapped: %w", NotFound("gone")), 404, "not_found", "gone"},
+		{&http.MaxBytesError{Limit: 1 << 20}, 413, "payload_too_large", "the request body exceeds the limit of 1 MiB"},
+	}
+	for _, tc := range cases {
+		p := toProblem(tc.err)
+		if p.Status != tc.status || p.Code != tc.code || (tc.detail != "" && p.Detail != tc.detail) {
+			t.Errorf("%v => %+v, want %d %s %q", tc.err, p, tc.status, tc.code, tc.detail)
+		}
+		if p.Status >= 500 && strings.Contains(p.Detail, "password") {
+			t.Errorf("5xx detail leaks: %q", p.Detail)
+		}
+	}
+}
+
+func TestHeadGetsNoBody(t *testing.T) {
+	s := newServer(t, func(e *echo.Echo) {
+		e.HEAD("/gone", func(c echo.Context) error { return NotFound("gone") })
+	})
+	res := s.do(t, "HEAD", "/gone", nil, nil)
+	if res.status != 404 || len(res.body) != 0 || res.header.Get(HeaderRequestID) == "" {
+		t.Errorf("HEAD: %d %q %v", res.status, res.body, res.header)
+	}
+}
+
+func TestErrorAfterCommitOnlyLogs(t *testing.T) {
+	s := newServer(t, func(e *echo.Echo) {
+		e.GET("/late", func(c echo.Context) error {
+			if err := c.String(200, "partial"); err != nil {
+				return err
+			}
+			return errors.New("stream broke")
+		})
+	})
+	res := s.get(t, "/late")
+	if res.status != 200 || string(res.body) != "partial" {
+		t.Errorf("got %d %q", res.status, res.body)
+	}
+	s.Close()
+	if !strings.Contains(s.logs.String(), "stream broke") {
+		t.Errorf("late error not logged:\n%s", s.logs.String())
+	}
+}
+
+func TestHealth(t *testing.T) {
+	var notReady error
+	s := newServer(t, func(e *echo.Echo) {
+		Health(e, func(ctx context.Context) error {
+			if _, ok := ctx.Deadline(); !ok {
+				return errors.New("no deadline on readiness context")
+			}
+			return notReady
+		})
+	})
+	if res := s.get(t, "/healthz"); res.status != 200 || strings.TrimSpace(string(res.body)) != `{"status":"ok"}` {
+		t.Errorf("healthz: %d %s", res.status, res.body)
+	}
+	if res := s.get(t, "/readyz"); res.status != 200 || strings.TrimSpace(string(res.body)) != `{"status":"ready"}` {
+		t.Errorf("readyz: %d %s", res.status, res.body)
+	}
+	notReady = errors.New("projections catching up: 120 events behind")
+	res := s.get(t, "/readyz")
+	p := res.problem(t)
+	if res.status != 503 || p.Code != "not_ready" || p.Detail != notReady.Error() {
+		t.Errorf("readyz not ready: %d %+v", res.status, p)
+	}
+
+	// A nil readiness func is always ready.
+	e := New(Options{})
+	Health(e, nil)
+	if res := serve(e, "GET", "/readyz"); res.Code != 200 {
+		t.Errorf("nil ready: %d", res.Code)
+	}
+	// Without Metrics there is no /metrics route.
+	if res := serve(e, "GET", "/metrics"); res.Code != 404 {
+		t.Errorf("/metrics without Metrics: %d", res.Code)
+	}
+}
+
+func TestRequestLogger(t *testing.T) {
+	s := newServer(t, func(e *echo.Echo) {
+		Health(e, nil)
+		e.GET("/v1/emails/:id", func(c echo.Context) error { return c.String(200, "hello") })
+		e.POST("/v1/emails/send", func(c echo.Context) error { return Validation(FieldError{"to", "required"}) })
+	})
+	ok := s.do(t, "GET", "/v1/emails/em_123", nil, map[string]string{HeaderRequestID: "log-test-1"})
+	if ok.status != 200 {
+		t.Fatal(ok.status)
+	}
+	s.post(t, "/v1/emails/send", "{}")
+	s.get(t, "/healthz")
+	s.get(t, "/readyz")
+	s.get(t, "/metrics")
+	s.Close()
+
+	lines := s.logs.logLines(t)
+	var reqLines []map[string]any
+	for _, l := range lines {
+		if l["msg"] == "http request" {
+			reqLines = append(reqLines, l)
+		}
+	}
+	if len(reqLines) != 2 {
+		t.Fatalf("want 2 request lines (probes and scrapes skipped), got %d:\n%s", len(reqLines), s.logs.String())
+	}
+	l := reqLines[0]
+	if l["level"] != "INFO" || l["method"] != "GET" || l["route"] != "/v1/emails/:id" || l["status"] != float64(200) ||
+		l["request_id"] != "log-test-1" || l["bytes"] != float64(5) {
+		t.Errorf("log line = %v", l)
+	}
+	if _, ok := l["duration_ms"].(float64); !ok {
+		t.Errorf("duration_ms missing: %v", l)
+	}
+	// The error status is what gets logged, not the default 200.
+	if reqLines[1]["status"] != float64(422) {
+		t.Errorf("error request logged as %v", reqLines[1]["status"])
+	}
+}
+
+func TestRecoverReraisesAbort(t *testing.T) {
+	h := Recover()(func(c echo.Context) error { panic(http.ErrAbortHandler) })
+	defer func() {
+		if r := recover(); r != http.ErrAbortHandler {
+			t.Errorf("recovered %v, want ErrAbortHandler re-panicked", r)
+		}
+	}()
+	_ = h(echo.New().NewContext(nil, nil))
+	t.Error("no panic")
+}

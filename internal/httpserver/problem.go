@@ -1,0 +1,284 @@
+// Package httpserver is the HTTP plumbing shared by every route: RFC 9457
+// problem responses, request ids, strict JSON binding, body and rate limits,
+// query parsing, metrics, request logging and the echo server itself.
+package httpserver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// ProblemTypeBase prefixes every problem's code to form its "type" URI.
+const ProblemTypeBase = "https://mailroom.dev/problems/"
+
+// ContentTypeProblem is the media type of every error body.
+const ContentTypeProblem = "application/problem+json"
+
+// FieldError names one invalid field of a request and what is wrong with it.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// Problem is an RFC 9457 problem detail. Handlers return it as an error and
+// ErrorHandler writes it, filling in the request id.
+type Problem struct {
+	Type      string       `json:"type"`
+	Title     string       `json:"title"`
+	Status    int          `json:"status"`
+	Detail    string       `json:"detail"`
+	Code      string       `json:"code"`
+	RequestID string       `json:"request_id"`
+	Errors    []FieldError `json:"errors,omitempty"`
+	// RetryAfter, when positive, is sent as the Retry-After header.
+	RetryAfter time.Duration `json:"-"`
+}
+
+// Error implements error.
+func (p *Problem) Error() string {
+	return fmt.Sprintf("%d %s: %s", p.Status, p.Code, p.Detail)
+}
+
+// NewProblem builds a problem with the given status, machine-readable code
+// and human-readable detail; type and title are derived.
+func NewProblem(status int, code, detail string) *Problem {
+	return &Problem{
+		Type:   ProblemTypeBase + code,
+		Title:  http.StatusText(status),
+		Status: status,
+		Detail: detail,
+		Code:   code,
+	}
+}
+
+// BadRequest is a 400; code defaults to "bad_request".
+func BadRequest(code, detail string) *Problem {
+	if code == "" {
+		code = "bad_request"
+	}
+	return NewProblem(http.StatusBadRequest, code, detail)
+}
+
+// Unauthorized is a 401 with code "unauthorized".
+func Unauthorized(detail string) *Problem {
+	return NewProblem(http.StatusUnauthorized, "unauthorized", detail)
+}
+
+// Forbidden is a 403; code defaults to "forbidden".
+func Forbidden(code, detail string) *Problem {
+	if code == "" {
+		code = "forbidden"
+	}
+	return NewProblem(http.StatusForbidden, code, detail)
+}
+
+// NotFound is a 404 with code "not_found".
+func NotFound(detail string) *Problem {
+	return NewProblem(http.StatusNotFound, "not_found", detail)
+}
+
+// Conflict is a 409; code defaults to "conflict".
+func Conflict(code, detail string) *Problem {
+	if code == "" {
+		code = "conflict"
+	}
+	return NewProblem(http.StatusConflict, code, detail)
+}
+
+// Validation is a 422 with code "validation_failed", listing the invalid
+// fields and summarising them in the detail.
+func Validation(errs ...FieldError) *Problem {
+	var detail string
+	switch len(errs) {
+	case 0:
+		detail = "the request is invalid"
+	case 1:
+		detail = errs[0].Field + " " + errs[0].Message
+	default:
+		names := make([]string, len(errs))
+		for i, e := range errs {
+			names[i] = e.Field
+		}
+		detail = fmt.Sprintf("%d fields are invalid: %s", len(errs), strings.Join(names, ", "))
+	}
+	p := NewProblem(http.StatusUnprocessableEntity, "validation_failed", detail)
+	p.Errors = append([]FieldError(nil), errs...)
+	return p
+}
+
+// LimitExceeded is a 422 with code "limit_exceeded" (e.g. an 11th webhook endpoint).
+func LimitExceeded(detail string) *Problem {
+	return NewProblem(http.StatusUnprocessableEntity, "limit_exceeded", detail)
+}
+
+// TooLarge is a 413 with code "payload_too_large".
+func TooLarge(detail string) *Problem {
+	return NewProblem(http.StatusRequestEntityTooLarge, "payload_too_large", detail)
+}
+
+// TooManyRequests is a 429 with code "rate_limited" and a Retry-After header.
+func TooManyRequests(retryAfter time.Duration) *Problem {
+	secs := retryAfterSeconds(retryAfter)
+	p := NewProblem(http.StatusTooManyRequests, "rate_limited",
+		fmt.Sprintf("rate limit exceeded; retry after %d second(s)", secs))
+	p.RetryAfter = time.Duration(secs) * time.Second
+	return p
+}
+
+// retryAfterSeconds rounds up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int64 {
+	s := int64(math.Ceil(d.Seconds()))
+	if s < 1 {
+		s = 1
+	}
+	return s
+}
+
+// echo context key marking a request that matched no route (for metrics and logs).
+const unmatchedKey = "mailroom.unmatched"
+
+// ErrorHandler writes every error as application/problem+json carrying the
+// request id. Unexpected errors become a 500 whose body reveals nothing; the
+// real error is logged with the request id.
+func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return func(err error, c echo.Context) {
+		if err == nil {
+			return
+		}
+		reqID := RequestIDOf(c)
+		if errors.Is(err, echo.ErrNotFound) || errors.Is(err, echo.ErrMethodNotAllowed) {
+			// The router's sentinels: no route matched this request.
+			c.Set(unmatchedKey, true)
+		}
+		if c.Response().Committed {
+			logger.Error("error after response was committed",
+				"request_id", reqID, "method", c.Request().Method, "route", c.Path(), "error", err)
+			return
+		}
+
+		p := toProblem(err)
+		if p.Status >= 500 {
+			attrs := []any{"request_id", reqID, "method", c.Request().Method, "route", c.Path(), "error", err}
+			var pe *PanicError
+			if errors.As(err, &pe) {
+				attrs = append(attrs, "stack", string(pe.Stack))
+			}
+			logger.Error("request failed", attrs...)
+		}
+
+		// Copy so shared *Problem values are never mutated.
+		out := *p
+		out.RequestID = reqID
+		if out.Title == "" {
+			out.Title = http.StatusText(out.Status)
+		}
+		if out.Type == "" {
+			out.Type = ProblemTypeBase + out.Code
+		}
+
+		h := c.Response().Header()
+		h.Set(echo.HeaderContentType, ContentTypeProblem)
+		h.Del(echo.HeaderContentLength)
+		if out.RetryAfter > 0 {
+			h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(out.RetryAfter), 10))
+		}
+		if c.Request().Method == http.MethodHead {
+			c.Response().WriteHeader(out.Status)
+			return
+		}
+		body, merr := json.Marshal(&out)
+		if merr != nil { // cannot happen with these field types
+			logger.Error("encoding problem", "request_id", reqID, "error", merr)
+			c.Response().WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		c.Response().WriteHeader(out.Status)
+		if _, werr := c.Response().Write(append(body, '\n')); werr != nil {
+			logger.Debug("writing problem", "request_id", reqID, "error", werr)
+		}
+	}
+}
+
+// toProblem maps any error to the problem to send.
+func toProblem(err error) *Problem {
+	var p *Problem
+	if errors.As(err, &p) {
+		return p
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return tooLargeProblem(mbe.Limit)
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		return fromHTTPError(he)
+	}
+	return internalProblem()
+}
+
+func internalProblem() *Problem {
+	return NewProblem(http.StatusInternalServerError, "internal_error",
+		"an unexpected error occurred; quote the request_id when reporting it")
+}
+
+// fromHTTPError maps echo's errors (router 404/405, echo middleware) to problems.
+func fromHTTPError(he *echo.HTTPError) *Problem {
+	status := he.Code
+	if status < 400 || status > 599 {
+		return internalProblem()
+	}
+	if status >= 500 {
+		if status == http.StatusInternalServerError {
+			return internalProblem()
+		}
+		return NewProblem(status, statusCode(status), "the service cannot handle the request right now")
+	}
+	detail, _ := he.Message.(string)
+	if detail == "" || detail == http.StatusText(status) {
+		switch status {
+		case http.StatusNotFound:
+			detail = "no such resource"
+		case http.StatusMethodNotAllowed:
+			detail = "the method is not allowed on this resource"
+		case http.StatusRequestEntityTooLarge:
+			detail = "the request body is too large"
+		default:
+			detail = http.StatusText(status)
+		}
+	}
+	return NewProblem(status, statusCode(status), detail)
+}
+
+// statusCode is the problem code used for a bare HTTP status.
+func statusCode(status int) string {
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		return "payload_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limited"
+	case http.StatusUnprocessableEntity:
+		return "validation_failed"
+	case http.StatusInternalServerError:
+		return "internal_error"
+	}
+	text := http.StatusText(status)
+	if text == "" {
+		return "error"
+	}
+	// "Method Not Allowed" -> "method_not_allowed"
+	text = strings.ToLower(text)
+	text = strings.NewReplacer(" ", "_", "-", "_", "'", "").Replace(text)
+	return text
+}

@@ -1,0 +1,34 @@
+package httpserver
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+// QueryInt reads a positive integer query parameter. Absent or empty gives
+// def; above max gives max (clamped); anything else that is not a positive
+// integer gives a FieldError for the caller to collect into Validation.
+func QueryInt(c echo.Context, name string, def, max int) (int, *FieldError) {
+	raw := c.QueryParam(name)
+	if raw == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil {
+		// A positive number too large for int is still "above max".
+		if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(raw, "-") {
+			return max, nil
+		}
+		return 0, &FieldError{Field: name, Message: "must be a positive integer"}
+	}
+	if n <= 0 {
+		return 0, &FieldError{Field: name, Message: "must be a positive integer"}
+	}
+	if n > max {
+		return max, nil
+	}
+	return n, nil
+}

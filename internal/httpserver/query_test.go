@@ -1,0 +1,86 @@
+package httpserver
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+)
+
+// serve runs one request through e in-process.
+func serve(e *echo.Echo, method, target string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, httptest.NewRequest(method, target, nil))
+	return rec
+}
+
+func TestQueryInt(t *testing.T) {
+	cases := []struct {
+		query string
+		want  int
+		bad   bool
+	}{
+		{"", 20, false},
+		{"per_page=", 20, false},
+		{"per_page=1", 1, false},
+		{"per_page=50", 50, false},
+		{"per_page=100", 100, false},
+		{"per_page=101", 100, false},
+		{"per_page=100000", 100, false},
+		{"per_page=99999999999999999999999", 100, false},
+		{"per_page=0", 0, true},
+		{"per_page=-5", 0, true},
+		{"per_page=-99999999999999999999999", 0, true},
+		{"per_page=abc", 0, true},
+		{"per_page=1.5", 0, true},
+		{"per_page=%201", 0, true},
+	}
+	e := echo.New()
+	for _, tc := range cases {
+		c := e.NewContext(httptest.NewRequest("GET", "/?"+tc.query, nil), httptest.NewRecorder())
+		got, ferr := QueryInt(c, "per_page", 20, 100)
+		if tc.bad {
+			if ferr == nil || ferr.Field != "per_page" || ferr.Message != "must be a positive integer" {
+				t.Errorf("%q: got %d, %v; want field error", tc.query, got, ferr)
+			}
+			continue
+		}
+		if ferr != nil || got != tc.want {
+			t.Errorf("%q: got %d, %v; want %d", tc.query, got, ferr, tc.want)
+		}
+	}
+}
+
+func TestQueryIntValidationResponse(t *testing.T) {
+	s := newServer(t, func(e *echo.Echo) {
+		e.GET("/list", func(c echo.Context) error {
+			var errs []FieldError
+			perPage, ferr := QueryInt(c, "per_page", 20, 100)
+			if ferr != nil {
+				errs = append(errs, *ferr)
+			}
+			limit, ferr := QueryInt(c, "limit", 25, 100)
+			if ferr != nil {
+				errs = append(errs, *ferr)
+			}
+			if len(errs) > 0 {
+				return Validation(errs...)
+			}
+			return c.JSON(http.StatusOK, map[string]int{"per_page": perPage, "limit": limit})
+		})
+	})
+	res := s.get(t, "/list?per_page=500")
+	if res.status != 200 || strings.TrimSpace(string(res.body)) != `{"limit":25,"per_page":100}` {
+		t.Errorf("clamp: %d %s", res.status, res.body)
+	}
+	res = s.get(t, "/list?per_page=0&limit=x")
+	p := res.problem(t)
+	if res.status != 422 || p.Code != "validation_failed" || len(p.Errors) != 2 ||
+		p.Errors[0] != (FieldError{"per_page", "must be a positive integer"}) || p.Errors[1].Field != "limit" {
+		t.Errorf("422: %d %s", res.status, res.body)
+	}
+}
+
+func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }

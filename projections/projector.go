@@ -1,0 +1,34 @@
+// Package projections builds the PostgreSQL read models from the event log.
+//
+// Each Projector owns a set of tables, declared by its DDL, and turns events
+// into SQL statements. The Runner applies a batch of events and advances the
+// projector's checkpoint in one transaction, so every event takes effect
+// exactly once even across crashes. Rebuild replays the whole log into shadow
+// tables in a schema of their own and swaps them in at the end, while the live
+// tables keep serving reads.
+package projections
+
+import (
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailroom/mailroom/internal/eventstore"
+)
+
+// Projector turns events into read-model rows.
+type Projector interface {
+	// Name identifies the projector and its checkpoint.
+	Name() string
+	// Version changes whenever Schema or the meaning of Apply changes; a
+	// projector found at an older version is rebuilt on start.
+	Version() int
+	// Tables lists the tables Schema creates, all of them owned by this
+	// projector and moved together by a rebuild.
+	Tables() []string
+	// Schema returns idempotent DDL with unqualified table names; it is run
+	// with the search path set to the target schema.
+	Schema() string
+	// Apply queues the statements that project ev. Statements run in order
+	// in the batch's transaction and must be idempotent upserts: they cannot
+	// read what earlier statements of the batch wrote.
+	Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error
+}

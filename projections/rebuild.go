@@ -1,0 +1,134 @@
+package projections
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailroom/mailroom/internal/eventstore"
+)
+
+// Progress hears how far a rebuild has come: events applied so far.
+type Progress func(applied int64)
+
+// Rebuild replays the whole event log into fresh tables and swaps them in.
+// The projector's live tables keep serving reads, and the live runner keeps
+// advancing them, until the swap: one short transaction that takes the
+// projector's lock, applies the last few events, and moves the new tables
+// into place together with the new checkpoint.
+func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) error {
+	// One rebuild of a projector at a time, across processes.
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	rebuildLock := lockKey("rebuild:" + p.Name())
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", rebuildLock); err != nil {
+		return err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", rebuildLock)
+
+	shadow := pgx.Identifier{"projection_rebuild_" + strings.ReplaceAll(p.Name(), "-", "_")}.Sanitize()
+	if _, err := r.pool.Exec(ctx, fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s", shadow, shadow)); err != nil {
+		return fmt.Errorf("rebuild %s: shadow schema: %w", p.Name(), err)
+	}
+	inShadow := func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL search_path TO %s, public", shadow))
+		return err
+	}
+	if err := r.inTx(ctx, func(tx pgx.Tx) error {
+		if err := inShadow(tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, p.Schema())
+		return err
+	}); err != nil {
+		return fmt.Errorf("rebuild %s: create tables: %w", p.Name(), err)
+	}
+
+	// Replay in batches, each its own transaction, without the live lock.
+	pos, applied := eventstore.Start, int64(0)
+	for {
+		var n int
+		err := r.inTx(ctx, func(tx pgx.Tx) error {
+			if err := inShadow(tx); err != nil {
+				return err
+			}
+			var err error
+			pos, n, err = r.applyBatch(ctx, tx, p, pos, "rebuild:"+p.Name(), p.Version())
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("rebuild %s: %w", p.Name(), err)
+		}
+		applied += int64(n)
+		if progress != nil {
+			progress(applied)
+		}
+		if n < r.batchSize {
+			break
+		}
+	}
+
+	// Swap: finish the replay and move the tables in under the live lock.
+	err = r.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(p.Name())); err != nil {
+			return err
+		}
+		if err := inShadow(tx); err != nil {
+			return err
+		}
+		for {
+			var n int
+			var err error
+			pos, n, err = r.applyBatch(ctx, tx, p, pos, "rebuild:"+p.Name(), p.Version())
+			if err != nil {
+				return err
+			}
+			applied += int64(n)
+			if n < r.batchSize {
+				break
+			}
+		}
+		for _, t := range p.Tables() {
+			id := pgx.Identifier{t}.Sanitize()
+			if _, err := tx.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS public.%s CASCADE; ALTER TABLE %s.%s SET SCHEMA public", id, shadow, id)); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, upsertCheckpoint, p.Name(), int64(pos.Commit), int64(pos.Prepare), p.Version()); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM public.projection_checkpoints WHERE name = $1", "rebuild:"+p.Name()); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf("DROP SCHEMA %s CASCADE", shadow))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("rebuild %s: swap: %w", p.Name(), err)
+	}
+	if progress != nil {
+		progress(applied)
+	}
+	if r.waiter != nil {
+		r.waiter.advanced(p.Name(), pos)
+	}
+	r.log.Info("projection rebuilt", "projection", p.Name(), "events", applied, "position", pos.String())
+	return nil
+}
+
+func (r *Runner) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}

@@ -1,0 +1,266 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailroom/mailroom/internal/eventstore"
+)
+
+// Runner keeps projectors up to date with the event log.
+type Runner struct {
+	pool       *pgxpool.Pool
+	store      eventstore.Store
+	projectors []Projector
+	log        *slog.Logger
+	batchSize  int
+	waiter     *Waiter
+
+	mu   sync.Mutex
+	wake []chan struct{}
+}
+
+// NewRunner returns a runner for projectors. waiter, when not nil, hears of
+// every checkpoint the runner commits.
+func NewRunner(pool *pgxpool.Pool, store eventstore.Store, waiter *Waiter, log *slog.Logger, projectors ...Projector) *Runner {
+	return &Runner{pool: pool, store: store, projectors: projectors, log: log, batchSize: 500, waiter: waiter}
+}
+
+// Projectors returns the runner's projectors.
+func (r *Runner) Projectors() []Projector { return r.projectors }
+
+// Projector returns the projector called name, or nil.
+func (r *Runner) Projector(name string) Projector {
+	for _, p := range r.projectors {
+		if p.Name() == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Prepare creates missing read-model tables and rebuilds every projector
+// whose stored version is older than its code.
+func (r *Runner) Prepare(ctx context.Context) error {
+	for _, p := range r.projectors {
+		st, err := r.checkpoint(ctx, r.pool, p.Name())
+		if err != nil {
+			return err
+		}
+		if st.exists && st.version == p.Version() {
+			if _, err := r.pool.Exec(ctx, p.Schema()); err != nil {
+				return fmt.Errorf("projection %s schema: %w", p.Name(), err)
+			}
+			continue
+		}
+		if st.exists {
+			r.log.Info("projection version changed; rebuilding", "projection", p.Name(), "from", st.version, "to", p.Version())
+		}
+		if err := r.Rebuild(ctx, p, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run keeps every projector caught up until ctx ends. New events are noticed
+// through a subscription; a periodic poll covers anything it misses.
+func (r *Runner) Run(ctx context.Context) error {
+	sub, err := r.store.SubscribeAll(ctx, r.head(ctx))
+	if err != nil {
+		return fmt.Errorf("projections: subscribe: %w", err)
+	}
+	defer sub.Close()
+
+	var wg sync.WaitGroup
+	for _, p := range r.projectors {
+		wake := make(chan struct{}, 1)
+		r.mu.Lock()
+		r.wake = append(r.wake, wake)
+		r.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.follow(ctx, p, wake)
+		}()
+	}
+	for {
+		if _, err := sub.Next(ctx); err != nil {
+			wg.Wait()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("projections: subscription: %w", err)
+		}
+		r.mu.Lock()
+		for _, w := range r.wake {
+			select {
+			case w <- struct{}{}:
+			default:
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+// head is where the wake-up subscription starts: the lowest checkpoint, so
+// nothing committed since any projector last ran goes unnoticed.
+func (r *Runner) head(ctx context.Context) eventstore.Position {
+	var low *eventstore.Position
+	for _, p := range r.projectors {
+		st, err := r.checkpoint(ctx, r.pool, p.Name())
+		if err != nil {
+			return eventstore.Start
+		}
+		if low == nil || st.pos.Less(*low) {
+			pos := st.pos
+			low = &pos
+		}
+	}
+	if low == nil {
+		return eventstore.Start
+	}
+	return *low
+}
+
+func (r *Runner) follow(ctx context.Context, p Projector, wake <-chan struct{}) {
+	poll := time.NewTicker(time.Second)
+	defer poll.Stop()
+	backoff := 100 * time.Millisecond
+	for {
+		if _, err := r.CatchUp(ctx, p); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Error("projection failed; retrying", "projection", p.Name(), "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 10*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// CatchUp applies batches until the projector has seen every visible event,
+// and returns its position.
+func (r *Runner) CatchUp(ctx context.Context, p Projector) (eventstore.Position, error) {
+	for {
+		pos, n, err := r.step(ctx, p)
+		if err != nil {
+			return pos, err
+		}
+		if n < r.batchSize {
+			return pos, nil
+		}
+	}
+}
+
+// step applies one batch in one transaction under the projector's advisory
+// lock. The checkpoint is read inside the lock, so a rebuild's swap or
+// another instance's progress is always respected.
+func (r *Runner) step(ctx context.Context, p Projector) (eventstore.Position, int, error) {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return eventstore.Position{}, 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(p.Name())); err != nil {
+		return eventstore.Position{}, 0, err
+	}
+	st, err := r.checkpoint(ctx, tx, p.Name())
+	if err != nil {
+		return eventstore.Position{}, 0, err
+	}
+	pos, n, err := r.applyBatch(ctx, tx, p, st.pos, p.Name(), p.Version())
+	if err != nil {
+		return st.pos, 0, err
+	}
+	if n == 0 {
+		return st.pos, 0, nil
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return st.pos, 0, err
+	}
+	if r.waiter != nil {
+		r.waiter.advanced(p.Name(), pos)
+	}
+	return pos, n, nil
+}
+
+const upsertCheckpoint = `INSERT INTO public.projection_checkpoints (name, commit_position, prepare_position, schema_version, updated_at)
+	VALUES ($1, $2, $3, $4, now())
+	ON CONFLICT (name) DO UPDATE SET commit_position = $2, prepare_position = $3, schema_version = $4, updated_at = now()`
+
+// applyBatch reads up to batchSize events after from, projects them and
+// queues the update of checkpoint, all in tx.
+func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from eventstore.Position, checkpoint string, version int) (eventstore.Position, int, error) {
+	events, err := r.store.ReadAll(ctx, from, r.batchSize)
+	if err != nil {
+		return from, 0, err
+	}
+	if len(events) == 0 {
+		return from, 0, nil
+	}
+	b := &pgx.Batch{}
+	for _, ev := range events {
+		if err := p.Apply(ev, b); err != nil {
+			return from, 0, fmt.Errorf("projection %s: event %s (%s): %w", p.Name(), ev.ID, ev.Type, err)
+		}
+	}
+	last := events[len(events)-1].Position
+	b.Queue(upsertCheckpoint, checkpoint, int64(last.Commit), int64(last.Prepare), version)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return from, 0, fmt.Errorf("projection %s: %w", p.Name(), err)
+	}
+	return last, len(events), nil
+}
+
+type checkpointState struct {
+	pos     eventstore.Position
+	version int
+	exists  bool
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (r *Runner) checkpoint(ctx context.Context, q querier, name string) (checkpointState, error) {
+	var c, p int64
+	var st checkpointState
+	err := q.QueryRow(ctx, `SELECT commit_position, prepare_position, schema_version
+		FROM public.projection_checkpoints WHERE name = $1`, name).Scan(&c, &p, &st.version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("checkpoint %s: %w", name, err)
+	}
+	st.pos, st.exists = eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}, true
+	return st, nil
+}
+
+// lockKey is the advisory lock guarding one projector's writes.
+func lockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("projection:" + name))
+	return int64(h.Sum64())
+}
