@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -218,7 +219,7 @@ func TestBodyLimitDefault(t *testing.T) {
 	if MaxBodyBytes != 45*1024*1024 {
 		t.Fatalf("MaxBodyBytes = %d", MaxBodyBytes)
 	}
-	e := New(Options{})
+	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
 	e.POST("/x", func(c echo.Context) error { return c.NoContent(204) })
 	req, _ := http.NewRequest("POST", "/x", strings.NewReader("{}"))
 	req.ContentLength = MaxBodyBytes + 1

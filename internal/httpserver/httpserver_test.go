@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -298,7 +299,7 @@ func TestHealth(t *testing.T) {
 	}
 
 	// A nil readiness func is always ready.
-	e := New(Options{})
+	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
 	Health(e, nil)
 	if res := serve(e, "GET", "/readyz"); res.Code != 200 {
 		t.Errorf("nil ready: %d", res.Code)

@@ -1,6 +1,7 @@
 package httpserver
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -11,7 +12,7 @@ import (
 
 // limitedEcho serves GET /x limited by the X-Key header.
 func limitedEcho(rl *RateLimiter) *echo.Echo {
-	e := New(Options{})
+	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
 	e.GET("/x", func(c echo.Context) error { return c.NoContent(204) },
 		rl.Middleware(func(c echo.Context) string { return c.Request().Header.Get("X-Key") }))
 	return e

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/account"
+	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pgtest"
+)
+
+// run executes the mailroom command line in-process.
+func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := root()
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	err = cmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+func TestOperatorCommands(t *testing.T) {
+	db := pgtest.NewURL(t)
+	dataDir := t.TempDir()
+	flags := []string{"--database-url", db, "--data-dir", dataDir}
+
+	out, _, err := run(t, append([]string{"accounts", "create", "--name", "Acme", "--json"}, flags...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acct struct {
+		AccountID string `json:"account_id"`
+		Token     string `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(out), &acct); err != nil || acct.AccountID == "" || !strings.HasPrefix(acct.Token, "mrt_") {
+		t.Fatalf("accounts create --json printed %q (%v)", out, err)
+	}
+
+	out, _, err = run(t, append([]string{"tokens", "create", "--account", acct.AccountID, "--role", "org:member", "--json"}, flags...)...)
+	var tok struct{ Token string }
+	if err != nil || json.Unmarshal([]byte(out), &tok) != nil || !strings.HasPrefix(tok.Token, "mrt_") {
+		t.Fatalf("tokens create --json printed %q (%v)", out, err)
+	}
+	if _, _, err := run(t, append([]string{"tokens", "create", "--account", uuid.NewString(), "--json"}, flags...)...); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("token for a missing account: %v", err)
+	}
+	if _, _, err := run(t, append([]string{"tokens", "create", "--account", acct.AccountID, "--role", "org:owner"}, flags...)...); err == nil {
+		t.Fatal("an unknown role was accepted")
+	}
+
+	// The tokens work against a server on the same database.
+	s := apptest.StartWith(t, apptest.Config(t, db))
+	for _, token := range []string{acct.Token, tok.Token} {
+		if r := s.Do("GET", "/api/auth/api-keys", token, nil); r.Status != 200 {
+			t.Fatalf("token from the CLI: %d %s", r.Status, r.Body)
+		}
+	}
+	key := s.Do("POST", "/api/auth/api-keys", acct.Token, map[string]any{"name": "k"}).JSON(t)["key"].(string)
+
+	if _, _, err := run(t, append([]string{"accounts", "suspend", acct.AccountID}, flags...)...); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Do("GET", "/v1/emails", key, nil); r.Status != 403 {
+		t.Fatalf("suspended account: %d", r.Status)
+	}
+	if _, _, err := run(t, append([]string{"accounts", "reinstate", acct.AccountID}, flags...)...); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Do("GET", "/v1/emails", key, nil); r.Status != 200 {
+		t.Fatalf("reinstated account: %d", r.Status)
+	}
+
+	out, _, err = run(t, append([]string{"projections", "status", "--json"}, flags...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Projections []struct {
+			Name string
+			Lag  int64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Projections) < 3 {
+		t.Fatalf("projections status --json: %q %v", out, err)
+	}
+	for _, p := range st.Projections {
+		if p.Lag != 0 {
+			t.Errorf("projection %s lags %d", p.Name, p.Lag)
+		}
+	}
+}
+
+func TestEventsVerifyAndExport(t *testing.T) {
+	db := pgtest.NewURL(t)
+	flags := []string{"--database-url", db, "--data-dir", t.TempDir()}
+	out, _, err := run(t, append([]string{"accounts", "create", "--name", "Acme", "--json"}, flags...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acct struct{ AccountID string `json:"account_id"` }
+	json.Unmarshal([]byte(out), &acct)
+	if _, _, err := run(t, append([]string{"accounts", "create", "--name", "Other"}, flags...)...); err != nil {
+		t.Fatal(err)
+	}
+
+	out, _, err = run(t, append([]string{"events", "verify"}, flags...)...)
+	if err != nil || !strings.Contains(out, "ok: 4 events") {
+		t.Fatalf("verify on an untouched log: %q %v", out, err)
+	}
+
+	stream := "account-" + acct.AccountID
+	out, _, err = run(t, append([]string{"events", "export", "--stream", stream}, flags...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var line struct {
+			Stream   string
+			Type     string
+			Metadata map[string]string
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("export line %q: %v", sc.Text(), err)
+		}
+		if line.Stream != stream || line.Metadata["actor"] != "operator" {
+			t.Fatalf("export line %q", sc.Text())
+		}
+		types = append(types, line.Type)
+	}
+	if fmt.Sprint(types) != "[AccountCreated ManagementTokenIssued]" {
+		t.Fatalf("exported types %v", types)
+	}
+
+	// Tamper with one stored event.
+	s := apptest.StartWith(t, apptest.Config(t, db))
+	tag, err := s.Pool.Exec(context.Background(),
+		`UPDATE events SET data = replace(data::text, 'Acme', 'Evil')::json WHERE stream_id = $1 AND stream_revision = 0`, stream)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("tamper: %v %v", tag, err)
+	}
+	out, _, err = run(t, append([]string{"events", "verify"}, flags...)...)
+	if err == nil {
+		t.Fatalf("verify passed a tampered log: %q", out)
+	}
+	if !strings.Contains(out, stream) {
+		t.Fatalf("verify output does not name the stream %s: %q", stream, out)
+	}
+}
+
+// TestRebuildWhileServing rebuilds every projection over 100,000 events
+// while requests keep arriving, and checks each answer.
+func TestRebuildWhileServing(t *testing.T) {
+	s := apptest.Start(t)
+	ctx := context.Background()
+	_, admin := s.Account("Acme")
+	var keys []string
+	for i := range 5 {
+		keys = append(keys, s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"name": fmt.Sprint("key ", i)}).JSON(t)["key"].(string))
+	}
+
+	// 100,000 events: one busy account stream, appended in chunks.
+	bulk := uuid.NewString()
+	stream := account.Stream(bulk)
+	now := time.Now()
+	const total, chunk = 100_000, 1_000
+	var expected = eventstore.NoStream
+	for done := 0; done < total; done += chunk {
+		var evs []domain.Event
+		for i := range chunk {
+			if done+i == 0 {
+				evs = append(evs, &account.Created{AccountID: bulk, Name: "bulk", CreatedAt: now})
+				continue
+			}
+			evs = append(evs, &account.TokenIssued{AccountID: bulk, TokenID: uuid.NewString(), Role: account.RoleMember, TokenHash: uuid.NewString(), IssuedAt: now})
+		}
+		data, err := codec.EncodeAll(evs, eventstore.Metadata{Actor: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Store.Append(ctx, stream, expected, data...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expected = eventstore.Exact(res.NextRevision)
+	}
+	waitForLag(t, s, 0)
+
+	// Requests during the rebuild: reads must always answer correctly, and a
+	// key created mid-rebuild must survive the swap.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var requests, failures atomic.Int64
+	var createdMid atomic.Bool
+	var failMu sync.Mutex
+	var firstFailure string
+	fail := func(msg string) {
+		failures.Add(1)
+		failMu.Lock()
+		if firstFailure == "" {
+			firstFailure = msg
+		}
+		failMu.Unlock()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			want := 5
+			if createdMid.Load() {
+				want = 6
+			}
+			r := s.Do("GET", "/api/auth/api-keys", admin, nil)
+			requests.Add(1)
+			if r.Status != 200 {
+				fail(fmt.Sprintf("list keys: %d %s", r.Status, r.Body))
+			} else if n := len(r.JSON(t)["data"].([]any)); n != want {
+				fail(fmt.Sprintf("list keys: %d keys, want %d", n, want))
+			}
+			if r := s.Do("GET", "/v1/emails", keys[i%len(keys)], nil); r.Status != 200 {
+				fail(fmt.Sprintf("list emails: %d %s", r.Status, r.Body))
+			}
+			requests.Add(1)
+			if i == 20 {
+				if r := s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"name": "mid-rebuild"}); r.Status != 201 {
+					fail(fmt.Sprintf("create key: %d %s", r.Status, r.Body))
+				} else {
+					createdMid.Store(true)
+				}
+			}
+		}
+	}()
+
+	out, errOut, err := run(t, "projections", "rebuild", "--all", "--database-url", s.DatabaseURL, "--data-dir", t.TempDir())
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("rebuild: %v\n%s", err, errOut)
+	}
+	for _, name := range []string{"accounts", "api_keys", "emails"} {
+		if !strings.Contains(out, "rebuilt "+name) {
+			t.Errorf("rebuild output lacks %q: %q", "rebuilt "+name, out)
+		}
+	}
+	if !strings.Contains(errOut, "rebuild accounts") || !strings.Contains(errOut, "100") {
+		t.Errorf("no progress shown on stderr: %q", errOut)
+	}
+	if failures.Load() > 0 {
+		t.Fatalf("%d of %d requests failed during the rebuild; first: %s", failures.Load(), requests.Load(), firstFailure)
+	}
+	if requests.Load() < 20 || !createdMid.Load() {
+		t.Fatalf("only %d requests ran during the rebuild (key created mid-way: %v)", requests.Load(), createdMid.Load())
+	}
+	var tokens int
+	s.Pool.QueryRow(ctx, "SELECT count(*) FROM management_tokens WHERE account_id = $1", bulk).Scan(&tokens)
+	if tokens != total-1 {
+		t.Fatalf("rebuilt management_tokens has %d rows of the bulk account, want %d", tokens, total-1)
+	}
+	if n := len(s.Do("GET", "/api/auth/api-keys", admin, nil).JSON(t)["data"].([]any)); n != 6 {
+		t.Fatalf("after rebuild: %d keys, want 6", n)
+	}
+	waitForLag(t, s, 0)
+}
+
+func waitForLag(t *testing.T, s *apptest.Server, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := s.Runner.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := true
+		for _, p := range st {
+			if p.Lag > want {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("projections still lag: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
