@@ -112,7 +112,9 @@ func TestEventsVerifyAndExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var acct struct{ AccountID string `json:"account_id"` }
+	var acct struct {
+		AccountID string `json:"account_id"`
+	}
 	json.Unmarshal([]byte(out), &acct)
 	if _, _, err := run(t, append([]string{"accounts", "create", "--name", "Other"}, flags...)...); err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ type (
 )
 
 func (Created) EventType() string     { return "AccountCreated" }
-func (Suspended) EventType() string  { return "AccountSuspended" }
+func (Suspended) EventType() string   { return "AccountSuspended" }
 func (Reinstated) EventType() string  { return "AccountReinstated" }
 func (TokenIssued) EventType() string { return "ManagementTokenIssued" }
 
