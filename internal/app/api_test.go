@@ -277,3 +277,25 @@ func TestRateLimit(t *testing.T) {
 		t.Fatalf("other credential: %d %v", r.Status, r.Header)
 	}
 }
+
+func TestHealthReadyMetrics(t *testing.T) {
+	s := apptest.Start(t)
+	_, admin := s.Account("Acme")
+	s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"name": "k"})
+	if r := s.Do("GET", "/healthz", "", nil); r.Status != 200 {
+		t.Fatalf("healthz: %d", r.Status)
+	}
+	if r := s.Do("GET", "/readyz", "", nil); r.Status != 200 {
+		t.Fatalf("readyz: %d %s", r.Status, r.Body)
+	}
+	m := string(s.Do("GET", "/metrics", "", nil).Body)
+	for _, want := range []string{
+		`mailroom_http_requests_total{method="POST",route="/api/auth/api-keys",status="201"} 1`,
+		`mailroom_eventstore_append_duration_seconds_count{outcome="ok"}`,
+		`mailroom_projection_lag_events{projection="api_keys"} 0`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}

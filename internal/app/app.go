@@ -59,10 +59,12 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 		pool.Close()
 		return nil, err
 	}
-	a := &App{Config: cfg, Log: log, Pool: pool, Store: store, Now: time.Now, Metrics: httpserver.NewMetrics()}
+	metrics := httpserver.NewMetrics()
+	a := &App{Config: cfg, Log: log, Pool: pool, Store: meter(store, metrics.Registry()), Now: time.Now, Metrics: metrics}
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
-	a.Runner = projections.NewRunner(pool, store, a.Waiter, log, projections.All()...)
-	a.Commands = commands.New(store, a.Waiter.WaitFor, a.Now)
+	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All()...)
+	metrics.Registry().MustRegister(newLagCollector(a.Runner))
+	a.Commands = commands.New(a.Store, a.Waiter.WaitFor, a.Now)
 	if err := a.Runner.Prepare(ctx); err != nil {
 		a.Close()
 		return nil, err

@@ -1,0 +1,77 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/projections"
+)
+
+// meteredStore times appends for /metrics.
+type meteredStore struct {
+	eventstore.Store
+	appends *prometheus.HistogramVec
+}
+
+func meter(s eventstore.Store, reg prometheus.Registerer) *meteredStore {
+	m := &meteredStore{Store: s, appends: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "mailroom_eventstore_append_duration_seconds",
+		Help:    "Time to append to a stream, by outcome (ok, conflict, error).",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"outcome"})}
+	reg.MustRegister(m.appends)
+	return m
+}
+
+func (m *meteredStore) Append(ctx context.Context, stream string, expected eventstore.ExpectedVersion, events ...eventstore.EventData) (eventstore.AppendResult, error) {
+	start := time.Now()
+	res, err := m.Store.Append(ctx, stream, expected, events...)
+	outcome := "ok"
+	switch {
+	case eventstore.IsConflict(err):
+		outcome = "conflict"
+	case err != nil:
+		outcome = "error"
+	}
+	m.appends.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	return res, err
+}
+
+// CountAfter passes through to stores that can count.
+func (m *meteredStore) CountAfter(ctx context.Context, from eventstore.Position) (int64, error) {
+	c, ok := m.Store.(eventstore.Counter)
+	if !ok {
+		return 0, errors.ErrUnsupported
+	}
+	return c.CountAfter(ctx, from)
+}
+
+// lagCollector reports each projection's lag when scraped.
+type lagCollector struct {
+	runner *projections.Runner
+	desc   *prometheus.Desc
+}
+
+func newLagCollector(r *projections.Runner) *lagCollector {
+	return &lagCollector{runner: r, desc: prometheus.NewDesc("mailroom_projection_lag_events",
+		"Events in the log that a projection has not applied yet.", []string{"projection"}, nil)}
+}
+
+func (c *lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := c.runner.Status(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	for _, s := range st {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.Lag), s.Name)
+	}
+}
