@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -21,6 +22,7 @@ the flags below list both. The database is created if missing and migrated on st
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			log := newLogger(cfg, os.Stderr)
+			slog.SetDefault(log)
 			if _, err := cfg.LoadMasterKey(); err != nil {
 				return err
 			}

@@ -158,8 +158,10 @@ func (a *App) Serve(ctx context.Context) error {
 // SettleInline makes commands bring the affected projections up to date
 // themselves instead of waiting for a runner: for operator commands run while
 // no server may be running. The projector lock keeps this safe alongside one.
-func (a *App) SettleInline() {
-	a.Commands = commands.New(a.Store, func(ctx context.Context, _ eventstore.Position, names ...string) bool {
+func (a *App) SettleInline() { a.Commands = a.inlineCommands() }
+
+func (a *App) inlineCommands() *commands.Service {
+	return commands.New(a.Store, func(ctx context.Context, _ eventstore.Position, names ...string) bool {
 		for _, n := range names {
 			if p := a.Runner.Projector(n); p != nil {
 				if _, err := a.Runner.CatchUp(ctx, p); err != nil {

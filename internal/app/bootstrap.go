@@ -25,11 +25,13 @@ func (a *App) Bootstrap(ctx context.Context) (*FirstRun, error) {
 		return nil, nil
 	}
 	meta := commands.Meta{Actor: "system:bootstrap"}
-	acct, err := a.Commands.CreateAccount(ctx, "Development", meta)
+	// The projection runner is not running yet: settle inline.
+	cmds := a.inlineCommands()
+	acct, err := cmds.CreateAccount(ctx, "Development", meta)
 	if err != nil {
 		return nil, err
 	}
-	key, err := a.Commands.CreateAPIKey(ctx, acct.AccountID, "development", nil, meta)
+	key, err := cmds.CreateAPIKey(ctx, acct.AccountID, "development", nil, meta)
 	if err != nil {
 		return nil, err
 	}

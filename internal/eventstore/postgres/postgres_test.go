@@ -100,6 +100,68 @@ func TestReadAllTakesNoTransactionID(t *testing.T) {
 	}
 }
 
+// TestAppendLocksStreamBeforeTakingTransactionID: an append waiting for its
+// stream must not hold a transaction id yet, else a later append to the same
+// stream could get a lower id and come before it in $all.
+func TestAppendLocksStreamBeforeTakingTransactionID(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	s := newStore(t, pool)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	mustAppend(t, s, "email-1", eventstore.NoStream, testEvent("First"))
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(lockClass), "email-1"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Append(ctx, "email-1", eventstore.Exact(0), testEvent("Second"))
+		done <- err
+	}()
+	for {
+		var xids []*uint32
+		rows, err := pool.Query(ctx, `SELECT backend_xid FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var x *uint32
+			if err := rows.Scan(&x); err != nil {
+				t.Fatal(err)
+			}
+			xids = append(xids, x)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if len(xids) == 1 {
+			if xids[0] != nil {
+				t.Fatalf("append waits for the stream lock holding transaction id %d", *xids[0])
+			}
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("append finished while the stream lock was held: %v", err)
+		case <-ctx.Done():
+			t.Fatal("append never waited for the stream lock")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("append after the lock was released: %v", err)
+	}
+}
+
 // TestOutOfOrderCommit: a transaction that took its id first but commits
 // last must hold back later transactions' events, then be delivered before
 // them; nothing is skipped.
