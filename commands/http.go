@@ -7,20 +7,31 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/authn"
 	"github.com/mailroom/mailroom/internal/httpserver"
+	"github.com/mailroom/mailroom/internal/views"
 )
 
 // Routes mounts the write routes. api is the /api group (management tokens),
-// v1 the /v1 group (API keys).
-func Routes(s *Service, api, v1 *echo.Group) {
-	h := handlers{s}
+// v1 the /v1 group (API keys). render shows a domain as the API does.
+func Routes(s *Service, render func(sendingdomain.State) views.Domain, api, v1 *echo.Group) {
+	h := handlers{s: s, domain: render}
 	api.POST("/auth/api-keys", h.createAPIKey)
 	api.DELETE("/auth/api-keys/:id", h.revokeAPIKey)
+
+	api.POST("/domains", h.addDomain)
+	api.POST("/domains/:id/verify", h.verifyDomain)
+	api.POST("/domains/:id/upgrade", h.upgradeDomain)
+	api.POST("/domains/:id/rotate", h.rotateDomain, authn.RequireAdmin())
+	api.DELETE("/domains/:id", h.removeDomain, authn.RequireAdmin())
 }
 
-type handlers struct{ s *Service }
+type handlers struct {
+	s      *Service
+	domain func(sendingdomain.State) views.Domain
+}
 
 func meta(c echo.Context) Meta {
 	return Meta{Actor: authn.From(c).Actor(), RequestID: httpserver.RequestIDOf(c)}
@@ -85,6 +96,56 @@ func (h handlers) createAPIKey(c echo.Context) error {
 
 func (h handlers) revokeAPIKey(c echo.Context) error {
 	if err := h.s.RevokeAPIKey(c.Request().Context(), authn.From(c).AccountID, c.Param("id"), meta(c)); err != nil {
+		return problem(err)
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+type addDomainRequest struct {
+	Domain string `json:"domain"`
+}
+
+func (h handlers) addDomain(c echo.Context) error {
+	var req addDomainRequest
+	if err := httpserver.BindJSON(c, &req); err != nil {
+		return err
+	}
+	st, err := h.s.AddDomain(c.Request().Context(), authn.From(c).AccountID, req.Domain, meta(c))
+	if err != nil {
+		return problem(err)
+	}
+	return c.JSON(http.StatusCreated, h.domain(st))
+}
+
+func (h handlers) verifyDomain(c echo.Context) error {
+	st, check, err := h.s.VerifyDomain(c.Request().Context(), authn.From(c).AccountID, c.Param("id"), meta(c))
+	if err != nil {
+		return problem(err)
+	}
+	return c.JSON(http.StatusOK, struct {
+		views.Domain
+		DNSCheck DNSCheck `json:"dns_check"`
+	}{h.domain(st), check})
+}
+
+func (h handlers) rotateDomain(c echo.Context) error {
+	st, err := h.s.RotateDKIM(c.Request().Context(), authn.From(c).AccountID, c.Param("id"), meta(c))
+	if err != nil {
+		return problem(err)
+	}
+	return c.JSON(http.StatusOK, h.domain(st))
+}
+
+func (h handlers) upgradeDomain(c echo.Context) error {
+	st, err := h.s.UpgradeDKIM(c.Request().Context(), authn.From(c).AccountID, c.Param("id"), meta(c))
+	if err != nil {
+		return problem(err)
+	}
+	return c.JSON(http.StatusOK, h.domain(st))
+}
+
+func (h handlers) removeDomain(c echo.Context) error {
+	if err := h.s.RemoveDomain(c.Request().Context(), authn.From(c).AccountID, c.Param("id"), meta(c)); err != nil {
 		return problem(err)
 	}
 	return c.NoContent(http.StatusNoContent)

@@ -11,7 +11,9 @@ import (
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/secretbox"
 )
 
 // Settle waits until the named projectors have applied pos, so a read after
@@ -33,14 +35,32 @@ type Service struct {
 	store  eventstore.Store
 	settle Settle
 	now    func() time.Time
+	box    *secretbox.Box
+	dns    DNSChecker
+	region string
 }
 
-// New returns a Service. now is the clock; settle may be nil.
-func New(store eventstore.Store, settle Settle, now func() time.Time) *Service {
-	if settle == nil {
-		settle = func(context.Context, eventstore.Position, ...string) bool { return true }
+// DNSChecker looks records up on every configured resolver.
+type DNSChecker interface {
+	Check(ctx context.Context, records []dnscheck.Record) dnscheck.Result
+}
+
+// Deps are what commands need from outside.
+type Deps struct {
+	Store  eventstore.Store
+	Settle Settle           // nil: do not wait for projections
+	Now    func() time.Time // the clock
+	Box    *secretbox.Box   // seals DKIM keys
+	DNS    DNSChecker
+	Region string // provider region of new sending identities
+}
+
+// New returns a Service.
+func New(d Deps) *Service {
+	if d.Settle == nil {
+		d.Settle = func(context.Context, eventstore.Position, ...string) bool { return true }
 	}
-	return &Service{store: store, settle: settle, now: now}
+	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region}
 }
 
 // maxAttempts bounds retries after a concurrency conflict.
@@ -105,4 +125,16 @@ func load[S any](ctx context.Context, store eventstore.Store, stream string, evo
 		}
 		from = evs[len(evs)-1].StreamRevision + 1
 	}
+}
+
+// fold applies freshly decided events to a state.
+func fold[S any](st S, evolve func(S, domain.Event) S, evs []domain.Event) S {
+	for _, e := range evs {
+		st = evolve(st, e)
+	}
+	return st
+}
+
+func encodeOne(e domain.Event, meta Meta) (eventstore.EventData, error) {
+	return codec.Encode(e, meta.metadata())
 }

@@ -33,4 +33,4 @@ CREATE INDEX IF NOT EXISTS emails_account_created_idx ON emails (account_id, cre
 func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error { return nil }
 
 // All is every projector Mailroom runs.
-func All() []Projector { return []Projector{Accounts{}, APIKeys{}, Emails{}} }
+func All() []Projector { return []Projector{Accounts{}, APIKeys{}, Domains{}, Emails{}} }

@@ -9,6 +9,8 @@
 package projections
 
 import (
+	"context"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
@@ -31,4 +33,12 @@ type Projector interface {
 	// in the batch's transaction and must be idempotent upserts: they cannot
 	// read what earlier statements of the batch wrote.
 	Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error
+}
+
+// TxProjector is a projector that must read before it writes: it applies
+// each event directly in the batch's transaction instead of queueing
+// statements. Meant for low-volume streams whose view is folded in Go.
+type TxProjector interface {
+	Projector
+	ApplyTx(ctx context.Context, tx pgx.Tx, ev eventstore.RecordedEvent) error
 }

@@ -220,8 +220,15 @@ func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from ev
 		return from, 0, nil
 	}
 	b := &pgx.Batch{}
+	txp, direct := p.(TxProjector)
 	for _, ev := range events {
-		if err := p.Apply(ev, b); err != nil {
+		var err error
+		if direct {
+			err = txp.ApplyTx(ctx, tx, ev)
+		} else {
+			err = p.Apply(ev, b)
+		}
+		if err != nil {
 			return from, 0, fmt.Errorf("projection %s: event %s (%s): %w", p.Name(), ev.ID, ev.Type, err)
 		}
 	}

@@ -9,19 +9,27 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
+	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/authn"
 	"github.com/mailroom/mailroom/internal/httpserver"
+	"github.com/mailroom/mailroom/internal/views"
 )
 
-// Routes mounts the read routes on the /api and /v1 groups.
-func Routes(pool *pgxpool.Pool, api, v1 *echo.Group) {
-	r := reader{pool}
+// Routes mounts the read routes on the /api and /v1 groups. render shows a
+// domain as the API does.
+func Routes(pool *pgxpool.Pool, render func(sendingdomain.State) views.Domain, api, v1 *echo.Group) {
+	r := reader{pool: pool, domain: render}
 	api.GET("/auth/api-keys", r.listAPIKeys)
+	api.GET("/domains", r.listDomains)
+	api.GET("/domains/:id", r.getDomain)
 	v1.GET("/emails", r.listEmails, authn.Require("emails:read"))
 }
 
-type reader struct{ pool *pgxpool.Pool }
+type reader struct {
+	pool   *pgxpool.Pool
+	domain func(sendingdomain.State) views.Domain
+}
 
 // APIKey is a key as listed: never the secret.
 type APIKey struct {

@@ -23,9 +23,6 @@ the flags below list both. The database is created if missing and migrated on st
 			ctx := cmd.Context()
 			log := newLogger(cfg, os.Stderr)
 			slog.SetDefault(log)
-			if _, err := cfg.LoadMasterKey(); err != nil {
-				return err
-			}
 			a, err := app.Open(ctx, *cfg, log)
 			if err != nil {
 				return err

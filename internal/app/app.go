@@ -20,9 +20,11 @@ import (
 	"github.com/mailroom/mailroom/internal/authn"
 	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/database"
+	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
 	"github.com/mailroom/mailroom/internal/httpserver"
+	"github.com/mailroom/mailroom/internal/secretbox"
 	"github.com/mailroom/mailroom/projections"
 	"github.com/mailroom/mailroom/readapi"
 )
@@ -37,6 +39,8 @@ type App struct {
 	Waiter   *projections.Waiter
 	Commands *commands.Service
 	Metrics  *httpserver.Metrics
+	Box      *secretbox.Box
+	DNS      commands.DNSChecker
 	Now      func() time.Time
 }
 
@@ -64,7 +68,22 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
 	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All()...)
 	metrics.Registry().MustRegister(newLagCollector(a.Runner))
-	a.Commands = commands.New(a.Store, a.Waiter.WaitFor, a.Now)
+	masterKey, err := cfg.LoadMasterKey()
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	if a.Box, err = secretbox.New(masterKey); err != nil {
+		a.Close()
+		return nil, err
+	}
+	resolvers, err := dnscheck.ParseResolvers(cfg.DNSResolvers)
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("dns-resolvers: %w", err)
+	}
+	a.DNS = dnscheck.New(resolvers, cfg.DNSTimeout)
+	a.Commands = a.newCommands(a.Waiter.WaitFor)
 	if err := a.Runner.Prepare(ctx); err != nil {
 		a.Close()
 		return nil, err
@@ -98,8 +117,8 @@ func (a *App) Handler() http.Handler {
 
 	api := e.Group("/api", auth.Tokens(), limiter.Middleware(authn.RateKey))
 	v1 := e.Group("/v1", auth.APIKeys(), limiter.Middleware(authn.RateKey))
-	commands.Routes(a.Commands, api, v1)
-	readapi.Routes(a.Pool, api, v1)
+	commands.Routes(a.Commands, a.renderDomain, api, v1)
+	readapi.Routes(a.Pool, a.renderDomain, api, v1)
 	return e
 }
 
@@ -132,6 +151,10 @@ func (a *App) Serve(ctx context.Context) error {
 	if a.Config.Has("projections") {
 		g.Go(func() error { return a.Runner.Run(ctx) })
 	}
+	if a.Config.Has("workers") {
+		poller := a.DomainPoller()
+		g.Go(func() error { return poller.Run(ctx) })
+	}
 	if a.Config.Has("api") {
 		ln, err := net.Listen("tcp", a.Config.HTTPAddr)
 		if err != nil {
@@ -160,8 +183,17 @@ func (a *App) Serve(ctx context.Context) error {
 // no server may be running. The projector lock keeps this safe alongside one.
 func (a *App) SettleInline() { a.Commands = a.inlineCommands() }
 
+// newCommands returns the command service, settling with settle. The clock
+// is read through a.Now on every call so tests may move it.
+func (a *App) newCommands(settle commands.Settle) *commands.Service {
+	return commands.New(commands.Deps{
+		Store: a.Store, Settle: settle, Now: func() time.Time { return a.Now() },
+		Box: a.Box, DNS: a.DNS, Region: a.Config.Region,
+	})
+}
+
 func (a *App) inlineCommands() *commands.Service {
-	return commands.New(a.Store, func(ctx context.Context, _ eventstore.Position, names ...string) bool {
+	return a.newCommands(func(ctx context.Context, _ eventstore.Position, names ...string) bool {
 		for _, n := range names {
 			if p := a.Runner.Projector(n); p != nil {
 				if _, err := a.Runner.CatchUp(ctx, p); err != nil {
@@ -171,5 +203,10 @@ func (a *App) inlineCommands() *commands.Service {
 			}
 		}
 		return true
-	}, a.Now)
+	})
+}
+
+// DomainPoller returns the background checker of pending domains.
+func (a *App) DomainPoller() *DomainPoller {
+	return &DomainPoller{Pool: a.Pool, Commands: a.Commands, Now: func() time.Time { return a.Now() }, Interval: a.Config.DomainPollInterval, Log: a.Log}
 }

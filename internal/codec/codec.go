@@ -12,6 +12,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/apikey"
+	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
@@ -21,7 +22,7 @@ const SchemaVersion = 1
 var types = map[string]reflect.Type{}
 
 func init() {
-	for _, list := range [][]domain.Event{account.Events(), apikey.Events()} {
+	for _, list := range [][]domain.Event{account.Events(), apikey.Events(), sendingdomain.Events()} {
 		for _, e := range list {
 			types[e.EventType()] = reflect.TypeOf(e).Elem()
 		}

@@ -36,6 +36,10 @@ type Config struct {
 	ReadyMaxLag        int64
 	Roles              []string
 	Bootstrap          bool
+	DNSResolvers       string
+	DNSTimeout         time.Duration
+	DomainPollInterval time.Duration
+	DKIMRotationDays   int
 
 	envErrors []error // MAILROOM_* values that did not parse
 }
@@ -58,6 +62,10 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	c.duration(fs, &c.ConsistencyTimeout, "consistency-timeout", "MAILROOM_CONSISTENCY_TIMEOUT", 2*time.Second, "how long a write waits for the read models to show it")
 	c.int64Flag(fs, &c.ReadyMaxLag, "ready-max-lag", "MAILROOM_READY_MAX_LAG", 10000, "events a projection may lag before /readyz fails")
 	list(fs, &c.Roles, "roles", "MAILROOM_ROLES", []string{"api", "projections", "workers"}, "roles this process runs: api, projections, workers")
+	str(fs, &c.DNSResolvers, "dns-resolvers", "MAILROOM_DNS_RESOLVERS", "1.1.1.1:53,8.8.8.8:53", "resolvers (host:port, comma-separated) that domain verification queries directly; every one must see the records")
+	c.duration(fs, &c.DNSTimeout, "dns-timeout", "MAILROOM_DNS_TIMEOUT", 5*time.Second, "time allowed for one DNS query")
+	c.duration(fs, &c.DomainPollInterval, "domain-poll-interval", "MAILROOM_DOMAIN_POLL_INTERVAL", 5*time.Minute, "how often pending domains and DKIM key changes are re-checked")
+	c.integer(fs, &c.DKIMRotationDays, "dkim-rotation-days", "MAILROOM_DKIM_ROTATION_DAYS", 180, "age in days after which a domain's DKIM key is due for rotation")
 	c.boolean(fs, &c.Bootstrap, "bootstrap", "MAILROOM_BOOTSTRAP", false, "on first start, create an account, admin token and API key and print them")
 }
 
@@ -82,6 +90,12 @@ func (c *Config) Validate() error {
 		default:
 			return fmt.Errorf("roles: unknown role %q (want api, projections, workers)", r)
 		}
+	}
+	if c.DKIMRotationDays <= 0 {
+		return errors.New("dkim-rotation-days must be positive")
+	}
+	if c.DomainPollInterval <= 0 {
+		return errors.New("domain-poll-interval must be positive")
 	}
 	switch c.Environment {
 	case "development", "production":

@@ -54,9 +54,10 @@ type Store struct {
 	pool         *pgxpool.Pool
 	pollInterval time.Duration
 
-	mu     sync.Mutex
-	subs   map[*subscription]struct{}
-	closed bool
+	mu       sync.Mutex
+	subs     map[*subscription]struct{}
+	listener *listener // running while subs is not empty
+	closed   bool
 }
 
 var _ eventstore.Store = (*Store)(nil)
@@ -67,7 +68,8 @@ func New(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool, pollInterval: defaultPollInterval, subs: map[*subscription]struct{}{}}
 }
 
-// Close closes the store's open subscriptions. It does not close the pool.
+// Close closes the store's open subscriptions; SubscribeAll fails after it.
+// It does not close the pool.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -107,7 +109,9 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		}
 	}
 
-	tx, err := s.pool.Begin(ctx)
+	// Read committed whatever the server default: the stream head must be
+	// read with a snapshot taken after the stream lock was granted.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: begin: %w", err)
 	}
@@ -122,8 +126,9 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 	return res, nil
 }
 
-// appendTx appends inside tx, which must not yet have written anything to
-// the stream's lock order (see package doc). Events must be validated.
+// appendTx appends inside tx, a read committed transaction that must not
+// have been assigned a transaction id yet (no prior writes): the id must be
+// taken after the stream lock (see package doc). Events must be validated.
 func appendTx(ctx context.Context, tx pgx.Tx, stream string, expected eventstore.ExpectedVersion, events []eventstore.EventData) (eventstore.AppendResult, error) {
 	// Lock first (an advisory lock assigns no transaction id), then read the
 	// stream head in a separate statement so that its snapshot is taken

@@ -100,6 +100,38 @@ func TestReadAllTakesNoTransactionID(t *testing.T) {
 	}
 }
 
+// TestSubscriptionsShareOneConnection: more live subscriptions than the pool
+// has connections all work, and closing them returns every connection.
+func TestSubscriptionsShareOneConnection(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	s := newStore(t, pool)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n := int(pool.Config().MaxConns) * 2
+	var subs []eventstore.Subscription
+	for i := 0; i < n; i++ {
+		sub, err := s.SubscribeAll(ctx, eventstore.Start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	ev := testEvent("Live")
+	mustAppend(t, s, "email-1", eventstore.NoStream, ev)
+	for i, sub := range subs {
+		e, err := sub.Next(ctx)
+		if err != nil || e.ID != ev.ID {
+			t.Fatalf("subscription %d: %v, %v", i, e.ID, err)
+		}
+	}
+	for _, sub := range subs {
+		sub.Close()
+	}
+	if got := pool.Stat().AcquiredConns(); got != 0 {
+		t.Fatalf("%d connections still acquired after closing every subscription", got)
+	}
+}
+
 // TestAppendLocksStreamBeforeTakingTransactionID: an append waiting for its
 // stream must not hold a transaction id yet, else a later append to the same
 // stream could get a lower id and come before it in $all.
@@ -231,7 +263,7 @@ func testOutOfOrder(t *testing.T, lateInsert bool) {
 	if evs, err := s.ReadAll(ctx, resBefore.Position, 100); err != nil || len(evs) != 0 {
 		t.Fatalf("ReadAll with an older transaction open: %d events, err %v; want none", len(evs), err)
 	}
-	wctx, wcancel := context.WithTimeout(ctx, 4*s.pollInterval)
+	wctx, wcancel := context.WithTimeout(ctx, 3*s.pollInterval)
 	e, err := sub.Next(wctx)
 	wcancel()
 	if err == nil {

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -11,43 +10,94 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
-// SubscribeAll delivers every event positioned after from. It holds one pool
-// connection for LISTEN until the subscription is closed. Next reads the log
-// in batches (catch-up and live are the same loop); when there is nothing
-// to read it waits for a notification from an append or for the poll
-// interval, which covers events that become readable when an older,
-// unrelated transaction ends.
+// SubscribeAll delivers every event positioned after from. Next reads the log
+// in batches (catch-up and live are the same loop); when there is nothing to
+// read it waits for a notification from an append or for the poll interval,
+// which covers events that become readable when an older, unrelated
+// transaction ends (no notification marks that).
+//
+// All subscriptions of a Store share one LISTEN connection, held from the
+// pool while at least one subscription is open, so many subscribers cannot
+// exhaust a small pool.
 func (s *Store) SubscribeAll(ctx context.Context, from eventstore.Position) (eventstore.Subscription, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("eventstore/postgres: subscribe: %w", err)
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
-		conn.Release()
-		return nil, fmt.Errorf("eventstore/postgres: subscribe: listen: %w", err)
-	}
-	lctx, cancel := context.WithCancel(context.Background())
 	sub := &subscription{
-		store:      s,
-		pos:        from,
-		conn:       conn,
-		wake:       make(chan struct{}, 1),
-		closed:     make(chan struct{}),
-		cancel:     cancel,
-		listenDone: make(chan struct{}),
+		store:  s,
+		pos:    from,
+		wake:   make(chan struct{}, 1),
+		closed: make(chan struct{}),
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
-		cancel()
-		close(sub.listenDone)
-		sub.releaseConn()
 		return nil, ErrClosed
 	}
 	s.subs[sub] = struct{}{}
-	s.mu.Unlock()
-	go sub.listen(lctx)
+	if s.listener == nil {
+		lctx, cancel := context.WithCancel(context.Background())
+		l := &listener{cancel: cancel, done: make(chan struct{})}
+		s.listener = l
+		go s.listen(lctx, l)
+	}
 	return sub, nil
+}
+
+// listener is the goroutine that turns notifications into wake-ups.
+type listener struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// listen holds a connection on LISTEN until ctx ends, reconnecting after a
+// failure; while it has none, subscriptions still poll.
+func (s *Store) listen(ctx context.Context, l *listener) {
+	defer close(l.done)
+	for {
+		if conn, err := s.pool.Acquire(ctx); err == nil {
+			if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err == nil {
+				s.wakeAll() // anything appended before LISTEN took effect
+				for {
+					if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+						break
+					}
+					s.wakeAll()
+				}
+			}
+			releaseListenConn(conn)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Store) wakeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sub := range s.subs {
+		select {
+		case sub.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// releaseListenConn unlistens so the pooled connection stops collecting
+// notifications; a connection that cannot is closed, and the pool drops it.
+func releaseListenConn(conn *pgxpool.Conn) {
+	c := conn.Conn()
+	if !c.IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := c.Exec(ctx, "UNLISTEN *"); err != nil {
+			c.Close(ctx)
+		}
+		cancel()
+	}
+	conn.Release()
 }
 
 type subscription struct {
@@ -55,28 +105,9 @@ type subscription struct {
 	pos   eventstore.Position // position of the last event handed out
 	buf   []eventstore.RecordedEvent
 
-	conn       *pgxpool.Conn
-	wake       chan struct{} // a token means "something may have been appended"
-	closed     chan struct{}
-	closeOnce  sync.Once
-	cancel     context.CancelFunc
-	listenDone chan struct{}
-}
-
-// listen turns notifications into wake tokens. If the connection fails the
-// subscription carries on with polling alone.
-func (sub *subscription) listen(ctx context.Context) {
-	defer close(sub.listenDone)
-	c := sub.conn.Conn()
-	for {
-		if _, err := c.WaitForNotification(ctx); err != nil {
-			return
-		}
-		select {
-		case sub.wake <- struct{}{}:
-		default:
-		}
-	}
+	wake      chan struct{} // a token means "something may have been appended"
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // Next returns the next event. On a read error the position is unchanged, so
@@ -129,31 +160,24 @@ func (sub *subscription) Next(ctx context.Context) (eventstore.RecordedEvent, er
 	}
 }
 
-// Close stops the subscription and gives its connection back to the pool.
-// It may be called concurrently with Next, which then returns ErrClosed.
+// Close stops the subscription; the last one to close gives the LISTEN
+// connection back to the pool. It may be called concurrently with Next,
+// which then returns ErrClosed.
 func (sub *subscription) Close() error {
 	sub.closeOnce.Do(func() {
 		close(sub.closed)
-		sub.cancel()
-		<-sub.listenDone
-		sub.releaseConn()
-		sub.store.mu.Lock()
-		delete(sub.store.subs, sub)
-		sub.store.mu.Unlock()
+		s := sub.store
+		s.mu.Lock()
+		delete(s.subs, sub)
+		var l *listener
+		if len(s.subs) == 0 {
+			l, s.listener = s.listener, nil
+		}
+		s.mu.Unlock()
+		if l != nil {
+			l.cancel()
+			<-l.done
+		}
 	})
 	return nil
-}
-
-// releaseConn unlistens so the pooled connection stops collecting
-// notifications; a connection that cannot is closed, and the pool drops it.
-func (sub *subscription) releaseConn() {
-	c := sub.conn.Conn()
-	if !c.IsClosed() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if _, err := c.Exec(ctx, "UNLISTEN *"); err != nil {
-			c.Close(ctx)
-		}
-		cancel()
-	}
-	sub.conn.Release()
 }

@@ -1,0 +1,256 @@
+package commands
+
+import (
+	"context"
+	"crypto/rand"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/dkimkey"
+	"github.com/mailroom/mailroom/internal/dnscheck"
+	"github.com/mailroom/mailroom/internal/eventstore"
+)
+
+// domainsProjection is the read model domain commands wait for.
+const domainsProjection = "domains"
+
+// loadDomain returns a domain's current state.
+func (s *Service) loadDomain(ctx context.Context, id string) (sendingdomain.State, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return sendingdomain.State{}, domain.ErrNotFound
+	}
+	st, _, err := load(ctx, s.store, sendingdomain.Stream(id), sendingdomain.Evolve)
+	return st, err
+}
+
+// AddDomain adds a sending domain with a new BYODKIM key.
+func (s *Service) AddDomain(ctx context.Context, accountID, rawName string, meta Meta) (sendingdomain.State, error) {
+	return s.addDomain(ctx, accountID, rawName, false, meta)
+}
+
+// ImportLegacyDomain adds a domain on provider-managed Easy DKIM (three
+// CNAME records), as domains created before BYODKIM were.
+func (s *Service) ImportLegacyDomain(ctx context.Context, accountID, rawName string, meta Meta) (sendingdomain.State, error) {
+	return s.addDomain(ctx, accountID, rawName, true, meta)
+}
+
+func (s *Service) addDomain(ctx context.Context, accountID, rawName string, legacy bool, meta Meta) (sendingdomain.State, error) {
+	name, problem := sendingdomain.NormalizeName(rawName)
+	if problem != "" {
+		return sendingdomain.State{}, &domain.ValidationError{Errors: []domain.FieldError{{Field: "domain", Message: problem}}}
+	}
+	id := uuid.NewString()
+	now := s.now()
+	var key *sendingdomain.Key
+	var tokens []string
+	if legacy {
+		tokens = legacyTokens()
+	} else {
+		k, err := dkimkey.Generate(s.box, id, now)
+		if err != nil {
+			return sendingdomain.State{}, err
+		}
+		key = &k
+	}
+
+	// Claim the name first, so two adds of one name cannot both succeed.
+	_, err := execute(ctx, s, sendingdomain.ClaimStream(accountID, name), sendingdomain.EvolveClaim,
+		func(c sendingdomain.Claim) ([]domain.Event, error) {
+			alive := false
+			if c.DomainID != "" {
+				holder, err := s.loadDomain(ctx, c.DomainID)
+				if err != nil {
+					return nil, err
+				}
+				alive = holder.Exists()
+			}
+			return sendingdomain.ClaimName(c, alive, accountID, name, id, now)
+		}, meta)
+	if err != nil {
+		return sendingdomain.State{}, err
+	}
+	evs, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
+		return sendingdomain.Add(st, id, accountID, name, s.region, key, tokens, now)
+	}, meta, domainsProjection)
+	if err != nil {
+		return sendingdomain.State{}, err
+	}
+	return fold(sendingdomain.State{}, sendingdomain.Evolve, evs), nil
+}
+
+// legacyTokens are the three Easy DKIM tokens of an imported domain.
+func legacyTokens() []string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+	out := make([]string, 3)
+	for i := range out {
+		b := make([]byte, 32)
+		rand.Read(b)
+		for j := range b {
+			b[j] = alphabet[int(b[j])%len(alphabet)]
+		}
+		out[i] = string(b)
+	}
+	return out
+}
+
+// DNSCheck is the verify operation's report: one verdict per resolver.
+type DNSCheck struct {
+	OK      bool                        `json:"ok"`
+	Results []sendingdomain.ServerCheck `json:"results"`
+}
+
+// VerifyDomain checks the domain's records on every resolver now and records
+// the outcome; an expired verification window starts again.
+func (s *Service) VerifyDomain(ctx context.Context, accountID, id string, meta Meta) (sendingdomain.State, DNSCheck, error) {
+	st, err := s.loadDomain(ctx, id)
+	if err != nil {
+		return st, DNSCheck{}, err
+	}
+	if !st.Exists() || st.AccountID != accountID {
+		return st, DNSCheck{}, domain.ErrNotFound
+	}
+	outcome := s.checkDNS(ctx, st)
+	st, err = s.applyCheck(ctx, id, accountID, outcome, true, meta)
+	if err != nil {
+		return st, DNSCheck{}, err
+	}
+	report := DNSCheck{OK: len(outcome.Servers) > 0, Results: outcome.Servers}
+	for _, r := range outcome.Servers {
+		report.OK = report.OK && r.OK
+	}
+	return st, report, nil
+}
+
+// RecheckDomain is the background poll's check: recorded only when it
+// changes something.
+func (s *Service) RecheckDomain(ctx context.Context, id string, meta Meta) (sendingdomain.State, error) {
+	st, err := s.loadDomain(ctx, id)
+	if err != nil || !st.Exists() {
+		return st, err
+	}
+	return s.applyCheck(ctx, id, "", s.checkDNS(ctx, st), false, meta)
+}
+
+func (s *Service) applyCheck(ctx context.Context, id, accountID string, o sendingdomain.Outcome, asked bool, meta Meta) (sendingdomain.State, error) {
+	var final sendingdomain.State
+	_, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
+		evs, err := sendingdomain.RecordCheck(st, accountID, o, asked, s.now())
+		final = fold(st, sendingdomain.Evolve, evs)
+		return evs, err
+	}, meta, domainsProjection)
+	return final, err
+}
+
+// checkDNS looks up every record the domain needs and judges them.
+func (s *Service) checkDNS(ctx context.Context, st sendingdomain.State) sendingdomain.Outcome {
+	records := st.Records()
+	lookups := make([]dnscheck.Record, len(records))
+	for i, r := range records {
+		lookups[i] = dnscheck.Record{Type: r.Type, Name: r.Name, Value: r.Value, Priority: r.Priority}
+	}
+	res := s.dns.Check(ctx, lookups)
+
+	signing := map[string]bool{}
+	for _, r := range st.SigningRecords() {
+		signing[r.Name] = true
+	}
+	pending, hasPending := st.PendingKeyRecord()
+	isSigning := func(r dnscheck.Record) bool { return signing[r.Name] && (r.Type == "TXT" || r.Type == "CNAME") }
+	isMailFrom := func(r dnscheck.Record) bool { return r.Name == st.MailFromDomain }
+	isDMARC := func(r dnscheck.Record) bool { return r.Name == "_dmarc."+st.Name }
+	isPending := func(r dnscheck.Record) bool { return hasPending && r.Name == pending.Name }
+	required := func(r dnscheck.Record) bool { return isSigning(r) || isMailFrom(r) }
+
+	o := sendingdomain.Outcome{
+		DkimOK:     res.SeenByAll(isSigning),
+		MailFromOK: res.SeenByAll(isMailFrom),
+		DmarcOK:    res.SeenByAll(isDMARC),
+		NewKeyOK:   hasPending && res.SeenByAll(isPending),
+	}
+	for _, srv := range res.Servers {
+		o.Servers = append(o.Servers, sendingdomain.ServerCheck{Server: srv.Server, OK: srv.SeenAll(required)})
+	}
+	return o
+}
+
+// ExpireDomain ends the verification window of a domain past its deadline.
+func (s *Service) ExpireDomain(ctx context.Context, id string, meta Meta) error {
+	_, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
+		return sendingdomain.Expire(st, s.now())
+	}, meta, domainsProjection)
+	return err
+}
+
+// RetireOldDKIMKey retires the previous key once its overlap is over.
+func (s *Service) RetireOldDKIMKey(ctx context.Context, id string, meta Meta) error {
+	_, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
+		return sendingdomain.RetireOldKey(st, s.now())
+	}, meta, domainsProjection)
+	return err
+}
+
+// VerifyDomainBySandbox marks a domain verified without DNS. Only the
+// sandbox provider allows it (for a first local run).
+func (s *Service) VerifyDomainBySandbox(ctx context.Context, id string, meta Meta) error {
+	_, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
+		return sendingdomain.VerifyBySandbox(st, s.now())
+	}, meta, domainsProjection)
+	return err
+}
+
+// RotateDKIM publishes a new key beside the current one.
+func (s *Service) RotateDKIM(ctx context.Context, accountID, id string, meta Meta) (sendingdomain.State, error) {
+	return s.changeKey(ctx, accountID, id, sendingdomain.StartRotation, meta)
+}
+
+// UpgradeDKIM moves a legacy domain to BYODKIM.
+func (s *Service) UpgradeDKIM(ctx context.Context, accountID, id string, meta Meta) (sendingdomain.State, error) {
+	return s.changeKey(ctx, accountID, id, sendingdomain.StartUpgrade, meta)
+}
+
+type keyDecision func(sendingdomain.State, string, sendingdomain.Key, time.Time) ([]domain.Event, error)
+
+func (s *Service) changeKey(ctx context.Context, accountID, id string, decide keyDecision, meta Meta) (sendingdomain.State, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return sendingdomain.State{}, domain.ErrNotFound
+	}
+	now := s.now()
+	key, err := dkimkey.Generate(s.box, id, now)
+	if err != nil {
+		return sendingdomain.State{}, err
+	}
+	var final sendingdomain.State
+	_, err = execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
+		evs, err := decide(st, accountID, key, now)
+		final = fold(st, sendingdomain.Evolve, evs)
+		return evs, err
+	}, meta, domainsProjection)
+	return final, err
+}
+
+// RemoveDomain removes a domain: sending from it stops at once.
+func (s *Service) RemoveDomain(ctx context.Context, accountID, id string, meta Meta) error {
+	if _, err := uuid.Parse(id); err != nil {
+		return domain.ErrNotFound
+	}
+	var removed *sendingdomain.Removed
+	_, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
+		evs, err := sendingdomain.Remove(st, accountID, s.now())
+		if len(evs) > 0 {
+			removed = evs[0].(*sendingdomain.Removed)
+		}
+		return evs, err
+	}, meta, domainsProjection)
+	if err != nil {
+		return err
+	}
+	// Free the name. This is best effort: a claim held by a removed domain
+	// counts as free anyway, so a failure here loses nothing.
+	if data, err := encodeOne(&sendingdomain.NameReleased{DomainID: id, ReleasedAt: s.now()}, meta); err == nil {
+		s.store.Append(ctx, sendingdomain.ClaimStream(removed.AccountID, removed.Name), eventstore.Any, data)
+	}
+	return nil
+}

@@ -1,0 +1,140 @@
+package sendingdomain
+
+import (
+	"time"
+
+	"github.com/mailroom/mailroom/domain"
+)
+
+// Add decides adding a BYODKIM domain (key given) or importing a legacy one
+// (tokens given). name must already be normalised (NormalizeName).
+func Add(s State, id, accountID, name, region string, key *Key, legacyTokens []string, now time.Time) ([]domain.Event, error) {
+	if s.ID != "" {
+		return nil, &domain.ConflictError{Code: "domain_exists", Detail: "domain already exists"}
+	}
+	mode := BYODKIM
+	if key == nil {
+		mode = Legacy
+	}
+	return []domain.Event{&Added{
+		DomainID: id, AccountID: accountID, Name: name, Region: region, MailFromDomain: MailFromHost(name),
+		DkimMode: mode, Key: key, LegacyTokens: legacyTokens, AddedAt: now, Deadline: now.Add(VerificationWindow),
+	}}, nil
+}
+
+// owned returns ErrNotFound unless the domain exists and belongs to
+// accountID ("" skips the ownership check, for background work).
+func owned(s State, accountID string) error {
+	if !s.Exists() || (accountID != "" && s.AccountID != accountID) {
+		return domain.ErrNotFound
+	}
+	return nil
+}
+
+// Outcome is what a DNS check found, seen by every resolver.
+type Outcome struct {
+	DkimOK     bool // records of the key in use
+	MailFromOK bool
+	DmarcOK    bool
+	NewKeyOK   bool // the record of a key awaiting DNS
+	Servers    []ServerCheck
+}
+
+// RecordCheck decides what a DNS check means. asked is true when the
+// account asked for it (verify), which also restarts an expired window and
+// is always recorded; a background check is recorded only when it changes
+// something.
+func RecordCheck(s State, accountID string, o Outcome, asked bool, now time.Time) ([]domain.Event, error) {
+	if err := owned(s, accountID); err != nil {
+		return nil, err
+	}
+	var evs []domain.Event
+	if asked && s.Status == StatusFailed {
+		evs = append(evs, &VerificationRestarted{DomainID: s.ID, RestartedAt: now, Deadline: now.Add(VerificationWindow)})
+	}
+	if asked || o.DkimOK != s.DkimOK || o.MailFromOK != s.MailFromOK {
+		evs = append(evs, &Checked{DomainID: s.ID, DkimOK: o.DkimOK, MailFromOK: o.MailFromOK, DmarcOK: o.DmarcOK, Servers: o.Servers, CheckedAt: now})
+	}
+	pending := s.Status == StatusPending || (asked && s.Status == StatusFailed)
+	if pending && o.DkimOK && o.MailFromOK {
+		evs = append(evs, &Verified{DomainID: s.ID, Method: "dns", VerifiedAt: now})
+	}
+	if t := s.Transition; t != nil && t.State == AwaitingDNS && o.NewKeyOK {
+		old := ""
+		if s.Active != nil {
+			old = s.Active.Selector
+		}
+		evs = append(evs, &KeyCutOver{DomainID: s.ID, Kind: t.Kind, Selector: t.Key.Selector, OldSelector: old,
+			CutOverAt: now, OldKeyRetiresAt: now.Add(OldKeyOverlap)})
+	}
+	return evs, nil
+}
+
+// VerifyBySandbox decides an operator's verification of a domain without
+// DNS, allowed only with the sandbox provider.
+func VerifyBySandbox(s State, now time.Time) ([]domain.Event, error) {
+	if err := owned(s, ""); err != nil {
+		return nil, err
+	}
+	if s.Status == StatusVerified {
+		return nil, nil
+	}
+	return []domain.Event{&Verified{DomainID: s.ID, Method: "sandbox", VerifiedAt: now}}, nil
+}
+
+// Expire decides the end of the verification window.
+func Expire(s State, now time.Time) ([]domain.Event, error) {
+	if !s.Exists() || s.Status != StatusPending || now.Before(s.Deadline) {
+		return nil, nil
+	}
+	return []domain.Event{&VerificationExpired{DomainID: s.ID, ExpiredAt: now}}, nil
+}
+
+// StartRotation decides publishing a new key beside the current one.
+func StartRotation(s State, accountID string, key Key, now time.Time) ([]domain.Event, error) {
+	if err := owned(s, accountID); err != nil {
+		return nil, err
+	}
+	if s.Mode != BYODKIM {
+		return nil, &domain.ConflictError{Code: "legacy_dkim", Detail: "the domain uses legacy DKIM; upgrade it instead"}
+	}
+	if s.Transition != nil {
+		return nil, &domain.ConflictError{Code: "transition_in_progress", Detail: "a DKIM key change is already under way"}
+	}
+	return []domain.Event{&KeyChangeStarted{DomainID: s.ID, Kind: Rotation, Key: key, StartedAt: now}}, nil
+}
+
+// StartUpgrade decides moving a legacy domain to BYODKIM.
+func StartUpgrade(s State, accountID string, key Key, now time.Time) ([]domain.Event, error) {
+	if err := owned(s, accountID); err != nil {
+		return nil, err
+	}
+	if s.Mode != Legacy {
+		return nil, &domain.ConflictError{Code: "already_byodkim", Detail: "the domain already uses BYODKIM"}
+	}
+	if s.Transition != nil {
+		return nil, &domain.ConflictError{Code: "transition_in_progress", Detail: "a DKIM key change is already under way"}
+	}
+	return []domain.Event{&KeyChangeStarted{DomainID: s.ID, Kind: Upgrade, Key: key, StartedAt: now}}, nil
+}
+
+// RetireOldKey decides retiring the previous key once its overlap is over.
+func RetireOldKey(s State, now time.Time) ([]domain.Event, error) {
+	t := s.Transition
+	if !s.Exists() || t == nil || t.State != CutOver || now.Before(t.OldKeyRetiresAt) {
+		return nil, nil
+	}
+	sel := ""
+	if t.OldKey != nil {
+		sel = t.OldKey.Selector
+	}
+	return []domain.Event{&OldKeyRetired{DomainID: s.ID, Selector: sel, RetiredAt: now}}, nil
+}
+
+// Remove decides removing the domain.
+func Remove(s State, accountID string, now time.Time) ([]domain.Event, error) {
+	if err := owned(s, accountID); err != nil {
+		return nil, err
+	}
+	return []domain.Event{&Removed{DomainID: s.ID, AccountID: s.AccountID, Name: s.Name, RemovedAt: now}}, nil
+}

@@ -1,0 +1,112 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/views"
+)
+
+// renderDomain shows a domain as the API does, at the app's clock.
+func (a *App) renderDomain(st sendingdomain.State) views.Domain {
+	return views.DomainOf(st, a.Now(), time.Duration(a.Config.DKIMRotationDays)*24*time.Hour)
+}
+
+// DomainPoller re-checks pending domains and DKIM key changes on a timer:
+// verification, the end of the verification window, cutover and the old
+// key's retirement. Its timers are the deadlines kept in the read model, so
+// they survive restarts, and each decision is made once by the aggregate
+// whatever the number of ticks or instances.
+type DomainPoller struct {
+	Pool     *pgxpool.Pool
+	Commands *commands.Service
+	Now      func() time.Time
+	Interval time.Duration
+	Log      *slog.Logger
+}
+
+// pollLock makes one instance poll at a time.
+const pollLock = 7261002
+
+// Run ticks until ctx ends.
+func (p *DomainPoller) Run(ctx context.Context) error {
+	t := time.NewTicker(p.Interval)
+	defer t.Stop()
+	for {
+		if err := p.Tick(ctx); err != nil && ctx.Err() == nil {
+			p.Log.Error("domain poll", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Tick runs one pass over the domains that have something pending.
+func (p *DomainPoller) Tick(ctx context.Context) error {
+	conn, err := p.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	var mine bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pollLock).Scan(&mine); err != nil || !mine {
+		return err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", pollLock)
+
+	rows, err := conn.Query(ctx, `SELECT id, state FROM domains
+		WHERE status = 'pending' OR state ? 'transition' ORDER BY created_at`)
+	if err != nil {
+		return err
+	}
+	type due struct {
+		id string
+		st sendingdomain.State
+	}
+	var work []due
+	for rows.Next() {
+		var d due
+		var raw []byte
+		if err := rows.Scan(&d.id, &raw); err != nil {
+			rows.Close()
+			return err
+		}
+		if err := json.Unmarshal(raw, &d.st); err != nil {
+			rows.Close()
+			return err
+		}
+		work = append(work, d)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
+	meta := commands.Meta{Actor: "system:domain-poller"}
+	now := p.Now()
+	for _, d := range work {
+		var err error
+		t := d.st.Transition
+		switch {
+		case d.st.Status == sendingdomain.StatusPending && !now.Before(d.st.Deadline):
+			err = p.Commands.ExpireDomain(ctx, d.id, meta)
+		case d.st.Status == sendingdomain.StatusPending || (t != nil && t.State == sendingdomain.AwaitingDNS):
+			_, err = p.Commands.RecheckDomain(ctx, d.id, meta)
+		case t != nil && t.State == sendingdomain.CutOver && !now.Before(t.OldKeyRetiresAt):
+			err = p.Commands.RetireOldDKIMKey(ctx, d.id, meta)
+		}
+		if err != nil {
+			p.Log.Warn("domain poll", "domain_id", d.id, "err", err)
+		}
+	}
+	return nil
+}

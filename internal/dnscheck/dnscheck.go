@@ -1,0 +1,424 @@
+// Package dnscheck verifies that DNS records a sending domain must publish
+// (DKIM, MAIL FROM MX/SPF, DMARC) are visible at a set of resolvers.
+//
+// Every configured resolver is asked directly, so a domain only counts as
+// verified once each of them (e.g. 1.1.1.1 and 8.8.8.8) returns the records,
+// not merely the first one that happens to have fresh data.
+package dnscheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// DefaultTimeout is used when a Checker has no positive Timeout.
+const DefaultTimeout = 3 * time.Second
+
+// maxParallel bounds the number of queries in flight during one Check.
+const maxParallel = 16
+
+// ednsUDPSize is the UDP payload size advertised in queries (the DNS Flag
+// Day 2020 value); larger answers come back truncated and are re-asked over TCP.
+const ednsUDPSize = 1232
+
+// Record is one DNS record a domain is expected to publish.
+type Record struct {
+	// Type is "TXT", "MX" or "CNAME".
+	Type string
+	// Name is the owner host name; case and a trailing dot do not matter.
+	Name string
+	// Value is the full TXT text (chunks joined), the MX exchange host or
+	// the CNAME target.
+	Value string
+	// Priority is the MX preference; ignored for other types.
+	Priority int
+}
+
+// Checker asks each resolver for each record.
+type Checker struct {
+	// Resolvers are "host:port" addresses, queried in this order.
+	Resolvers []string
+	// Timeout bounds each exchange with a resolver (the UDP query and, if
+	// the answer was truncated, the TCP retry each get this much).
+	Timeout time.Duration
+}
+
+// New returns a Checker for resolvers; timeout <= 0 means DefaultTimeout.
+func New(resolvers []string, timeout time.Duration) *Checker {
+	return &Checker{Resolvers: append([]string(nil), resolvers...), Timeout: timeout}
+}
+
+// Result holds one ServerResult per resolver, in the Checker's order.
+type Result struct {
+	Servers []ServerResult
+}
+
+// ServerResult is what one resolver returned for every record.
+type ServerResult struct {
+	Server  string
+	Records []RecordResult
+}
+
+// RecordResult says whether a resolver returned Record and, if not, why.
+type RecordResult struct {
+	// Record is the record exactly as passed to Check.
+	Record Record
+	Seen   bool
+	// Reason is a short explanation when Seen is false, e.g. "timeout",
+	// "NXDOMAIN", "no TXT record", "value differs".
+	Reason string
+}
+
+// SeenByAll reports whether every resolver saw every record selected by
+// match (nil selects all). It is false when there are no resolvers or no
+// record is selected, so an empty check never counts as verified.
+func (r Result) SeenByAll(match func(Record) bool) bool {
+	if len(r.Servers) == 0 {
+		return false
+	}
+	for _, s := range r.Servers {
+		if !s.SeenAll(match) {
+			return false
+		}
+	}
+	return true
+}
+
+// SeenAll reports whether this resolver saw every record selected by match
+// (nil selects all); false when no record is selected.
+func (s ServerResult) SeenAll(match func(Record) bool) bool {
+	selected := 0
+	for _, rr := range s.Records {
+		if match != nil && !match(rr.Record) {
+			continue
+		}
+		selected++
+		if !rr.Seen {
+			return false
+		}
+	}
+	return selected > 0
+}
+
+// Check queries every resolver for every record, in parallel, and reports
+// which resolver returned which record. It never fails as a whole: per-query
+// errors become reasons. Cancelling ctx ends outstanding queries early.
+func (c *Checker) Check(ctx context.Context, records []Record) Result {
+	res := Result{Servers: make([]ServerResult, len(c.Resolvers))}
+	sem := make(chan struct{}, maxParallel)
+	var wg sync.WaitGroup
+	for i, server := range c.Resolvers {
+		res.Servers[i] = ServerResult{Server: server, Records: make([]RecordResult, len(records))}
+		for j, rec := range records {
+			out := &res.Servers[i].Records[j]
+			out.Record = rec
+			wg.Go(func() {
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					out.Reason = ctxReason(ctx.Err())
+					return
+				}
+				defer func() { <-sem }()
+				out.Seen, out.Reason = c.checkOne(ctx, server, rec)
+			})
+		}
+	}
+	wg.Wait()
+	return res
+}
+
+// expected is a Record normalised for querying and comparison.
+type expected struct {
+	qtype    uint16
+	typ      string
+	name     string // lower-case FQDN
+	value    string // TXT: trimmed text; MX/CNAME: lower-case FQDN
+	priority int
+}
+
+func normalise(r Record) (expected, string) {
+	e := expected{typ: strings.ToUpper(strings.TrimSpace(r.Type)), priority: r.Priority}
+	switch e.typ {
+	case "TXT":
+		e.qtype = dns.TypeTXT
+		e.value = strings.TrimSpace(r.Value)
+	case "MX":
+		e.qtype = dns.TypeMX
+		e.value = canonicalName(r.Value)
+	case "CNAME":
+		e.qtype = dns.TypeCNAME
+		e.value = canonicalName(r.Value)
+	default:
+		return e, "unsupported type"
+	}
+	e.name = canonicalName(r.Name)
+	if e.name == "." {
+		return e, "invalid name"
+	}
+	if _, ok := dns.IsDomainName(e.name); !ok || strings.ContainsAny(e.name, " \t\r\n") {
+		return e, "invalid name"
+	}
+	return e, ""
+}
+
+// canonicalName lower-cases a host name and makes it fully qualified.
+func canonicalName(s string) string {
+	s = strings.ToLower(strings.TrimSpace(s))
+	return dns.Fqdn(strings.TrimSuffix(s, "."))
+}
+
+// checkOne asks server for one record: UDP first, TCP when the UDP answer is
+// truncated. If the TCP retry fails, the partial UDP answer is still judged.
+func (c *Checker) checkOne(ctx context.Context, server string, rec Record) (bool, string) {
+	want, bad := normalise(rec)
+	if bad != "" {
+		return false, bad
+	}
+	q := new(dns.Msg)
+	q.SetQuestion(want.name, want.qtype)
+	q.RecursionDesired = true
+	q.SetEdns0(ednsUDPSize, false)
+
+	resp, err := c.exchange(ctx, "udp", server, q)
+	if err != nil {
+		return false, errReason(err)
+	}
+	if !resp.Truncated {
+		return judge(want, resp)
+	}
+	tcpResp, err := c.exchange(ctx, "tcp", server, q)
+	if err == nil {
+		return judge(want, tcpResp)
+	}
+	if seen, _ := judge(want, resp); seen {
+		return true, ""
+	}
+	return false, "truncated, TCP retry failed: " + errReason(err)
+}
+
+func (c *Checker) timeout() time.Duration {
+	if c.Timeout > 0 {
+		return c.Timeout
+	}
+	return DefaultTimeout
+}
+
+// exchange performs one query over network. Closing the connection when ctx
+// ends makes cancellation (not only deadlines) interrupt the read.
+func (c *Checker) exchange(ctx context.Context, network, server string, q *dns.Msg) (*dns.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout())
+	defer cancel()
+	cl := &dns.Client{Net: network, Timeout: c.timeout()}
+	conn, err := cl.DialContext(ctx, server)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	resp, _, err := cl.ExchangeWithConnContext(ctx, q, conn)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	return resp, nil
+}
+
+// judge decides whether resp contains want.
+func judge(want expected, resp *dns.Msg) (bool, string) {
+	switch resp.Rcode {
+	case dns.RcodeSuccess:
+	case dns.RcodeNameError:
+		return false, "NXDOMAIN"
+	default:
+		if s, ok := dns.RcodeToString[resp.Rcode]; ok {
+			return false, s
+		}
+		return false, "rcode " + strconv.Itoa(resp.Rcode)
+	}
+
+	// Owners whose records answer the question: the name itself plus, for
+	// non-CNAME questions, any CNAME targets the resolver followed.
+	owners := map[string]bool{want.name: true}
+	if want.qtype != dns.TypeCNAME {
+		for changed := true; changed; {
+			changed = false
+			for _, rr := range resp.Answer {
+				if cn, ok := rr.(*dns.CNAME); ok && owners[strings.ToLower(cn.Hdr.Name)] {
+					t := strings.ToLower(cn.Target)
+					if !owners[t] {
+						owners[t] = true
+						changed = true
+					}
+				}
+			}
+		}
+	}
+
+	found, priorityOnly := 0, false
+	for _, rr := range resp.Answer {
+		if rr.Header().Rrtype != want.qtype || !owners[strings.ToLower(rr.Header().Name)] {
+			continue
+		}
+		found++
+		switch v := rr.(type) {
+		case *dns.TXT:
+			if strings.TrimSpace(joinTXT(v.Txt)) == want.value {
+				return true, ""
+			}
+		case *dns.MX:
+			if canonicalName(v.Mx) == want.value {
+				if int(v.Preference) == want.priority {
+					return true, ""
+				}
+				priorityOnly = true
+			}
+		case *dns.CNAME:
+			if canonicalName(v.Target) == want.value {
+				return true, ""
+			}
+		}
+	}
+	switch {
+	case found == 0:
+		return false, "no " + want.typ + " record"
+	case priorityOnly:
+		return false, "priority differs"
+	default:
+		return false, "value differs"
+	}
+}
+
+// joinTXT concatenates TXT character-strings, undoing the presentation
+// escaping (\" \\ \DDD) miekg/dns applies when unpacking.
+func joinTXT(parts []string) string {
+	var b strings.Builder
+	for _, p := range parts {
+		for i := 0; i < len(p); i++ {
+			if p[i] != '\\' || i+1 >= len(p) {
+				b.WriteByte(p[i])
+				continue
+			}
+			if i+3 < len(p) && isDigit(p[i+1]) && isDigit(p[i+2]) && isDigit(p[i+3]) {
+				n := int(p[i+1]-'0')*100 + int(p[i+2]-'0')*10 + int(p[i+3]-'0')
+				if n <= 255 {
+					b.WriteByte(byte(n))
+					i += 3
+					continue
+				}
+			}
+			b.WriteByte(p[i+1])
+			i++
+		}
+	}
+	return b.String()
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func ctxReason(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timeout"
+	}
+	return "canceled"
+}
+
+func errReason(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	default:
+		return "error: " + err.Error()
+	}
+}
+
+// ParseResolvers parses MAILROOM_DNS_RESOLVERS: comma-separated "host:port"
+// entries (IPv6 hosts in brackets, e.g. "[::1]:53"). A bare IP address gets
+// port 53. Blank entries are skipped; an empty list or a duplicate is an error.
+func ParseResolvers(s string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		addr, err := parseResolver(item)
+		if err != nil {
+			return nil, err
+		}
+		if seen[addr] {
+			return nil, fmt.Errorf("dns resolver %q listed twice", item)
+		}
+		seen[addr] = true
+		out = append(out, addr)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no dns resolvers given")
+	}
+	return out, nil
+}
+
+func parseResolver(item string) (string, error) {
+	// A bare IP ("1.1.1.1", "::1", "[::1]") means port 53.
+	if ip, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(item, "["), "]")); err == nil {
+		return net.JoinHostPort(ip.String(), "53"), nil
+	}
+	host, port, err := net.SplitHostPort(item)
+	if err != nil {
+		return "", fmt.Errorf("dns resolver %q: want host:port", item)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return "", fmt.Errorf("dns resolver %q: invalid port", item)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return net.JoinHostPort(ip.String(), strconv.Itoa(p)), nil
+	}
+	if !validHostname(host) {
+		return "", fmt.Errorf("dns resolver %q: invalid host", item)
+	}
+	return net.JoinHostPort(strings.ToLower(host), strconv.Itoa(p)), nil
+}
+
+// validHostname accepts letters, digits, hyphens and dots, e.g. a container
+// name such as "coredns".
+func validHostname(h string) bool {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || isDigit(c) || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,457 @@
+package dnscheck_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/mailroom/mailroom/internal/dnscheck"
+	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
+)
+
+// dkimKey is shaped like an RSA-2048 public key: long enough (>255 bytes)
+// that the TXT value travels as several character-strings.
+var dkimKey = strings.Repeat("MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA", 9)[:392]
+
+// domainRecords are the records §8 of the design asks a domain to publish.
+func domainRecords() []dnscheck.Record {
+	return []dnscheck.Record{
+		{Type: "TXT", Name: "mrabc123._domainkey.example.com", Value: "v=DKIM1; k=rsa; p=" + dkimKey},
+		{Type: "MX", Name: "send.example.com", Value: "feedback-smtp.us-east-1.amazonses.com", Priority: 10},
+		{Type: "TXT", Name: "send.example.com", Value: "v=spf1 include:amazonses.com ~all"},
+		{Type: "TXT", Name: "_dmarc.example.com", Value: "v=DMARC1; p=none;"},
+	}
+}
+
+func isDMARC(r dnscheck.Record) bool  { return strings.HasPrefix(r.Name, "_dmarc.") }
+func required(r dnscheck.Record) bool { return !isDMARC(r) }
+
+func startPair(t *testing.T) (a, b *dnstest.Server, c *dnscheck.Checker) {
+	t.Helper()
+	a, b = dnstest.Start(t), dnstest.Start(t)
+	return a, b, dnscheck.New([]string{a.Addr(), b.Addr()}, 2*time.Second)
+}
+
+// reasons maps "TYPE name" to each record's reason for one server.
+func reasons(s dnscheck.ServerResult) map[string]string {
+	m := map[string]string{}
+	for _, r := range s.Records {
+		m[r.Record.Type+" "+r.Record.Name] = r.Reason
+	}
+	return m
+}
+
+func requireShape(t *testing.T, res dnscheck.Result, servers []string, n int) {
+	t.Helper()
+	if len(res.Servers) != len(servers) {
+		t.Fatalf("got %d server results, want %d", len(res.Servers), len(servers))
+	}
+	for i, s := range res.Servers {
+		if s.Server != servers[i] {
+			t.Fatalf("server %d = %q, want %q (order must follow Resolvers)", i, s.Server, servers[i])
+		}
+		if len(s.Records) != n {
+			t.Fatalf("server %s: %d record results, want %d", s.Server, len(s.Records), n)
+		}
+	}
+}
+
+func TestNothingPublished(t *testing.T) {
+	_, _, c := startPair(t)
+	recs := domainRecords()
+	res := c.Check(context.Background(), recs)
+	requireShape(t, res, c.Resolvers, len(recs))
+	for _, s := range res.Servers {
+		for i, r := range s.Records {
+			if r.Record != recs[i] {
+				t.Errorf("record %d = %+v, want input order and value %+v", i, r.Record, recs[i])
+			}
+			if r.Seen || r.Reason != "NXDOMAIN" {
+				t.Errorf("%s %s %s: seen=%v reason=%q, want unseen NXDOMAIN", s.Server, r.Record.Type, r.Record.Name, r.Seen, r.Reason)
+			}
+		}
+		if s.SeenAll(nil) {
+			t.Errorf("%s: SeenAll true with nothing published", s.Server)
+		}
+	}
+	if res.SeenByAll(nil) || res.SeenByAll(required) {
+		t.Error("SeenByAll true with nothing published")
+	}
+}
+
+func TestPublishedOnOneResolver(t *testing.T) {
+	a, _, c := startPair(t)
+	recs := domainRecords()
+	a.Set(recs...)
+	res := c.Check(context.Background(), recs)
+	requireShape(t, res, c.Resolvers, len(recs))
+	for _, r := range res.Servers[0].Records {
+		if !r.Seen || r.Reason != "" {
+			t.Errorf("resolver A: %s %s seen=%v reason=%q, want seen", r.Record.Type, r.Record.Name, r.Seen, r.Reason)
+		}
+	}
+	for _, r := range res.Servers[1].Records {
+		if r.Seen {
+			t.Errorf("resolver B: %s %s seen, but B has nothing", r.Record.Type, r.Record.Name)
+		}
+	}
+	if !res.Servers[0].SeenAll(nil) || res.Servers[1].SeenAll(nil) {
+		t.Error("SeenAll: want true for A, false for B")
+	}
+	if res.SeenByAll(nil) || res.SeenByAll(required) {
+		t.Error("SeenByAll true although resolver B saw nothing")
+	}
+}
+
+func TestPublishedOnBothResolvers(t *testing.T) {
+	a, b, c := startPair(t)
+	recs := domainRecords()
+	a.Set(recs...)
+	// B lacks DMARC, which is reported but not required.
+	b.Set(recs[:3]...)
+	// Names and hosts differ in case and trailing dots from what is published.
+	query := domainRecords()
+	query[0].Name = "MRabc123._DomainKey.Example.COM."
+	query[1].Value = "Feedback-SMTP.us-east-1.AmazonSES.com."
+	res := c.Check(context.Background(), query)
+	if !res.SeenByAll(required) {
+		t.Fatalf("SeenByAll(required) false: %+v", res)
+	}
+	if res.SeenByAll(nil) {
+		t.Error("SeenByAll(all) true although B has no DMARC record")
+	}
+	if got := reasons(res.Servers[1])["TXT _dmarc.example.com"]; got != "NXDOMAIN" {
+		t.Errorf("B DMARC reason = %q, want NXDOMAIN", got)
+	}
+	if res.SeenByAll(func(dnscheck.Record) bool { return false }) {
+		t.Error("SeenByAll true when match selects no record")
+	}
+}
+
+func TestWrongDKIMValue(t *testing.T) {
+	a, b, c := startPair(t)
+	recs := domainRecords()
+	dkim := recs[0]
+	a.Set(recs...)
+	b.Set(recs...)
+	// B holds an old key plus an unrelated TXT record at the same name.
+	b.Set(
+		dnscheck.Record{Type: "TXT", Name: dkim.Name, Value: "v=DKIM1; k=rsa; p=" + strings.Repeat("Q", len(dkimKey))},
+		dnscheck.Record{Type: "TXT", Name: dkim.Name, Value: "unrelated"},
+	)
+	res := c.Check(context.Background(), []dnscheck.Record{dkim})
+	if r := res.Servers[0].Records[0]; !r.Seen {
+		t.Errorf("A: DKIM unseen (%q)", r.Reason)
+	}
+	if r := res.Servers[1].Records[0]; r.Seen || r.Reason != "value differs" {
+		t.Errorf("B: seen=%v reason=%q, want unseen \"value differs\"", r.Seen, r.Reason)
+	}
+	if res.SeenByAll(nil) {
+		t.Error("SeenByAll true with a wrong DKIM value on B")
+	}
+
+	// Other TXT records beside the right one do not matter.
+	b.Add(dkim)
+	res = c.Check(context.Background(), []dnscheck.Record{dkim})
+	if !res.SeenByAll(nil) {
+		t.Errorf("DKIM beside other TXT records unseen: %+v", res.Servers[1].Records[0])
+	}
+}
+
+func TestLongTXTIsJoinedFromChunks(t *testing.T) {
+	a, b, c := startPair(t)
+	dkim := domainRecords()[0]
+	if len(dkim.Value) != 410 {
+		t.Fatalf("test DKIM value is %d bytes, want 410", len(dkim.Value))
+	}
+	a.Set(dkim)
+	b.Set(dkim)
+
+	// The wire answer really is split, so the join is what makes it match.
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(dkim.Name), dns.TypeTXT)
+	q.SetEdns0(4096, false)
+	in, _, err := new(dns.Client).Exchange(q, a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	txt, ok := in.Answer[0].(*dns.TXT)
+	if len(in.Answer) != 1 || !ok || len(txt.Txt) != 2 || len(txt.Txt[0]) != 255 {
+		t.Fatalf("server answer not split into 255-byte strings: %v", in.Answer)
+	}
+
+	res := c.Check(context.Background(), []dnscheck.Record{dkim})
+	if !res.SeenByAll(nil) {
+		t.Fatalf("chunked DKIM TXT not matched: %+v", res)
+	}
+
+	// Joining must not insert separators: a value with a space at the
+	// 255-byte boundary is a different value.
+	spaced := dkim
+	spaced.Value = dkim.Value[:255] + " " + dkim.Value[255:]
+	res = c.Check(context.Background(), []dnscheck.Record{spaced})
+	if r := res.Servers[0].Records[0]; r.Seen || r.Reason != "value differs" {
+		t.Errorf("value with an extra space matched: seen=%v reason=%q", r.Seen, r.Reason)
+	}
+}
+
+func TestTXTSpecialCharactersAndWhitespace(t *testing.T) {
+	a, b, c := startPair(t)
+	want := dnscheck.Record{Type: "TXT", Name: "x.example.com", Value: `a "quoted" \ value`}
+	a.Set(want)
+	b.Set(dnscheck.Record{Type: "TXT", Name: "x.example.com", Value: "  " + want.Value + " "})
+	res := c.Check(context.Background(), []dnscheck.Record{want})
+	if !res.SeenByAll(nil) {
+		t.Fatalf("TXT with quotes/backslash (or surrounding spaces) not matched: %+v", res)
+	}
+}
+
+func TestMX(t *testing.T) {
+	a, b, c := startPair(t)
+	mx := domainRecords()[1]
+	a.Set(mx)
+	wrongPrio := mx
+	wrongPrio.Priority = 20
+	b.Set(wrongPrio)
+	res := c.Check(context.Background(), []dnscheck.Record{mx})
+	if r := res.Servers[0].Records[0]; !r.Seen {
+		t.Errorf("A: MX unseen (%q)", r.Reason)
+	}
+	if r := res.Servers[1].Records[0]; r.Seen || r.Reason != "priority differs" {
+		t.Errorf("B: seen=%v reason=%q, want unseen \"priority differs\"", r.Seen, r.Reason)
+	}
+
+	wrongHost := mx
+	wrongHost.Value = "feedback-smtp.eu-west-1.amazonses.com"
+	b.Set(wrongHost)
+	res = c.Check(context.Background(), []dnscheck.Record{mx})
+	if r := res.Servers[1].Records[0]; r.Seen || r.Reason != "value differs" {
+		t.Errorf("B wrong host: seen=%v reason=%q, want unseen \"value differs\"", r.Seen, r.Reason)
+	}
+
+	// The name exists (it has TXT) but has no MX: NOERROR, empty answer.
+	b.Remove(mx.Name, "MX")
+	b.Set(dnscheck.Record{Type: "TXT", Name: mx.Name, Value: "v=spf1 -all"})
+	res = c.Check(context.Background(), []dnscheck.Record{mx})
+	if r := res.Servers[1].Records[0]; r.Seen || r.Reason != "no MX record" {
+		t.Errorf("B no MX: seen=%v reason=%q, want \"no MX record\"", r.Seen, r.Reason)
+	}
+}
+
+func TestCNAME(t *testing.T) {
+	a, b, c := startPair(t)
+	want := dnscheck.Record{Type: "CNAME", Name: "abc._domainkey.example.com", Value: "abc.dkim.amazonses.com"}
+	a.Set(dnscheck.Record{Type: "CNAME", Name: want.Name, Value: "ABC.dkim.amazonses.com."})
+	b.Set(dnscheck.Record{Type: "CNAME", Name: want.Name, Value: "other.dkim.amazonses.com"})
+	res := c.Check(context.Background(), []dnscheck.Record{want})
+	if r := res.Servers[0].Records[0]; !r.Seen {
+		t.Errorf("A: CNAME unseen (%q)", r.Reason)
+	}
+	if r := res.Servers[1].Records[0]; r.Seen || r.Reason != "value differs" {
+		t.Errorf("B: seen=%v reason=%q, want \"value differs\"", r.Seen, r.Reason)
+	}
+
+	// A TXT record reached through a CNAME (delegated DKIM) counts.
+	txt := dnscheck.Record{Type: "TXT", Name: want.Name, Value: "v=DKIM1; p=xyz"}
+	b.Set(dnscheck.Record{Type: "TXT", Name: "other.dkim.amazonses.com", Value: txt.Value})
+	res = c.Check(context.Background(), []dnscheck.Record{txt})
+	if r := res.Servers[1].Records[0]; !r.Seen {
+		t.Errorf("B: TXT behind CNAME unseen (%q)", r.Reason)
+	}
+}
+
+func TestTruncatedUDPFallsBackToTCP(t *testing.T) {
+	a, b, c := startPair(t)
+	a.SetMaxUDPSize(512)
+	b.SetMaxUDPSize(512)
+	name := "big.example.com"
+	var recs []dnscheck.Record
+	for _, ch := range "abcd" {
+		recs = append(recs, dnscheck.Record{Type: "TXT", Name: name, Value: strings.Repeat(string(ch), 300)})
+	}
+	a.Set(recs...)
+	b.Set(recs...)
+	last := recs[len(recs)-1]
+
+	// Small answers stay on UDP.
+	small := dnscheck.Record{Type: "TXT", Name: "small.example.com", Value: "v=spf1 -all"}
+	a.Set(small)
+	if res := c.Check(context.Background(), []dnscheck.Record{small}); !res.Servers[0].Records[0].Seen {
+		t.Fatalf("small record unseen: %+v", res.Servers[0].Records[0])
+	}
+	if _, tcp := a.Queries(); tcp != 0 {
+		t.Fatalf("%d TCP queries for an answer that fits in UDP", tcp)
+	}
+
+	// Over UDP the answer is truncated and lacks the last record.
+	q := new(dns.Msg)
+	q.SetQuestion(name+".", dns.TypeTXT)
+	q.SetEdns0(4096, false)
+	in, _, err := new(dns.Client).Exchange(q, a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Truncated || len(in.Answer) >= len(recs) {
+		t.Fatalf("UDP answer not truncated: TC=%v, %d answers", in.Truncated, len(in.Answer))
+	}
+
+	res := c.Check(context.Background(), []dnscheck.Record{last})
+	if !res.SeenByAll(nil) {
+		t.Fatalf("record beyond the UDP limit unseen: %+v", res)
+	}
+	for _, s := range []*dnstest.Server{a, b} {
+		if _, tcp := s.Queries(); tcp == 0 {
+			t.Errorf("%s: no TCP query after a truncated UDP answer", s.Addr())
+		}
+	}
+}
+
+func TestSlowResolverTimesOut(t *testing.T) {
+	a, b := dnstest.Start(t), dnstest.Start(t)
+	recs := domainRecords()
+	a.Set(recs...)
+	b.Set(recs...)
+	b.SetDelay(time.Minute) // released by Close at cleanup
+	c := dnscheck.New([]string{a.Addr(), b.Addr()}, 300*time.Millisecond)
+
+	start := time.Now()
+	res := c.Check(context.Background(), recs)
+	// miekg/dns's own default read timeout is 2s; finishing well before
+	// that shows the configured 300ms was used.
+	if elapsed := time.Since(start); elapsed > 1800*time.Millisecond {
+		t.Fatalf("Check took %v; the 300ms per-query timeout was not applied", elapsed)
+	}
+	if !res.Servers[0].SeenAll(nil) {
+		t.Errorf("fast resolver: %+v", res.Servers[0].Records)
+	}
+	for _, r := range res.Servers[1].Records {
+		if r.Seen || r.Reason != "timeout" {
+			t.Errorf("slow resolver: %s %s seen=%v reason=%q, want unseen \"timeout\"", r.Record.Type, r.Record.Name, r.Seen, r.Reason)
+		}
+	}
+	if res.SeenByAll(nil) {
+		t.Error("SeenByAll true with a timed-out resolver")
+	}
+}
+
+func TestQueriesRunInParallel(t *testing.T) {
+	a, b, c := startPair(t)
+	recs := domainRecords()
+	for _, s := range []*dnstest.Server{a, b} {
+		s.Set(recs...)
+		s.SetDelay(500 * time.Millisecond)
+	}
+	start := time.Now()
+	res := c.Check(context.Background(), recs)
+	elapsed := time.Since(start)
+	if !res.SeenByAll(nil) {
+		t.Fatalf("delayed answers unseen: %+v", res)
+	}
+	// 8 queries of 500ms each: 4s one after another, 2s if only resolvers
+	// run in parallel, about 0.5s when records run in parallel too.
+	if elapsed > 1500*time.Millisecond {
+		t.Errorf("Check took %v; queries are not running in parallel", elapsed)
+	}
+}
+
+func TestServfail(t *testing.T) {
+	a, b, c := startPair(t)
+	recs := domainRecords()
+	a.Set(recs...)
+	b.Set(recs...)
+	b.FailWith(dns.RcodeServerFailure)
+	res := c.Check(context.Background(), recs[:1])
+	if r := res.Servers[1].Records[0]; r.Seen || r.Reason != "SERVFAIL" {
+		t.Errorf("seen=%v reason=%q, want unseen SERVFAIL", r.Seen, r.Reason)
+	}
+	b.FailWith(dns.RcodeSuccess)
+	if res := c.Check(context.Background(), recs[:1]); !res.SeenByAll(nil) {
+		t.Errorf("after recovery: %+v", res)
+	}
+}
+
+func TestCanceledContext(t *testing.T) {
+	a := dnstest.Start(t)
+	a.Set(domainRecords()...)
+	a.SetDelay(time.Minute)
+	c := dnscheck.New([]string{a.Addr()}, time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan dnscheck.Result)
+	go func() { done <- c.Check(ctx, domainRecords()) }()
+	// Cancel once every query is in flight, so cancellation must interrupt reads.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if udp, _ := a.Queries(); udp == len(domainRecords()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("queries never reached the server")
+		}
+	}
+	cancel()
+	select {
+	case res := <-done:
+		for _, r := range res.Servers[0].Records {
+			if r.Seen || r.Reason != "canceled" {
+				t.Errorf("seen=%v reason=%q, want \"canceled\"", r.Seen, r.Reason)
+			}
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Check ignored context cancellation")
+	}
+}
+
+func TestInvalidRecords(t *testing.T) {
+	a := dnstest.Start(t)
+	c := dnscheck.New([]string{a.Addr()}, time.Second)
+	res := c.Check(context.Background(), []dnscheck.Record{
+		{Type: "SRV", Name: "example.com", Value: "x"},
+		{Type: "TXT", Name: "", Value: "x"},
+		{Type: "TXT", Name: "bad name.example.com", Value: "x"},
+	})
+	want := []string{"unsupported type", "invalid name", "invalid name"}
+	for i, r := range res.Servers[0].Records {
+		if r.Seen || r.Reason != want[i] {
+			t.Errorf("record %d: seen=%v reason=%q, want %q", i, r.Seen, r.Reason, want[i])
+		}
+	}
+	if udp, tcp := a.Queries(); udp+tcp != 0 {
+		t.Errorf("invalid records were queried (%d queries)", udp+tcp)
+	}
+}
+
+func TestParseResolvers(t *testing.T) {
+	ok := []struct {
+		in   string
+		want []string
+	}{
+		{"1.1.1.1:53,8.8.8.8:53", []string{"1.1.1.1:53", "8.8.8.8:53"}},
+		{" 1.1.1.1:53 , 127.0.0.1:5353 ", []string{"1.1.1.1:53", "127.0.0.1:5353"}},
+		{"1.1.1.1", []string{"1.1.1.1:53"}},
+		{"[::1]:53", []string{"[::1]:53"}},
+		{"[2606:4700:4700::1111]:5353", []string{"[2606:4700:4700::1111]:5353"}},
+		{"::1", []string{"[::1]:53"}},
+		{"[::1]", []string{"[::1]:53"}},
+		{"coredns:53,", []string{"coredns:53"}},
+	}
+	for _, tc := range ok {
+		got, err := dnscheck.ParseResolvers(tc.in)
+		if err != nil {
+			t.Errorf("ParseResolvers(%q): %v", tc.in, err)
+			continue
+		}
+		if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+			t.Errorf("ParseResolvers(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	for _, in := range []string{
+		"", " ", ",", "1.1.1.1:", "1.1.1.1:0", "1.1.1.1:65536", "1.1.1.1:dns",
+		"resolver", "bad host:53", ":53", "1.1.1.1:53,1.1.1.1:53", "1.1.1.1:53,1.1.1.1",
+	} {
+		if got, err := dnscheck.ParseResolvers(in); err == nil {
+			t.Errorf("ParseResolvers(%q) = %q, want error", in, got)
+		}
+	}
+}

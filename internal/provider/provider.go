@@ -1,0 +1,26 @@
+// Package provider defines the ports to mail providers (sandbox, SES, SMTP).
+package provider
+
+import (
+	"context"
+	"crypto/rsa"
+)
+
+// Identity is a sending domain as the provider knows it.
+type Identity struct {
+	Domain         string
+	MailFromDomain string
+	Region         string
+	// Selector and PrivateKey are the BYODKIM key; both empty for a legacy
+	// domain, whose key the provider manages (Easy DKIM).
+	Selector   string
+	PrivateKey *rsa.PrivateKey
+}
+
+// Identities manages sending identities at the provider. Every call must be
+// idempotent: process managers retry after failures and may repeat a call.
+type Identities interface {
+	CreateIdentity(ctx context.Context, id Identity) error
+	SetSigningKey(ctx context.Context, domain, selector string, key *rsa.PrivateKey) error
+	DeleteIdentity(ctx context.Context, domain string) error
+}
