@@ -41,6 +41,8 @@ type Server struct {
 	failRcode  int
 	udpQueries int
 	tcpQueries int
+	inFlight   int
+	peak       int // most queries held at once
 }
 
 type key struct {
@@ -217,6 +219,14 @@ func (s *Server) Queries() (udp, tcp int) {
 	return s.udpQueries, s.tcpQueries
 }
 
+// PeakConcurrency reports the most queries the server was answering at
+// once; with SetDelay it shows whether a client queries in parallel.
+func (s *Server) PeakConcurrency() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}
+
 func keyOf(name, typ string) key {
 	n := strings.ToLower(strings.TrimSpace(name))
 	return key{name: dns.Fqdn(strings.TrimSuffix(n, ".")), typ: strings.ToUpper(strings.TrimSpace(typ))}
@@ -232,7 +242,14 @@ func (s *Server) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 		s.tcpQueries++
 	}
 	delay, maxUDP, failRcode := s.delay, s.maxUDP, s.failRcode
+	s.inFlight++
+	s.peak = max(s.peak, s.inFlight)
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
 
 	if delay > 0 {
 		t := time.NewTimer(delay)
