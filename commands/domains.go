@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/dkimkey"
 	"github.com/mailroom/mailroom/internal/dnscheck"
@@ -34,6 +35,13 @@ func (s *Service) AddDomain(ctx context.Context, accountID, rawName string, meta
 // ImportLegacyDomain adds a domain on provider-managed Easy DKIM (three
 // CNAME records), as domains created before BYODKIM were.
 func (s *Service) ImportLegacyDomain(ctx context.Context, accountID, rawName string, meta Meta) (sendingdomain.State, error) {
+	acct, _, err := load(ctx, s.store, account.Stream(accountID), account.Evolve)
+	if err != nil {
+		return sendingdomain.State{}, err
+	}
+	if !acct.Exists() {
+		return sendingdomain.State{}, domain.ErrNotFound
+	}
 	return s.addDomain(ctx, accountID, rawName, true, meta)
 }
 

@@ -319,7 +319,11 @@ func TestRetries(t *testing.T) {
 		equalIDs(t, name+" finished", c.r.doneIDs(), ids)
 		var want []uuid.UUID
 		for i, id := range ids {
-			for range map[bool]int{true: c.calls, false: 1}[i == c.at] {
+			n := 1
+			if i == c.at {
+				n = c.calls
+			}
+			for range n {
 				want = append(want, id)
 			}
 		}

@@ -50,6 +50,7 @@ func root() *cobra.Command {
 		tokensCmd(&cfg),
 		projectionsCmd(&cfg),
 		eventsCmd(&cfg),
+		domainsCmd(&cfg),
 	)
 	return cmd
 }

@@ -50,8 +50,11 @@ func printFirstRun(cmd *cobra.Command, f *app.FirstRun, addr string) {
     account      %s
     admin token  %s    (Authorization for /api routes)
     API key      %s    (Authorization for /v1 routes)
-
 `, addr, f.AccountID, f.AdminToken, f.APIKey)
+	if f.Domain != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "    domain       %s    (verified for the sandbox provider; send from any address at it)\n", f.Domain)
+	}
+	fmt.Fprintln(cmd.OutOrStdout())
 }
 
 func migrateCmd(cfg *config.Config) *cobra.Command {

@@ -117,8 +117,8 @@ func (a *App) Handler() http.Handler {
 
 	api := e.Group("/api", auth.Tokens(), limiter.Middleware(authn.RateKey))
 	v1 := e.Group("/v1", auth.APIKeys(), limiter.Middleware(authn.RateKey))
-	commands.Routes(a.Commands, a.renderDomain, api, v1)
-	readapi.Routes(a.Pool, a.renderDomain, api, v1)
+	commands.Routes(a.Commands, a.RenderDomain, api, v1)
+	readapi.Routes(a.Pool, a.RenderDomain, api, v1)
 	return e
 }
 

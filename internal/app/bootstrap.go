@@ -12,7 +12,12 @@ type FirstRun struct {
 	AdminToken string `json:"admin_token"`
 	APIKeyID   string `json:"api_key_id"`
 	APIKey     string `json:"api_key"`
+	Domain     string `json:"domain,omitempty"`
 }
+
+// SandboxDomain is the sending domain a first development start adds and,
+// with the sandbox provider only, verifies without DNS.
+const SandboxDomain = "example.test"
 
 // Bootstrap creates a first account with an admin token and an API key when
 // the database has no account yet. It returns nil when there was one.
@@ -35,5 +40,17 @@ func (a *App) Bootstrap(ctx context.Context) (*FirstRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FirstRun{AccountID: acct.AccountID, AdminToken: acct.Token, APIKeyID: key.Created.KeyID, APIKey: key.Key}, nil
+	first := &FirstRun{AccountID: acct.AccountID, AdminToken: acct.Token, APIKeyID: key.Created.KeyID, APIKey: key.Key}
+	if a.Config.Provider == "sandbox" {
+		d, err := cmds.AddDomain(ctx, acct.AccountID, SandboxDomain, meta)
+		if err != nil {
+			return nil, err
+		}
+		// An explicit operator event, visible in the history like any other.
+		if err := cmds.VerifyDomainBySandbox(ctx, d.ID, commands.Meta{Actor: "operator"}); err != nil {
+			return nil, err
+		}
+		first.Domain = d.Name
+	}
+	return first, nil
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/mailroom/mailroom/internal/views"
 )
 
-// renderDomain shows a domain as the API does, at the app's clock.
-func (a *App) renderDomain(st sendingdomain.State) views.Domain {
+// RenderDomain shows a domain as the API does, at the app's clock.
+func (a *App) RenderDomain(st sendingdomain.State) views.Domain {
 	return views.DomainOf(st, a.Now(), time.Duration(a.Config.DKIMRotationDays)*24*time.Hour)
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +28,32 @@ type Server struct {
 	*app.App
 	URL         string
 	DatabaseURL string
+	Clock       *Clock
 	t           testing.TB
+	stop        func()
+}
+
+// Clock is a settable clock: tests move it instead of sleeping through hours.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock starts a clock at the current time.
+func NewClock() *Clock { return &Clock{now: time.Now().UTC()} }
+
+// Now reads the clock.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }
 
 // Config returns the default configuration pointed at databaseURL, with
@@ -55,8 +81,14 @@ func Start(t testing.TB, configure ...func(*config.Config)) *Server {
 	return StartWith(t, cfg)
 }
 
-// StartWith runs Mailroom with cfg.
+// StartWith runs Mailroom with cfg on its own clock.
 func StartWith(t testing.TB, cfg config.Config) *Server {
+	return StartWithClock(t, cfg, NewClock())
+}
+
+// StartWithClock runs Mailroom with cfg, reading time from clock, so that a
+// restarted server can go on with the clock of the first.
+func StartWithClock(t testing.TB, cfg config.Config, clock *Clock) *Server {
 	t.Helper()
 	level := slog.LevelWarn
 	if os.Getenv("MAILROOM_TEST_LOG") != "" {
@@ -69,10 +101,16 @@ func StartWith(t testing.TB, cfg config.Config) *Server {
 		cancel()
 		t.Fatalf("apptest: open: %v", err)
 	}
+	a.Now = clock.Now
 	done := make(chan error, 1)
 	go func() { done <- a.Runner.Run(ctx) }()
 	srv := httptest.NewServer(a.Handler())
-	t.Cleanup(func() {
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		srv.Close()
 		cancel()
 		select {
@@ -81,9 +119,13 @@ func StartWith(t testing.TB, cfg config.Config) *Server {
 			t.Errorf("apptest: projections did not stop")
 		}
 		a.Close()
-	})
-	return &Server{App: a, URL: srv.URL, DatabaseURL: cfg.DatabaseURL, t: t}
+	}
+	t.Cleanup(stop)
+	return &Server{App: a, URL: srv.URL, DatabaseURL: cfg.DatabaseURL, Clock: clock, t: t, stop: stop}
 }
+
+// Stop shuts the server down, as a restart would; cleanup does it too.
+func (s *Server) Stop() { s.stop() }
 
 // Account creates an account and returns its id and org:admin token.
 func (s *Server) Account(name string) (id, adminToken string) {

@@ -1,0 +1,200 @@
+package sendingdomain_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/domain"
+	sd "github.com/mailroom/mailroom/domain/sendingdomain"
+)
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+func key(sel string, at time.Time) sd.Key {
+	return sd.Key{Selector: sel, PublicKey: "PUB" + sel, SealedKey: "sealed", CreatedAt: at}
+}
+
+// apply folds a decision into s: apply(s)(sd.Decide(...)).
+func apply(s sd.State) func([]domain.Event, error) sd.State {
+	return func(evs []domain.Event, err error) sd.State {
+		if err != nil {
+			panic(err)
+		}
+		for _, e := range evs {
+			s = sd.Evolve(s, e)
+		}
+		return s
+	}
+}
+
+func added() sd.State {
+	k := key("mrold111", t0)
+	return apply(sd.State{})(sd.Add(sd.State{}, "d1", "a1", "example.com", "eu-west-1", &k, nil, t0))
+}
+
+func TestNormalizeName(t *testing.T) {
+	ok := map[string]string{
+		"Example.COM.":      "example.com",
+		" mail.example.com": "mail.example.com",
+		"bücher.de":         "xn--bcher-kva.de",
+	}
+	for in, want := range ok {
+		if got, problem := sd.NormalizeName(in); got != want || problem != "" {
+			t.Errorf("%q → %q (%s), want %q", in, got, problem, want)
+		}
+	}
+	bad := []string{"", "localhost", "192.168.1.1", "[::1]", "exa mple.com", "-a.com", strings.Repeat("a", 64) + ".com",
+		strings.Repeat("abcdefghi.", 26) + "com", "a..com", "example.123"}
+	for _, in := range bad {
+		if got, problem := sd.NormalizeName(in); problem == "" {
+			t.Errorf("%q accepted as %q", in, got)
+		}
+	}
+}
+
+func TestRecords(t *testing.T) {
+	s := added()
+	recs := s.Records()
+	if len(recs) != 4 {
+		t.Fatalf("%d records, want 4: %+v", len(recs), recs)
+	}
+	want := []sd.Record{
+		{Type: "TXT", Name: "mrold111._domainkey.example.com", Value: "v=DKIM1; k=rsa; p=PUBmrold111", Group: "dkim"},
+		{Type: "MX", Name: "send.example.com", Value: "feedback-smtp.eu-west-1.amazonses.com", Priority: 10, Group: "mail_from"},
+		{Type: "TXT", Name: "send.example.com", Value: "v=spf1 include:amazonses.com ~all", Group: "mail_from"},
+		{Type: "TXT", Name: "_dmarc.example.com", Value: "v=DMARC1; p=none;", Group: "dmarc"},
+	}
+	for i := range want {
+		got := recs[i]
+		got.Selector = ""
+		if got != want[i] {
+			t.Errorf("record %d = %+v, want %+v", i, got, want[i])
+		}
+	}
+}
+
+func TestVerificationWindow(t *testing.T) {
+	s := added()
+	if !s.Deadline.Equal(t0.Add(72 * time.Hour)) {
+		t.Fatalf("deadline %v", s.Deadline)
+	}
+	// Partial DNS: recorded, still pending.
+	s = apply(s)(sd.RecordCheck(s, "a1", sd.Outcome{MailFromOK: true}, false, t0.Add(time.Hour)))
+	if s.Status != sd.StatusPending || !s.MailFromOK || s.DkimOK {
+		t.Fatalf("after partial check: %+v", s)
+	}
+	// The same outcome in the background records nothing.
+	if evs, _ := sd.RecordCheck(s, "a1", sd.Outcome{MailFromOK: true}, false, t0.Add(2*time.Hour)); len(evs) != 0 {
+		t.Fatalf("unchanged background check recorded %v", evs)
+	}
+	// Before the deadline nothing expires; at it, it does, once.
+	if evs, _ := sd.Expire(s, t0.Add(71*time.Hour)); len(evs) != 0 {
+		t.Fatal("expired early")
+	}
+	s = apply(s)(sd.Expire(s, t0.Add(72*time.Hour)))
+	if s.Status != sd.StatusFailed {
+		t.Fatalf("status %s after deadline", s.Status)
+	}
+	if evs, _ := sd.Expire(s, t0.Add(73*time.Hour)); len(evs) != 0 {
+		t.Fatal("expired twice")
+	}
+	// A background check does not revive it; an asked one restarts the window.
+	if evs, _ := sd.RecordCheck(s, "", sd.Outcome{DkimOK: true, MailFromOK: true}, false, t0.Add(74*time.Hour)); len(evs) != 1 {
+		t.Fatalf("background check on a failed domain: %v", evs)
+	}
+	s = apply(s)(sd.RecordCheck(s, "a1", sd.Outcome{DkimOK: true, MailFromOK: true}, true, t0.Add(80*time.Hour)))
+	if s.Status != sd.StatusVerified || !s.Deadline.Equal(t0.Add(152*time.Hour)) {
+		t.Fatalf("after verify: %+v", s)
+	}
+}
+
+func TestRotation(t *testing.T) {
+	s := added()
+	s = apply(s)(sd.RecordCheck(s, "a1", sd.Outcome{DkimOK: true, MailFromOK: true}, true, t0))
+	if _, err := sd.StartRotation(s, "other", key("mrnew222", t0), t0); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("another account rotates: %v", err)
+	}
+	s = apply(s)(sd.StartRotation(s, "a1", key("mrnew222", t0.Add(time.Hour)), t0.Add(time.Hour)))
+	if s.Transition == nil || s.Transition.State != sd.AwaitingDNS || s.Selector() != "mrold111" {
+		t.Fatalf("after rotate: %+v", s)
+	}
+	var conflict *domain.ConflictError
+	if _, err := sd.StartRotation(s, "a1", key("mrthird3", t0), t0); !errors.As(err, &conflict) {
+		t.Fatalf("second rotation: %v", err)
+	}
+	if n := len(s.Records()); n != 5 {
+		t.Fatalf("%d records during rotation, want 5", n)
+	}
+	// New record not seen: no cutover.
+	if evs, _ := sd.RecordCheck(s, "", sd.Outcome{DkimOK: true, MailFromOK: true}, false, t0.Add(2*time.Hour)); len(evs) != 0 {
+		t.Fatalf("cut over without the new record: %v", evs)
+	}
+	cut := t0.Add(3 * time.Hour)
+	s = apply(s)(sd.RecordCheck(s, "", sd.Outcome{DkimOK: true, MailFromOK: true, NewKeyOK: true}, false, cut))
+	if s.Selector() != "mrnew222" || s.Transition.State != sd.CutOver || !s.Transition.OldKeyRetiresAt.Equal(cut.Add(7*24*time.Hour)) {
+		t.Fatalf("after cutover: %+v", s.Transition)
+	}
+	if n := len(s.Records()); n != 5 {
+		t.Fatalf("old record must stay listed until retired; %d records", n)
+	}
+	if evs, _ := sd.RetireOldKey(s, cut.Add(7*24*time.Hour-time.Minute)); len(evs) != 0 {
+		t.Fatal("retired early")
+	}
+	s = apply(s)(sd.RetireOldKey(s, cut.Add(7*24*time.Hour)))
+	if s.Transition != nil || len(s.Records()) != 4 || s.Records()[0].Selector != "mrnew222" {
+		t.Fatalf("after retirement: %+v", s.Records())
+	}
+	if evs, _ := sd.RetireOldKey(s, cut.Add(8*24*time.Hour)); len(evs) != 0 {
+		t.Fatal("retired twice")
+	}
+}
+
+func TestUpgrade(t *testing.T) {
+	legacy := apply(sd.State{})(sd.Add(sd.State{}, "d2", "a1", "legacy.com", "us-east-1", nil, []string{"tok1", "tok2", "tok3"}, t0))
+	if legacy.Mode != sd.Legacy || len(legacy.Records()) != 6 || legacy.Records()[0].Type != "CNAME" {
+		t.Fatalf("legacy domain: %+v", legacy.Records())
+	}
+	var conflict *domain.ConflictError
+	if _, err := sd.StartRotation(legacy, "a1", key("mrx", t0), t0); !errors.As(err, &conflict) {
+		t.Fatal("rotation of a legacy domain must be refused")
+	}
+	if _, err := sd.StartUpgrade(added(), "a1", key("mrx", t0), t0); !errors.As(err, &conflict) || conflict.Code != "already_byodkim" {
+		t.Fatalf("upgrade of a BYODKIM domain: %v", err)
+	}
+	s := apply(legacy)(sd.StartUpgrade(legacy, "a1", key("mrup0001", t0), t0))
+	s = apply(s)(sd.RecordCheck(s, "a1", sd.Outcome{DkimOK: true, MailFromOK: true, NewKeyOK: true}, true, t0))
+	if s.Mode != sd.BYODKIM || s.Selector() != "mrup0001" || s.Status != sd.StatusVerified {
+		t.Fatalf("after upgrade cutover: %+v", s)
+	}
+	if n := len(s.Records()); n != 7 {
+		t.Fatalf("CNAMEs must stay until retired: %d records", n)
+	}
+	s = apply(s)(sd.RetireOldKey(s, t0.Add(8*24*time.Hour)))
+	if len(s.Records()) != 4 || s.LegacyTokens != nil {
+		t.Fatalf("after retirement: %+v", s.Records())
+	}
+}
+
+func TestRemoveAndClaim(t *testing.T) {
+	s := added()
+	if _, err := sd.Remove(s, "other", t0); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatal("another account removed the domain")
+	}
+	s = apply(s)(sd.Remove(s, "a1", t0))
+	if s.Exists() || s.CanSend() {
+		t.Fatal("removed domain still exists")
+	}
+	if _, err := sd.RecordCheck(s, "a1", sd.Outcome{}, true, t0); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatal("verify of a removed domain")
+	}
+	c := sd.EvolveClaim(sd.Claim{}, &sd.NameClaimed{DomainID: "d1"})
+	var conflict *domain.ConflictError
+	if _, err := sd.ClaimName(c, true, "a1", "example.com", "d9", t0); !errors.As(err, &conflict) {
+		t.Fatal("a live claim must conflict")
+	}
+	if _, err := sd.ClaimName(c, false, "a1", "example.com", "d9", t0); err != nil {
+		t.Fatal("a claim on a removed domain must be free")
+	}
+}
