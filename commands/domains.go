@@ -18,6 +18,11 @@ import (
 // domainsProjection is the read model domain commands wait for.
 const domainsProjection = "domains"
 
+// Domain returns a domain's current state from its stream.
+func (s *Service) Domain(ctx context.Context, id string) (sendingdomain.State, error) {
+	return s.loadDomain(ctx, id)
+}
+
 // loadDomain returns a domain's current state.
 func (s *Service) loadDomain(ctx context.Context, id string) (sendingdomain.State, error) {
 	if _, err := uuid.Parse(id); err != nil {

@@ -85,6 +85,18 @@ func TestOperatorCommands(t *testing.T) {
 		t.Fatalf("reinstated account: %d", r.Status)
 	}
 
+	out, _, err = run(t, append([]string{"domains", "import", "--legacy-dkim", "Legacy.Example", "--account", acct.AccountID, "--json"}, flags...)...)
+	var legacy map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &legacy) != nil || legacy["dkim_mode"] != "legacy" || legacy["domain"] != "legacy.example" {
+		t.Fatalf("domains import: %q %v", out, err)
+	}
+	if r := s.Do("GET", "/api/domains/"+legacy["id"].(string), acct.Token, nil); r.Status != 200 || r.JSON(t)["dkim_mode"] != "legacy" {
+		t.Fatalf("imported domain over the API: %d %s", r.Status, r.Body)
+	}
+	if _, _, err := run(t, append([]string{"domains", "import", "--legacy-dkim", "x.example", "--account", uuid.NewString()}, flags...)...); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("import into a missing account: %v", err)
+	}
+
 	out, _, err = run(t, append([]string{"projections", "status", "--json"}, flags...)...)
 	if err != nil {
 		t.Fatal(err)

@@ -299,3 +299,45 @@ func TestHealthReadyMetrics(t *testing.T) {
 		}
 	}
 }
+
+func TestFirstRunBootstrap(t *testing.T) {
+	s := apptest.Start(t)
+	ctx := context.Background()
+	first, err := s.Bootstrap(ctx)
+	if err != nil || first == nil {
+		t.Fatalf("bootstrap: %v %v", first, err)
+	}
+	if first.Domain != "example.test" || !strings.HasPrefix(first.APIKey, "mr_") || !strings.HasPrefix(first.AdminToken, "mrt_") {
+		t.Fatalf("first run: %+v", first)
+	}
+	// The key works and the sandbox domain is verified.
+	if r := s.Do("GET", "/v1/emails", first.APIKey, nil); r.Status != 200 {
+		t.Fatalf("bootstrap key: %d", r.Status)
+	}
+	list := s.Do("GET", "/api/domains", first.AdminToken, nil).JSON(t)["data"].([]any)
+	if len(list) != 1 {
+		t.Fatalf("domains after bootstrap: %v", list)
+	}
+	d := list[0].(map[string]any)
+	if d["domain"] != "example.test" || d["status"] != "verified" || d["verification_status"] != "verified" {
+		t.Fatalf("sandbox domain: %v", d)
+	}
+	// Its verification is an operator event in the history.
+	evs, err := s.Store.ReadStream(ctx, "domain-"+d["id"].(string), 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, ev := range evs {
+		if ev.Type == "DomainVerified" {
+			found = ev.Metadata.Actor == "operator" && strings.Contains(string(ev.Data), `"method":"sandbox"`)
+		}
+	}
+	if !found {
+		t.Fatal("no DomainVerified event by the operator with method sandbox")
+	}
+	// A second start creates nothing.
+	if again, err := s.Bootstrap(ctx); err != nil || again != nil {
+		t.Fatalf("second bootstrap: %v %v", again, err)
+	}
+}

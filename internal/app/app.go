@@ -24,24 +24,28 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
 	"github.com/mailroom/mailroom/internal/httpserver"
+	"github.com/mailroom/mailroom/internal/provider"
+	"github.com/mailroom/mailroom/internal/provider/sandbox"
 	"github.com/mailroom/mailroom/internal/secretbox"
+	"github.com/mailroom/mailroom/processmanagers"
 	"github.com/mailroom/mailroom/projections"
 	"github.com/mailroom/mailroom/readapi"
 )
 
 // App is a running Mailroom's parts.
 type App struct {
-	Config   config.Config
-	Log      *slog.Logger
-	Pool     *pgxpool.Pool
-	Store    eventstore.Store
-	Runner   *projections.Runner
-	Waiter   *projections.Waiter
-	Commands *commands.Service
-	Metrics  *httpserver.Metrics
-	Box      *secretbox.Box
-	DNS      commands.DNSChecker
-	Now      func() time.Time
+	Config     config.Config
+	Log        *slog.Logger
+	Pool       *pgxpool.Pool
+	Store      eventstore.Store
+	Runner     *projections.Runner
+	Waiter     *projections.Waiter
+	Commands   *commands.Service
+	Metrics    *httpserver.Metrics
+	Box        *secretbox.Box
+	DNS        commands.DNSChecker
+	Identities provider.Identities
+	Now        func() time.Time
 }
 
 // Open connects to the database (creating and migrating it) and the event
@@ -83,6 +87,16 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 		return nil, fmt.Errorf("dns-resolvers: %w", err)
 	}
 	a.DNS = dnscheck.New(resolvers, cfg.DNSTimeout)
+	switch cfg.Provider {
+	case "sandbox":
+		a.Identities = sandbox.NewIdentities()
+	case "ses", "smtp":
+		a.Close()
+		return nil, fmt.Errorf("provider: %q is not available in this build; use MAILROOM_PROVIDER=sandbox", cfg.Provider)
+	default:
+		a.Close()
+		return nil, fmt.Errorf("provider: %q is not one of sandbox, ses, smtp", cfg.Provider)
+	}
 	a.Commands = a.newCommands(a.Waiter.WaitFor)
 	if err := a.Runner.Prepare(ctx); err != nil {
 		a.Close()
@@ -152,8 +166,7 @@ func (a *App) Serve(ctx context.Context) error {
 		g.Go(func() error { return a.Runner.Run(ctx) })
 	}
 	if a.Config.Has("workers") {
-		poller := a.DomainPoller()
-		g.Go(func() error { return poller.Run(ctx) })
+		g.Go(func() error { return a.RunWorkers(ctx) })
 	}
 	if a.Config.Has("api") {
 		ln, err := net.Listen("tcp", a.Config.HTTPAddr)
@@ -209,4 +222,18 @@ func (a *App) inlineCommands() *commands.Service {
 // DomainPoller returns the background checker of pending domains.
 func (a *App) DomainPoller() *DomainPoller {
 	return &DomainPoller{Pool: a.Pool, Commands: a.Commands, Now: func() time.Time { return a.Now() }, Interval: a.Config.DomainPollInterval, Log: a.Log}
+}
+
+// RunWorkers runs the process managers and the domain poller until ctx ends.
+func (a *App) RunWorkers(ctx context.Context) error {
+	router, err := processmanagers.NewRouter(a.Pool, a.Store, a.Log)
+	if err != nil {
+		return err
+	}
+	router.Handle("domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box))
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return router.Run(ctx) })
+	poller := a.DomainPoller()
+	g.Go(func() error { return poller.Run(ctx) })
+	return g.Wait()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
+	"github.com/mailroom/mailroom/internal/provider/sandbox"
 	"github.com/mailroom/mailroom/readapi"
 )
 
@@ -88,6 +89,24 @@ func (w *dnsWorld) tick(t *testing.T) {
 	t.Helper()
 	if err := w.DomainPoller().Tick(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitForIdentityCall waits until the sandbox provider has recorded a call.
+func (w *dnsWorld) waitForIdentityCall(t *testing.T, want sandbox.Call) {
+	t.Helper()
+	ids := w.Identities.(*sandbox.Identities)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for _, c := range ids.Calls() {
+			if c == want {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("provider never got %+v; calls: %+v", want, ids.Calls())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -299,6 +318,8 @@ func TestDomainRotation(t *testing.T) {
 	w.verify(t, id)
 	oldSel := d["dkim_selector"].(string)
 
+	w.waitForIdentityCall(t, sandbox.Call{Op: "create", Domain: "rotate.example", Selector: oldSel})
+
 	wantProblem(t, w.Do("POST", "/api/domains/"+id+"/rotate", w.member, nil), 403, "role_required")
 	r := w.Do("POST", "/api/domains/"+id+"/rotate", w.admin, nil)
 	if r.Status != 200 {
@@ -328,6 +349,7 @@ func TestDomainRotation(t *testing.T) {
 	if tr["state"] != "cut_over" || g["dkim_selector"] != newSel || len(dkimSelectors(g)) != 2 {
 		t.Fatalf("after publishing the new record: %v %v", g["dkim_selector"], tr)
 	}
+	w.waitForIdentityCall(t, sandbox.Call{Op: "set_signing_key", Domain: "rotate.example", Selector: newSel})
 	cut, _ := time.Parse(time.RFC3339, tr["cut_over_at"].(string))
 	retires, _ := time.Parse(time.RFC3339, tr["old_key_retires_at"].(string))
 	if retires.Sub(cut) != 7*24*time.Hour {
@@ -382,6 +404,9 @@ func TestDomainUpgradeAndRemoval(t *testing.T) {
 	if v["dkim_mode"] != "byodkim" || v["status"] != "verified" || v["dkim_transition"].(map[string]any)["state"] != "cut_over" {
 		t.Fatalf("after publishing: %s %v %v", statuses(v), v["dkim_mode"], v["dkim_transition"])
 	}
+	// The legacy identity was created without a key; the upgrade hands it one.
+	w.waitForIdentityCall(t, sandbox.Call{Op: "create", Domain: "legacy.example"})
+	w.waitForIdentityCall(t, sandbox.Call{Op: "set_signing_key", Domain: "legacy.example", Selector: v["dkim_selector"].(string)})
 
 	d := w.add(t, "byo.example")
 	wantProblem(t, w.Do("POST", "/api/domains/"+d["id"].(string)+"/upgrade", w.admin, nil), 409, "already_byodkim")
@@ -395,6 +420,7 @@ func TestDomainUpgradeAndRemoval(t *testing.T) {
 		t.Fatalf("delete: %d %s", r.Status, r.Body)
 	}
 	wantProblem(t, w.Do("GET", "/api/domains/"+id, w.admin, nil), 404, "not_found")
+	w.waitForIdentityCall(t, sandbox.Call{Op: "delete", Domain: "byo.example"})
 	for _, item := range w.Do("GET", "/api/domains", w.admin, nil).JSON(t)["data"].([]any) {
 		if item.(map[string]any)["id"] == id {
 			t.Fatal("removed domain still listed")

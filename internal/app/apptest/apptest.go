@@ -102,8 +102,9 @@ func StartWithClock(t testing.TB, cfg config.Config, clock *Clock) *Server {
 		t.Fatalf("apptest: open: %v", err)
 	}
 	a.Now = clock.Now
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- a.Runner.Run(ctx) }()
+	go func() { done <- a.RunWorkers(ctx) }()
 	srv := httptest.NewServer(a.Handler())
 	stopped := false
 	stop := func() {
@@ -113,10 +114,12 @@ func StartWithClock(t testing.TB, cfg config.Config, clock *Clock) *Server {
 		stopped = true
 		srv.Close()
 		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Errorf("apptest: projections did not stop")
+		for range 2 {
+			select {
+			case <-done:
+			case <-time.After(40 * time.Second):
+				t.Errorf("apptest: projections or workers did not stop")
+			}
 		}
 		a.Close()
 	}
