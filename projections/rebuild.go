@@ -2,10 +2,14 @@ package projections
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
@@ -74,43 +78,25 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 	}
 
 	// Swap: finish the replay and move the tables in under the live lock.
-	err = r.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(p.Name())); err != nil {
-			return err
+	// Readers may hold several of the live tables at once (joins); taking
+	// them all with a short lock timeout, and retrying, makes the swap the
+	// one that gives way instead of a reader.
+	var swapped eventstore.Position
+	for attempt := 1; ; attempt++ {
+		swapped, err = r.swap(ctx, p, shadow, pos, &applied)
+		if err == nil || !isLockConflict(err) || attempt == 100 {
+			break
 		}
-		if err := inShadow(tx); err != nil {
-			return err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(20+rand.IntN(80)) * time.Millisecond):
 		}
-		for {
-			var n int
-			var err error
-			pos, n, err = r.applyBatch(ctx, tx, p, pos, "rebuild:"+p.Name(), p.Version())
-			if err != nil {
-				return err
-			}
-			applied += int64(n)
-			if n < r.batchSize {
-				break
-			}
-		}
-		for _, t := range p.Tables() {
-			id := pgx.Identifier{t}.Sanitize()
-			if _, err := tx.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS public.%s CASCADE; ALTER TABLE %s.%s SET SCHEMA public", id, shadow, id)); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.Exec(ctx, upsertCheckpoint, p.Name(), int64(pos.Commit), int64(pos.Prepare), p.Version()); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "DELETE FROM public.projection_checkpoints WHERE name = $1", "rebuild:"+p.Name()); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, fmt.Sprintf("DROP SCHEMA %s CASCADE", shadow))
-		return err
-	})
+	}
 	if err != nil {
 		return fmt.Errorf("rebuild %s: swap: %w", p.Name(), err)
 	}
+	pos = swapped
 	if progress != nil {
 		progress(applied)
 	}
@@ -131,4 +117,77 @@ func (r *Runner) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// swap applies the events after pos to the shadow tables and moves them
+// into place, in one transaction holding the projector's lock and its live
+// tables. It returns the new checkpoint.
+func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos eventstore.Position, applied *int64) (eventstore.Position, error) {
+	n0 := *applied
+	err := r.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(p.Name())); err != nil {
+			return err
+		}
+		var live []string
+		for _, t := range p.Tables() {
+			var exists bool
+			if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", "public."+t).Scan(&exists); err != nil {
+				return err
+			}
+			if exists {
+				live = append(live, "public."+pgx.Identifier{t}.Sanitize())
+			}
+		}
+		if len(live) > 0 {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '200ms'"); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(live, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 0"); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL search_path TO %s, public", shadow)); err != nil {
+			return err
+		}
+		for {
+			var n int
+			var err error
+			pos, n, err = r.applyBatch(ctx, tx, p, pos, "rebuild:"+p.Name(), p.Version())
+			if err != nil {
+				return err
+			}
+			*applied += int64(n)
+			if n < r.batchSize {
+				break
+			}
+		}
+		for _, t := range p.Tables() {
+			id := pgx.Identifier{t}.Sanitize()
+			if _, err := tx.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS public.%s CASCADE; ALTER TABLE %s.%s SET SCHEMA public", id, shadow, id)); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, upsertCheckpoint, p.Name(), int64(pos.Commit), int64(pos.Prepare), p.Version()); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM public.projection_checkpoints WHERE name = $1", "rebuild:"+p.Name()); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf("DROP SCHEMA %s CASCADE", shadow))
+		return err
+	})
+	if err != nil {
+		*applied = n0
+	}
+	return pos, err
+}
+
+// isLockConflict reports a lock timeout or deadlock, after which the swap
+// is simply tried again.
+func isLockConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01")
 }
