@@ -48,6 +48,9 @@ func RecordCheck(s State, accountID string, o Outcome, asked bool, now time.Time
 	if err := owned(s, accountID); err != nil {
 		return nil, err
 	}
+	if !asked && s.Status == StatusVerified && s.Transition == nil {
+		return nil, nil // nothing left for a background check to decide
+	}
 	var evs []domain.Event
 	if asked && s.Status == StatusFailed {
 		evs = append(evs, &VerificationRestarted{DomainID: s.ID, RestartedAt: now, Deadline: now.Add(VerificationWindow)})

@@ -206,13 +206,28 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 }
 
 func (a *App) inlineCommands() *commands.Service {
-	return a.newCommands(func(ctx context.Context, _ eventstore.Position, names ...string) bool {
+	return a.newCommands(func(ctx context.Context, pos eventstore.Position, names ...string) bool {
+		// An event becomes readable only once older transactions end, so
+		// catch up until the projection has really passed pos.
+		deadline := time.Now().Add(a.Config.ConsistencyTimeout)
 		for _, n := range names {
-			if p := a.Runner.Projector(n); p != nil {
-				if _, err := a.Runner.CatchUp(ctx, p); err != nil {
+			p := a.Runner.Projector(n)
+			if p == nil {
+				continue
+			}
+			for {
+				at, err := a.Runner.CatchUp(ctx, p)
+				if err != nil {
 					a.Log.Warn("projection catch-up", "projection", n, "err", err)
 					return false
 				}
+				if !at.Less(pos) {
+					break
+				}
+				if time.Now().After(deadline) {
+					return false
+				}
+				time.Sleep(5 * time.Millisecond)
 			}
 		}
 		return true
