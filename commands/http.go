@@ -21,6 +21,8 @@ func Routes(s *Service, render func(sendingdomain.State) views.Domain, api, v1 *
 	api.POST("/auth/api-keys", h.createAPIKey)
 	api.DELETE("/auth/api-keys/:id", h.revokeAPIKey)
 
+	v1.POST("/emails/send", h.sendEmail, authn.Require("emails:send"))
+
 	api.POST("/domains", h.addDomain)
 	api.POST("/domains/:id/verify", h.verifyDomain)
 	api.POST("/domains/:id/upgrade", h.upgradeDomain)
@@ -149,4 +151,39 @@ func (h handlers) removeDomain(c echo.Context) error {
 		return problem(err)
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+type sendRequest struct {
+	From        string                  `json:"from"`
+	To          httpserver.StringOrList `json:"to"`
+	Cc          httpserver.StringOrList `json:"cc"`
+	Bcc         httpserver.StringOrList `json:"bcc"`
+	ReplyTo     httpserver.StringOrList `json:"reply_to"`
+	Subject     string                  `json:"subject"`
+	HTML        string                  `json:"html"`
+	Text        string                  `json:"text"`
+	Tags        map[string]string       `json:"tags"`
+	Attachments []SendAttachment        `json:"attachments"`
+}
+
+func (h handlers) sendEmail(c echo.Context) error {
+	var req sendRequest
+	if err := httpserver.BindJSON(c, &req); err != nil {
+		return err
+	}
+	key := c.Request().Header.Get("Idempotency-Key")
+	if len(key) > 256 {
+		return httpserver.Validation(httpserver.FieldError{Field: "Idempotency-Key", Message: "must be at most 256 characters"})
+	}
+	acc, err := h.s.SendEmail(c.Request().Context(), authn.From(c).AccountID, SendEmail{
+		From: req.From, To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo, Subject: req.Subject,
+		HTML: req.HTML, Text: req.Text, Tags: req.Tags, Attachments: req.Attachments,
+	}, key, meta(c))
+	if err != nil {
+		return problem(err)
+	}
+	return c.JSON(http.StatusAccepted, map[string]any{
+		"id": acc.ID, "status": "queued", "created_at": apitime.Of(acc.CreatedAt),
+		"recipients": acc.Recipients, "attachments": acc.Attachments,
+	})
 }

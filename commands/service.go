@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/eventstore"
@@ -35,9 +37,17 @@ type Service struct {
 	store  eventstore.Store
 	settle Settle
 	now    func() time.Time
-	box    *secretbox.Box
-	dns    DNSChecker
-	region string
+	box     *secretbox.Box
+	dns     DNSChecker
+	region  string
+	domains domainLookup
+	blobs   blob.Store
+	egress  URLChecker
+}
+
+// URLChecker refuses URLs Mailroom must not fetch (egress.Policy).
+type URLChecker interface {
+	CheckURL(ctx context.Context, raw string) error
 }
 
 // DNSChecker looks records up on every configured resolver.
@@ -53,6 +63,11 @@ type Deps struct {
 	Box    *secretbox.Box   // seals DKIM keys
 	DNS    DNSChecker
 	Region string // provider region of new sending identities
+	// Domains reads an account's sending domain by name (read model);
+	// domain.ErrNotFound when it has none.
+	Domains func(ctx context.Context, accountID, name string) (sendingdomain.State, error)
+	Blobs   blob.Store
+	Egress  URLChecker
 }
 
 // New returns a Service.
@@ -60,7 +75,8 @@ func New(d Deps) *Service {
 	if d.Settle == nil {
 		d.Settle = func(context.Context, eventstore.Position, ...string) bool { return true }
 	}
-	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region}
+	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
+		domains: d.Domains, blobs: d.Blobs, egress: d.Egress}
 }
 
 // maxAttempts bounds retries after a concurrency conflict.

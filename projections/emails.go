@@ -1,36 +1,170 @@
 package projections
 
 import (
+	"encoding/json"
+	"strings"
+	"time"
+
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
-// Emails projects the email list and detail views. The sending pipeline's
-// events fill it; until an account sends, its list is empty.
+// Emails projects the email list and detail views, the timeline, and the
+// account suppression list. Status moves only up the precedence of
+// email.Rank, or sideways to a later event of the same rank, so feedback
+// arriving out of order never moves it backwards.
 type Emails struct{}
 
 func (Emails) Name() string     { return "emails" }
-func (Emails) Version() int     { return 1 }
-func (Emails) Tables() []string { return []string{"emails"} }
+func (Emails) Version() int     { return 2 }
+func (Emails) Tables() []string { return []string{"emails", "email_events", "suppressions"} }
 
 func (Emails) Schema() string {
 	return `
 CREATE TABLE IF NOT EXISTS emails (
-    id               text PRIMARY KEY,
-    account_id       text NOT NULL,
-    from_email       text NOT NULL,
-    to_email         text NOT NULL,
-    recipients       text[] NOT NULL DEFAULT '{}',
-    subject          text NOT NULL,
-    status           text NOT NULL,
-    attachment_count integer NOT NULL DEFAULT 0,
-    created_at       timestamptz NOT NULL
+    id                  text PRIMARY KEY,
+    account_id          text NOT NULL,
+    from_email          text NOT NULL,
+    to_email            text NOT NULL,
+    subject             text NOT NULL,
+    status              text NOT NULL,
+    status_rank         integer NOT NULL DEFAULT 0,
+    status_at           timestamptz NOT NULL,
+    provider_message_id text,
+    attachment_count    integer NOT NULL DEFAULT 0,
+    attachments         jsonb NOT NULL DEFAULT '[]',
+    created_at          timestamptz NOT NULL,
+    sent_at             timestamptz,
+    delivered_at        timestamptz,
+    opened_at           timestamptz,
+    clicked_at          timestamptz,
+    bounced_at          timestamptz
 );
-CREATE INDEX IF NOT EXISTS emails_account_created_idx ON emails (account_id, created_at DESC, id DESC);`
+CREATE INDEX IF NOT EXISTS emails_account_created_idx ON emails (account_id, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS emails_account_status_idx ON emails (account_id, status, created_at DESC);
+CREATE TABLE IF NOT EXISTS email_events (
+    event_id    uuid PRIMARY KEY,
+    email_id    text NOT NULL,
+    event_type  text NOT NULL,
+    metadata    jsonb NOT NULL,
+    occurred_at timestamptz NOT NULL,
+    position    numeric NOT NULL
+);
+CREATE INDEX IF NOT EXISTS email_events_email_idx ON email_events (email_id, occurred_at, position);
+CREATE TABLE IF NOT EXISTS suppressions (
+    account_id text NOT NULL,
+    email      text NOT NULL,
+    reason     text NOT NULL,
+    email_id   text NOT NULL,
+    created_at timestamptz NOT NULL,
+    PRIMARY KEY (account_id, email)
+);`
 }
 
-func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error { return nil }
+// status moves an email's status if the new one ranks higher, or equal and
+// later.
+const moveStatus = `UPDATE emails SET status = $2, status_rank = $3, status_at = $4
+	WHERE id = $1 AND (status_rank < $3 OR (status_rank = $3 AND status_at <= $4))`
 
-// All is every projector Mailroom runs.
-func All() []Projector { return []Projector{Accounts{}, APIKeys{}, Domains{}, Emails{}} }
+func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
+	e, err := codec.Decode(ev)
+	if err != nil || e == nil {
+		return err
+	}
+	timeline := func(id, typ string, meta map[string]any, at time.Time) {
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		raw, _ := json.Marshal(meta)
+		b.Queue(`INSERT INTO email_events (event_id, email_id, event_type, metadata, occurred_at, position)
+			VALUES ($1, $2, $3, $4, $5, $6::numeric * 1e19 + $7::numeric) ON CONFLICT (event_id) DO NOTHING`,
+			ev.ID, id, typ, raw, at, int64(ev.Position.Commit), int64(ev.Position.Prepare))
+	}
+	status := func(id string, s email.Status, permanent bool, at time.Time) {
+		b.Queue(moveStatus, id, string(s), email.Rank(s, permanent), at)
+	}
+	suppress := func(id string, recipients []string, reason string, at time.Time) {
+		for _, r := range recipients {
+			b.Queue(`INSERT INTO suppressions (account_id, email, reason, email_id, created_at)
+				SELECT account_id, $2, $3, id, $4 FROM emails WHERE id = $1
+				ON CONFLICT (account_id, email) DO NOTHING`, id, strings.ToLower(r), reason, at)
+		}
+	}
+	switch e := e.(type) {
+	case *email.Queued:
+		atts, _ := json.Marshal(apiAttachments(e.Attachments))
+		b.Queue(`INSERT INTO emails (id, account_id, from_email, to_email, subject, status, status_rank, status_at,
+				attachment_count, attachments, created_at)
+			VALUES ($1, $2, $3, $4, $5, 'queued', 0, $6, $7, $8, $6) ON CONFLICT (id) DO NOTHING`,
+			e.EmailID, e.AccountID, e.From, strings.Join(e.To, ", "), e.Subject, e.QueuedAt, len(e.Attachments), atts)
+	case *email.Scanned:
+		atts, _ := json.Marshal(apiAttachments(e.Attachments))
+		b.Queue(`UPDATE emails SET attachments = $2 WHERE id = $1`, e.EmailID, atts)
+	case *email.Sent:
+		b.Queue(`UPDATE emails SET provider_message_id = $2, sent_at = $3 WHERE id = $1`, e.EmailID, e.ProviderMessageID, e.SentAt)
+		status(e.EmailID, email.StatusSent, false, e.SentAt)
+		timeline(e.EmailID, "sent", map[string]any{"provider_message_id": e.ProviderMessageID}, e.SentAt)
+	case *email.Failed:
+		status(e.EmailID, email.StatusFailed, false, e.FailedAt)
+		meta := map[string]any{"reason": e.Reason}
+		if e.Detail != "" {
+			meta["detail"] = e.Detail
+		}
+		timeline(e.EmailID, "failed", meta, e.FailedAt)
+	case *email.Delivered:
+		b.Queue(`UPDATE emails SET delivered_at = LEAST(coalesce(delivered_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
+		status(e.EmailID, email.StatusDelivered, false, e.OccurredAt)
+		timeline(e.EmailID, "delivered", map[string]any{"recipients": e.Recipients}, e.OccurredAt)
+	case *email.Bounced:
+		b.Queue(`UPDATE emails SET bounced_at = LEAST(coalesce(bounced_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
+		status(e.EmailID, email.StatusBounced, email.Permanent(e.BounceType), e.OccurredAt)
+		timeline(e.EmailID, "bounced", map[string]any{"bounce_type": e.BounceType, "bounce_subtype": e.BounceSubtype, "recipients": e.Recipients}, e.OccurredAt)
+		if email.Permanent(e.BounceType) {
+			suppress(e.EmailID, e.Recipients, "bounce", e.OccurredAt)
+		}
+	case *email.Complained:
+		status(e.EmailID, email.StatusComplained, false, e.OccurredAt)
+		meta := map[string]any{"recipients": e.Recipients}
+		if e.FeedbackType != "" {
+			meta["feedback_type"] = e.FeedbackType
+		}
+		timeline(e.EmailID, "complained", meta, e.OccurredAt)
+		suppress(e.EmailID, e.Recipients, "complaint", e.OccurredAt)
+	case *email.Opened:
+		b.Queue(`UPDATE emails SET opened_at = LEAST(coalesce(opened_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
+		status(e.EmailID, email.StatusOpened, false, e.OccurredAt)
+		meta := map[string]any{}
+		if e.UserAgent != "" {
+			meta["user_agent"] = e.UserAgent
+		}
+		timeline(e.EmailID, "opened", meta, e.OccurredAt)
+	case *email.Clicked:
+		b.Queue(`UPDATE emails SET clicked_at = LEAST(coalesce(clicked_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
+		status(e.EmailID, email.StatusClicked, false, e.OccurredAt)
+		timeline(e.EmailID, "clicked", map[string]any{"link": e.Link}, e.OccurredAt)
+	}
+	return nil
+}
+
+// attachmentView is the API's attachment metadata.
+type attachmentView struct {
+	Filename    string  `json:"filename"`
+	ContentType string  `json:"content_type"`
+	ContentID   *string `json:"content_id"`
+	SizeBytes   int64   `json:"size_bytes"`
+}
+
+func apiAttachments(in []email.Attachment) []attachmentView {
+	out := make([]attachmentView, len(in))
+	for i, a := range in {
+		out[i] = attachmentView{Filename: a.Filename, ContentType: a.ContentType, SizeBytes: a.SizeBytes}
+		if a.ContentID != "" {
+			cid := a.ContentID
+			out[i].ContentID = &cid
+		}
+	}
+	return out
+}

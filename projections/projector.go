@@ -42,3 +42,6 @@ type TxProjector interface {
 	Projector
 	ApplyTx(ctx context.Context, tx pgx.Tx, ev eventstore.RecordedEvent) error
 }
+
+// All is every projector Mailroom runs.
+func All() []Projector { return []Projector{Accounts{}, APIKeys{}, Domains{}, Emails{}} }

@@ -1,11 +1,14 @@
 package readapi
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailroom/mailroom/internal/apitime"
@@ -119,4 +122,76 @@ func queryDate(c echo.Context, name string, endOfDay bool) (time.Time, *httpserv
 
 func escapeLike(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// EmailEvent is one entry of an email's timeline.
+type EmailEvent struct {
+	EventType  string          `json:"event_type"`
+	Metadata   json.RawMessage `json:"metadata"`
+	OccurredAt apitime.Time    `json:"occurred_at"`
+}
+
+// Email is the detail view of GET /v1/emails/:id.
+type Email struct {
+	ID                string          `json:"id"`
+	FromEmail         string          `json:"from_email"`
+	ToEmail           string          `json:"to_email"`
+	Subject           string          `json:"subject"`
+	Status            string          `json:"status"`
+	ProviderMessageID *string         `json:"provider_message_id"`
+	CreatedAt         apitime.Time    `json:"created_at"`
+	SentAt            apitime.Time    `json:"sent_at"`
+	DeliveredAt       apitime.Time    `json:"delivered_at"`
+	OpenedAt          apitime.Time    `json:"opened_at"`
+	ClickedAt         apitime.Time    `json:"clicked_at"`
+	BouncedAt         apitime.Time    `json:"bounced_at"`
+	Events            []EmailEvent    `json:"events"`
+	Attachments       json.RawMessage `json:"attachments"`
+}
+
+func (r reader) getEmail(c echo.Context) error {
+	ctx := c.Request().Context()
+	var e Email
+	var created time.Time
+	var sent, delivered, opened, clicked, bounced *time.Time
+	err := r.pool.QueryRow(ctx, `SELECT id, from_email, to_email, subject, status, provider_message_id, created_at,
+			sent_at, delivered_at, opened_at, clicked_at, bounced_at, attachments
+		FROM emails WHERE id = $1 AND account_id = $2`, c.Param("id"), authn.From(c).AccountID).
+		Scan(&e.ID, &e.FromEmail, &e.ToEmail, &e.Subject, &e.Status, &e.ProviderMessageID, &created,
+			&sent, &delivered, &opened, &clicked, &bounced, &e.Attachments)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return httpserver.NotFound("no such email")
+	}
+	if err != nil {
+		return err
+	}
+	e.CreatedAt = apitime.Of(created)
+	for _, f := range []struct {
+		dst *apitime.Time
+		src *time.Time
+	}{{&e.SentAt, sent}, {&e.DeliveredAt, delivered}, {&e.OpenedAt, opened}, {&e.ClickedAt, clicked}, {&e.BouncedAt, bounced}} {
+		if f.src != nil {
+			*f.dst = apitime.Of(*f.src)
+		}
+	}
+	rows, err := r.pool.Query(ctx, `SELECT event_type, metadata, occurred_at FROM email_events
+		WHERE email_id = $1 ORDER BY occurred_at, position`, e.ID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	e.Events = []EmailEvent{}
+	for rows.Next() {
+		var ev EmailEvent
+		var at time.Time
+		if err := rows.Scan(&ev.EventType, &ev.Metadata, &at); err != nil {
+			return err
+		}
+		ev.OccurredAt = apitime.Of(at)
+		e.Events = append(e.Events, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, e)
 }

@@ -24,6 +24,7 @@ func Routes(pool *pgxpool.Pool, render func(sendingdomain.State) views.Domain, a
 	api.GET("/domains", r.listDomains)
 	api.GET("/domains/:id", r.getDomain)
 	v1.GET("/emails", r.listEmails, authn.Require("emails:read"))
+	v1.GET("/emails/:id", r.getEmail, authn.Require("emails:read"))
 }
 
 type reader struct {

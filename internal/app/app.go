@@ -19,13 +19,16 @@ import (
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/internal/authn"
 	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/database"
 	"github.com/mailroom/mailroom/internal/dnscheck"
+	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
 	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/provider/sandbox"
+	"github.com/mailroom/mailroom/internal/scan"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	"github.com/mailroom/mailroom/processmanagers"
 	"github.com/mailroom/mailroom/projections"
@@ -45,6 +48,10 @@ type App struct {
 	Box        *secretbox.Box
 	DNS        commands.DNSChecker
 	Identities provider.Identities
+	Sender     provider.Sender
+	Blobs      blob.Store
+	Scanner    *scan.Scanner
+	Egress     egress.Policy
 	Now        func() time.Time
 }
 
@@ -87,9 +94,17 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 		return nil, fmt.Errorf("dns-resolvers: %w", err)
 	}
 	a.DNS = dnscheck.New(resolvers, cfg.DNSTimeout)
+	if err := a.openMail(ctx); err != nil {
+		a.Close()
+		return nil, err
+	}
 	switch cfg.Provider {
 	case "sandbox":
 		a.Identities = sandbox.NewIdentities()
+		if a.Sender, err = sandbox.NewOutbox(cfg.SandboxOutbox); err != nil {
+			a.Close()
+			return nil, err
+		}
 	case "ses", "smtp":
 		a.Close()
 		return nil, fmt.Errorf("provider: %q is not available in this build; use MAILROOM_PROVIDER=sandbox", cfg.Provider)
@@ -202,6 +217,7 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 	return commands.New(commands.Deps{
 		Store: a.Store, Settle: settle, Now: func() time.Time { return a.Now() },
 		Box: a.Box, DNS: a.DNS, Region: a.Config.Region,
+		Domains: a.sendingDomain, Blobs: a.Blobs, Egress: a.Egress,
 	})
 }
 
@@ -246,6 +262,14 @@ func (a *App) RunWorkers(ctx context.Context) error {
 		return err
 	}
 	router.Handle("domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box))
+	pipeline := a.pipeline()
+	n := a.Config.SendConcurrency
+	for i := range n {
+		router.Handle(fmt.Sprintf("email-pipeline-%d-of-%d", i, n), processmanagers.Shard(i, n, pipeline.Handle))
+		if a.Config.Provider == "sandbox" {
+			router.Handle(fmt.Sprintf("sandbox-feedback-%d-of-%d", i, n), processmanagers.Shard(i, n, processmanagers.SandboxFeedback(a.Commands, a.clock)))
+		}
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return router.Run(ctx) })
 	poller := a.DomainPoller()

@@ -12,6 +12,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/apikey"
+	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
@@ -22,7 +23,7 @@ const SchemaVersion = 1
 var types = map[string]reflect.Type{}
 
 func init() {
-	for _, list := range [][]domain.Event{account.Events(), apikey.Events(), sendingdomain.Events()} {
+	for _, list := range [][]domain.Event{account.Events(), apikey.Events(), sendingdomain.Events(), email.Events()} {
 		for _, e := range list {
 			types[e.EventType()] = reflect.TypeOf(e).Elem()
 		}

@@ -40,6 +40,15 @@ type Config struct {
 	DNSTimeout         time.Duration
 	DomainPollInterval time.Duration
 	DKIMRotationDays   int
+	BlobDir            string
+	BlobS3Bucket       string
+	BlobS3Prefix       string
+	BlobS3Endpoint     string
+	ClamdAddr          string
+	EgressAllowCIDRs   string
+	WebhookAllowHTTP   bool
+	SendMaxAge         time.Duration
+	SendConcurrency    int
 
 	envErrors []error // MAILROOM_* values that did not parse
 }
@@ -66,6 +75,15 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	c.duration(fs, &c.DNSTimeout, "dns-timeout", "MAILROOM_DNS_TIMEOUT", 5*time.Second, "time allowed for one DNS query")
 	c.duration(fs, &c.DomainPollInterval, "domain-poll-interval", "MAILROOM_DOMAIN_POLL_INTERVAL", 5*time.Minute, "how often pending domains and DKIM key changes are re-checked")
 	c.integer(fs, &c.DKIMRotationDays, "dkim-rotation-days", "MAILROOM_DKIM_ROTATION_DAYS", 180, "age in days after which a domain's DKIM key is due for rotation")
+	str(fs, &c.BlobDir, "blob-dir", "MAILROOM_BLOB_DIR", "./.mailroom/blobs", "where email bodies and attachments are stored (filesystem blob storage)")
+	str(fs, &c.BlobS3Bucket, "blob-s3-bucket", "MAILROOM_BLOB_S3_BUCKET", "", "store email bodies and attachments in this S3 bucket instead of blob-dir")
+	str(fs, &c.BlobS3Prefix, "blob-s3-prefix", "MAILROOM_BLOB_S3_PREFIX", "", "key prefix inside the S3 bucket")
+	str(fs, &c.BlobS3Endpoint, "blob-s3-endpoint", "MAILROOM_BLOB_S3_ENDPOINT", "", "S3 endpoint override (MinIO, emulators); path-style addressing is used with it")
+	str(fs, &c.ClamdAddr, "clamd-addr", "MAILROOM_CLAMD_ADDR", "", "ClamAV daemon (host:port or unix:/path) that scans every email; empty: built-in checks only")
+	str(fs, &c.EgressAllowCIDRs, "egress-allow-cidrs", "MAILROOM_EGRESS_ALLOW_CIDRS", "", "development only: address ranges webhooks and attachment downloads may reach although not public, e.g. 127.0.0.0/8,::1/128")
+	c.boolean(fs, &c.WebhookAllowHTTP, "webhook-allow-http", "MAILROOM_WEBHOOK_ALLOW_HTTP", false, "development only: allow plain http webhook and attachment URLs")
+	c.duration(fs, &c.SendMaxAge, "send-max-age", "MAILROOM_SEND_MAX_AGE", 24*time.Hour, "how long transient provider failures are retried before an email fails with provider_unavailable")
+	c.integer(fs, &c.SendConcurrency, "send-concurrency", "MAILROOM_SEND_CONCURRENCY", 4, "emails handled in parallel by each worker process")
 	c.boolean(fs, &c.Bootstrap, "bootstrap", "MAILROOM_BOOTSTRAP", false, "on first start, create an account, admin token and API key and print them")
 }
 
@@ -93,6 +111,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DKIMRotationDays <= 0 {
 		return errors.New("dkim-rotation-days must be positive")
+	}
+	if c.SendConcurrency <= 0 || c.SendConcurrency > 64 {
+		return errors.New("send-concurrency must be between 1 and 64")
+	}
+	if c.Environment == "production" && (c.EgressAllowCIDRs != "" || c.WebhookAllowHTTP) {
+		return errors.New("egress-allow-cidrs and webhook-allow-http are for development only")
 	}
 	if c.DomainPollInterval <= 0 {
 		return errors.New("domain-poll-interval must be positive")

@@ -24,3 +24,24 @@ type Identities interface {
 	SetSigningKey(ctx context.Context, domain, selector string, key *rsa.PrivateKey) error
 	DeleteIdentity(ctx context.Context, domain string) error
 }
+
+// Outbound is a fully rendered message handed to a provider.
+type Outbound struct {
+	EmailID    string
+	From       string   // envelope sender address
+	Recipients []string // to, cc and bcc
+	Raw        []byte   // the MIME message (mailmsg.Build)
+	Tags       map[string]string
+}
+
+// Sender hands messages to the provider. Send returns the provider's
+// message id. A *RejectedError means the provider refused the message for
+// good; any other error is transient and the send is retried.
+type Sender interface {
+	Send(ctx context.Context, m Outbound) (string, error)
+}
+
+// RejectedError is a permanent refusal by the provider.
+type RejectedError struct{ Reason string }
+
+func (e *RejectedError) Error() string { return "provider rejected the message: " + e.Reason }

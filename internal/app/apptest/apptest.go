@@ -65,7 +65,9 @@ func Config(t testing.TB, databaseURL string) config.Config {
 	cfg.DatabaseURL = databaseURL
 	cfg.DataDir = t.TempDir()
 	cfg.SandboxOutbox = cfg.DataDir + "/outbox"
+	cfg.BlobDir = cfg.DataDir + "/blobs"
 	cfg.RateLimit = 0
+	cfg.DNSResolvers = "127.0.0.1:9" // nothing answers: tests that check DNS start their own servers
 	return cfg
 }
 
@@ -104,7 +106,11 @@ func StartWithClock(t testing.TB, cfg config.Config, clock *Clock) *Server {
 	a.Now = clock.Now
 	done := make(chan error, 2)
 	go func() { done <- a.Runner.Run(ctx) }()
-	go func() { done <- a.RunWorkers(ctx) }()
+	if cfg.Has("workers") {
+		go func() { done <- a.RunWorkers(ctx) }()
+	} else {
+		done <- nil
+	}
 	srv := httptest.NewServer(a.Handler())
 	stopped := false
 	stop := func() {
@@ -140,6 +146,26 @@ func (s *Server) Account(name string) (id, adminToken string) {
 	return acct.AccountID, acct.Token
 }
 
+// Sender creates an account with an API key holding both permissions and a
+// sending domain verified the sandbox way.
+func (s *Server) Sender(domain string) (accountID, admin, apiKey string) {
+	s.t.Helper()
+	ctx := context.Background()
+	accountID, admin = s.Account("Sender " + domain)
+	key, err := s.Commands.CreateAPIKey(ctx, accountID, "test", nil, commands.Meta{Actor: "operator"})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	d, err := s.Commands.AddDomain(ctx, accountID, domain, commands.Meta{Actor: "operator"})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.Commands.VerifyDomainBySandbox(ctx, d.ID, commands.Meta{Actor: "operator"}); err != nil {
+		s.t.Fatal(err)
+	}
+	return accountID, admin, key.Key
+}
+
 // Response is a finished request.
 type Response struct {
 	Status int
@@ -160,6 +186,12 @@ func (r Response) JSON(t testing.TB) map[string]any {
 // Do sends a request with a bearer credential (none when empty). body may
 // be nil, a string or []byte sent as is, or a value encoded as JSON.
 func (s *Server) Do(method, path, credential string, body any) Response {
+	s.t.Helper()
+	return s.DoHeader(method, path, credential, nil, body)
+}
+
+// DoHeader is Do with extra request headers.
+func (s *Server) DoHeader(method, path, credential string, header http.Header, body any) Response {
 	s.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -184,6 +216,9 @@ func (s *Server) Do(method, path, credential string, body any) Response {
 	}
 	if credential != "" {
 		req.Header.Set("Authorization", "Bearer "+credential)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

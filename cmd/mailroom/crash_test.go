@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/internal/pgtest"
+)
+
+// buildBinary compiles mailroom once for the tests that run it as a process.
+var buildBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "mailroom-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "mailroom")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+type process struct {
+	cmd    *exec.Cmd
+	stdout *bufio.Scanner
+	addr   string
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startServe runs `mailroom serve` and waits until it answers /healthz.
+func startServe(t *testing.T, bin, addr, db, dataDir string, extra ...string) *process {
+	t.Helper()
+	args := append([]string{"serve", "--http-addr", addr, "--database-url", db, "--data-dir", dataDir,
+		"--sandbox-outbox", filepath.Join(dataDir, "outbox"), "--blob-dir", filepath.Join(dataDir, "blobs"),
+		"--dns-resolvers", "127.0.0.1:9", "--rate-limit", "0", "--log-level", "warn"}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, stdout: bufio.NewScanner(out), addr: addr}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mailroom serve did not come up: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestCrashWhileSending kills the server with SIGKILL while 200 emails are
+// in flight, restarts it, and checks every accepted email reaches a final
+// state with exactly one .eml for each email that was sent.
+func TestCrashWhileSending(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := pgtest.NewURL(t)
+	dataDir := t.TempDir()
+	addr := freeAddr(t)
+
+	first := startServe(t, bin, addr, db, dataDir, "--bootstrap")
+	var key string
+	keyLine := regexp.MustCompile(`API key\s+(mr_[0-9A-Za-z]+)`)
+	for first.stdout.Scan() {
+		if m := keyLine.FindStringSubmatch(first.stdout.Text()); m != nil {
+			key = m[1]
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("no API key printed on first start")
+	}
+	go func() { // keep draining stdout
+		for first.stdout.Scan() {
+		}
+	}()
+
+	send := func(i int) (string, error) {
+		body := fmt.Sprintf(`{"from":"app@example.test","to":"user%d@example.org","subject":"crash %d","text":"hello"}`, i, i)
+		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/emails/send", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		var out struct{ ID string }
+		json.NewDecoder(resp.Body).Decode(&out)
+		if resp.StatusCode != 202 {
+			return "", fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return out.ID, nil
+	}
+
+	// 200 sends from 8 clients; the server is killed after the 80th answer.
+	var mu sync.Mutex
+	accepted := map[string]bool{}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	killed := make(chan struct{})
+	var once sync.Once
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				for {
+					id, err := send(i)
+					if err == nil {
+						mu.Lock()
+						accepted[id] = true
+						n := len(accepted)
+						mu.Unlock()
+						if n == 80 {
+							once.Do(func() {
+								first.cmd.Process.Signal(syscall.SIGKILL)
+								first.cmd.Wait()
+								close(killed)
+							})
+						}
+						break
+					}
+					// The server is down: wait for the restart, then retry.
+					<-killed
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	go func() {
+		for i := range 200 {
+			next <- i
+		}
+		close(next)
+	}()
+	<-killed
+	startServe(t, bin, addr, db, dataDir)
+	wg.Wait()
+	if len(accepted) != 200 {
+		t.Fatalf("%d emails accepted, want 200", len(accepted))
+	}
+
+	// Every email the server holds reaches a final state.
+	final := map[string]bool{"delivered": true, "bounced": true, "complained": true, "failed": true}
+	type item struct{ ID, Status string }
+	var all []item
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		all = all[:0]
+		for page := 1; ; page++ {
+			req, _ := http.NewRequest("GET", fmt.Sprintf("http://%s/v1/emails?per_page=100&page=%d", addr, page), nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body struct {
+				Data []item
+			}
+			json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			all = append(all, body.Data...)
+			if len(body.Data) < 100 {
+				break
+			}
+		}
+		pending := 0
+		for _, e := range all {
+			if !final[e.Status] {
+				pending++
+			}
+		}
+		if pending == 0 && len(all) >= 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d emails still not final", pending, len(all))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for id := range accepted {
+		found := false
+		for _, e := range all {
+			found = found || e.ID == id
+		}
+		if !found {
+			t.Fatalf("accepted email %s is missing", id)
+		}
+	}
+	// Exactly one .eml per delivered email, none for others, nothing else.
+	files, err := filepath.Glob(filepath.Join(dataDir, "outbox", "*.eml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	onDisk := map[string]int{}
+	for _, f := range files {
+		onDisk[strings.TrimSuffix(filepath.Base(f), ".eml")]++
+	}
+	for _, e := range all {
+		want := 0
+		if e.Status == "delivered" {
+			want = 1
+		}
+		if onDisk[e.ID] != want {
+			t.Errorf("email %s (%s) has %d .eml files, want %d", e.ID, e.Status, onDisk[e.ID], want)
+		}
+		delete(onDisk, e.ID)
+	}
+	if len(onDisk) != 0 {
+		t.Errorf(".eml files of no email: %v", onDisk)
+	}
+}

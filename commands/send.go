@@ -1,0 +1,297 @@
+package commands
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/mailmsg"
+)
+
+// Limits of a send (DESIGN §5–6).
+const (
+	MaxRecipients      = 50
+	MaxAttachments     = 20
+	MaxAttachmentBytes = 40 * 1024 * 1024 // base64 size of all attachments
+	MaxSubjectLength   = 998
+	IdempotencyWindow  = 24 * time.Hour
+)
+
+// SendEmail is a send request as the API receives it.
+type SendEmail struct {
+	From        string            `json:"from"`
+	To          []string          `json:"to"`
+	Cc          []string          `json:"cc,omitempty"`
+	Bcc         []string          `json:"bcc,omitempty"`
+	ReplyTo     []string          `json:"reply_to,omitempty"`
+	Subject     string            `json:"subject"`
+	HTML        string            `json:"html,omitempty"`
+	Text        string            `json:"text,omitempty"`
+	Tags        map[string]string `json:"tags,omitempty"`
+	Attachments []SendAttachment  `json:"attachments,omitempty"`
+}
+
+// SendAttachment is one attachment of a send request.
+type SendAttachment struct {
+	Filename    string `json:"filename,omitempty"`
+	Content     string `json:"content,omitempty"`
+	Path        string `json:"path,omitempty"`
+	ContentType string `json:"content_type,omitempty"`
+	ContentID   string `json:"content_id,omitempty"`
+}
+
+// Accepted is the 202 answer to a send.
+type Accepted struct {
+	ID          string
+	CreatedAt   time.Time
+	Recipients  int
+	Attachments int
+}
+
+var tagPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
+
+// SendEmail validates and queues an email. idempotencyKey, when not empty,
+// makes a repeat of the same request within 24 hours return the first
+// answer, and a different request under the same key a conflict.
+func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail, idempotencyKey string, meta Meta) (Accepted, error) {
+	v, decoded := validateSend(req)
+	if err := v.OrNil(); err != nil {
+		return Accepted{}, err
+	}
+	// Paths are checked now so a private or plain-http URL is a 422, and
+	// again when fetched.
+	var v2 domain.ValidationError
+	for i, a := range req.Attachments {
+		if a.Path != "" {
+			if err := s.egress.CheckURL(ctx, a.Path); err != nil {
+				v2.Add(fmt.Sprintf("attachments.%d.path", i), "%s", err.Error())
+			}
+		}
+	}
+	if err := v2.OrNil(); err != nil {
+		return Accepted{}, err
+	}
+
+	from, _ := mailmsg.ParseAddress(req.From)
+	_, fromDomain, _ := strings.Cut(from.Email, "@")
+	dom, err := s.domains(ctx, accountID, strings.ToLower(fromDomain))
+	if err != nil && !errors.Is(err, domain.ErrNotFound) {
+		return Accepted{}, err
+	}
+	if err != nil || !dom.CanSend() {
+		return Accepted{}, &domain.ForbiddenError{Code: "domain_not_verified",
+			Detail: fmt.Sprintf("%s is not a verified domain of this account", strings.ToLower(fromDomain))}
+	}
+
+	hash := requestHash(req)
+	now := s.now()
+	id := uuid.Must(uuid.NewV7()).String()
+	if idempotencyKey != "" {
+		id = uuid.NewSHA1(idempotencyNamespace, []byte(accountID+"\x00"+idempotencyKey)).String()
+		prior, _, err := load(ctx, s.store, email.Stream(id), email.Evolve)
+		if err != nil {
+			return Accepted{}, err
+		}
+		if prior.Exists() && now.Sub(prior.Queued.QueuedAt) > IdempotencyWindow {
+			id = uuid.Must(uuid.NewV7()).String() // the key's window is over: a new email
+		}
+	}
+
+	// Bytes go to blob storage; the event carries digests.
+	q := email.Queued{
+		EmailID: id, AccountID: accountID, DomainID: dom.ID, From: strings.TrimSpace(req.From), FromEmail: from.Email,
+		To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: strings.Join(req.ReplyTo, ", "), Subject: req.Subject,
+		Tags: req.Tags, RequestHash: hash, QueuedAt: now,
+	}
+	put := func(b []byte) (string, error) {
+		d, err := s.blobs.Put(ctx, b)
+		return string(d), err
+	}
+	if req.HTML != "" {
+		if q.HTMLDigest, err = put([]byte(req.HTML)); err != nil {
+			return Accepted{}, err
+		}
+	}
+	if req.Text != "" {
+		if q.TextDigest, err = put([]byte(req.Text)); err != nil {
+			return Accepted{}, err
+		}
+	}
+	for i, a := range req.Attachments {
+		att := email.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: strings.Trim(a.ContentID, "<>"), Path: a.Path}
+		if att.Filename == "" {
+			att.Filename = filenameOf(a.Path)
+		}
+		if att.ContentType == "" {
+			att.ContentType = mailmsg.ContentTypeFor(att.Filename)
+		}
+		if a.Path == "" {
+			att.SizeBytes = int64(len(decoded[i]))
+			if att.Digest, err = put(decoded[i]); err != nil {
+				return Accepted{}, err
+			}
+		}
+		q.Attachments = append(q.Attachments, att)
+	}
+
+	var accepted email.Queued
+	_, err = execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
+		if st.Exists() {
+			if st.Queued.RequestHash != hash {
+				return nil, &domain.ConflictError{Code: "idempotency_key_reused",
+					Detail: "this Idempotency-Key was used with a different request in the last 24 hours"}
+			}
+			accepted = *st.Queued // a repeat: answer as the first time
+			return nil, nil
+		}
+		accepted = q
+		return email.Queue(st, q)
+	}, meta, "emails")
+	if err != nil {
+		return Accepted{}, err
+	}
+	return Accepted{
+		ID: accepted.EmailID, CreatedAt: accepted.QueuedAt,
+		Recipients:  len(accepted.To) + len(accepted.Cc) + len(accepted.Bcc),
+		Attachments: len(accepted.Attachments),
+	}, nil
+}
+
+// idempotencyNamespace derives email ids from idempotency keys, so that
+// concurrent repeats collide on one stream.
+var idempotencyNamespace = uuid.MustParse("6f1c2a52-8d0e-4f4e-9d7c-1b2b9e6f3a10")
+
+// requestHash fingerprints a request for idempotency.
+func requestHash(req SendEmail) string {
+	b, _ := json.Marshal(req) // struct fields in order, map keys sorted
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// validateSend checks a request field by field and decodes attachment
+// contents.
+func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
+	v := &domain.ValidationError{}
+	if strings.TrimSpace(req.From) == "" {
+		v.Add("from", "is required")
+	} else if _, err := mailmsg.ParseAddress(req.From); err != nil {
+		v.Add("from", "%s", err.Error())
+	}
+	if len(req.To) == 0 {
+		v.Add("to", "is required")
+	}
+	for field, list := range map[string][]string{"to": req.To, "cc": req.Cc, "bcc": req.Bcc, "reply_to": req.ReplyTo} {
+		for i, a := range list {
+			if _, err := mailmsg.ParseAddress(a); err != nil {
+				v.Add(fmt.Sprintf("%s.%d", field, i), "%s", err.Error())
+			}
+		}
+	}
+	if n := len(req.To) + len(req.Cc) + len(req.Bcc); n > MaxRecipients {
+		v.Add("to", "at most %d recipients in to, cc and bcc together; got %d", MaxRecipients, n)
+	}
+	switch n := utf8.RuneCountInString(req.Subject); {
+	case strings.TrimSpace(req.Subject) == "":
+		v.Add("subject", "is required")
+	case n > MaxSubjectLength:
+		v.Add("subject", "must be at most %d characters; got %d", MaxSubjectLength, n)
+	case strings.ContainsAny(req.Subject, "\r\n"):
+		v.Add("subject", "must not contain line breaks")
+	}
+	if req.HTML == "" && req.Text == "" {
+		v.Add("html", "html or text is required")
+	}
+	for k, val := range req.Tags {
+		if !tagPattern.MatchString(k) {
+			v.Add("tags", "tag name %q must be 1 to 256 ASCII letters, digits, _ or -", k)
+		}
+		if !tagPattern.MatchString(val) {
+			v.Add("tags."+k, "must be 1 to 256 ASCII letters, digits, _ or -")
+		}
+	}
+	if len(req.Attachments) > MaxAttachments {
+		v.Add("attachments", "at most %d attachments; got %d", MaxAttachments, len(req.Attachments))
+	}
+	decoded := make([][]byte, len(req.Attachments))
+	total := 0
+	for i, a := range req.Attachments {
+		f := func(name string) string { return fmt.Sprintf("attachments.%d.%s", i, name) }
+		total += len(a.Content)
+		switch {
+		case a.Content != "" && a.Path != "":
+			v.Add(f("content"), "content and path are mutually exclusive")
+		case a.Content == "" && a.Path == "":
+			v.Add(f("content"), "content or path is required")
+		case a.Content != "":
+			b, err := decodeBase64(a.Content)
+			if err != nil {
+				v.Add(f("content"), "must be base64")
+			}
+			decoded[i] = b
+			if strings.TrimSpace(a.Filename) == "" {
+				v.Add(f("filename"), "is required with content")
+			}
+		case a.Path != "":
+			if u, err := url.Parse(a.Path); err != nil || u.Host == "" {
+				v.Add(f("path"), "must be an https URL")
+			} // the egress policy judges the rest
+
+		}
+		if strings.ContainsAny(a.Filename, "\r\n\x00/\\") {
+			v.Add(f("filename"), "must be a plain file name")
+		}
+		if strings.ContainsAny(a.ContentID, "\r\n \t") {
+			v.Add(f("content_id"), "must not contain spaces or line breaks")
+		}
+		if a.ContentType != "" && strings.ContainsAny(a.ContentType, "\r\n") {
+			v.Add(f("content_type"), "must not contain line breaks")
+		}
+	}
+	if total > MaxAttachmentBytes {
+		v.Add("attachments", "attachments total %d bytes of base64, over the %d byte limit", total, MaxAttachmentBytes)
+	}
+	return v, decoded
+}
+
+func decodeBase64(s string) ([]byte, error) {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == ' ' || r == '\t' {
+			return -1
+		}
+		return r
+	}, s)
+	if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+		return b, nil
+	}
+	return base64.RawStdEncoding.DecodeString(s)
+}
+
+// filenameOf names a path attachment after its URL.
+func filenameOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "attachment"
+	}
+	if name := path.Base(u.Path); name != "" && name != "/" && name != "." {
+		return name
+	}
+	return "attachment"
+}
+
+// domainLookup reads an account's sending domain by name.
+type domainLookup func(ctx context.Context, accountID, name string) (sendingdomain.State, error)

@@ -1,0 +1,165 @@
+// Package email is the aggregate of one sent message: accepted (queued),
+// scanned by the content gateway, handed to the provider (sent), and then
+// the provider's feedback. Status follows a precedence so that feedback
+// arriving out of order never moves it backwards.
+package email
+
+import (
+	"time"
+
+	"github.com/mailroom/mailroom/domain"
+)
+
+// Status of an email.
+type Status string
+
+const (
+	StatusQueued     Status = "queued"
+	StatusSent       Status = "sent"
+	StatusDelivered  Status = "delivered"
+	StatusOpened     Status = "opened"
+	StatusClicked    Status = "clicked"
+	StatusBounced    Status = "bounced"
+	StatusComplained Status = "complained"
+	StatusFailed     Status = "failed"
+)
+
+// Rank orders statuses: failed, a permanent bounce and a complaint end an
+// email; a transient bounce ranks below delivered, so a later delivery wins.
+func Rank(s Status, permanentBounce bool) int {
+	switch s {
+	case StatusSent:
+		return 1
+	case StatusBounced:
+		if permanentBounce {
+			return 6
+		}
+		return 2
+	case StatusDelivered:
+		return 3
+	case StatusOpened:
+		return 4
+	case StatusClicked:
+		return 5
+	case StatusComplained, StatusFailed:
+		return 6
+	default:
+		return 0
+	}
+}
+
+// Failure reasons of emails that never leave the service.
+const (
+	ReasonBlockedAttachment   = "blocked_attachment_type"
+	ReasonMalware             = "malware_detected"
+	ReasonAttachmentDownload  = "attachment_download_failed"
+	ReasonSuppressed          = "suppressed"
+	ReasonDomainRemoved       = "domain_removed"
+	ReasonProviderRejected    = "provider_rejected"
+	ReasonProviderUnavailable = "provider_unavailable"
+)
+
+// Attachment is an attachment's metadata; its bytes live in blob storage
+// under Digest. Path attachments have no digest until downloaded.
+type Attachment struct {
+	Filename    string `json:"filename"`
+	ContentType string `json:"content_type"`
+	ContentID   string `json:"content_id,omitempty"`
+	SizeBytes   int64  `json:"size_bytes"`
+	Digest      string `json:"digest,omitempty"`
+	Path        string `json:"path,omitempty"`
+}
+
+// Stream is the email's stream name.
+func Stream(id string) string { return "email-" + id }
+
+// Events.
+type (
+	Queued struct {
+		EmailID     string            `json:"email_id"`
+		AccountID   string            `json:"account_id"`
+		DomainID    string            `json:"domain_id"`
+		From        string            `json:"from"`       // as given, display name included
+		FromEmail   string            `json:"from_email"` // the address alone
+		To          []string          `json:"to"`
+		Cc          []string          `json:"cc,omitempty"`
+		Bcc         []string          `json:"bcc,omitempty"`
+		ReplyTo     string            `json:"reply_to,omitempty"`
+		Subject     string            `json:"subject"`
+		HTMLDigest  string            `json:"html_digest,omitempty"`
+		TextDigest  string            `json:"text_digest,omitempty"`
+		Tags        map[string]string `json:"tags,omitempty"`
+		Attachments []Attachment      `json:"attachments,omitempty"`
+		RequestHash string            `json:"request_hash,omitempty"` // idempotency: the request's fingerprint
+		QueuedAt    time.Time         `json:"queued_at"`
+	}
+	// Scanned: the content gateway passed the email; attachments downloaded.
+	Scanned struct {
+		EmailID     string       `json:"email_id"`
+		Attachments []Attachment `json:"attachments,omitempty"`
+		ScannedAt   time.Time    `json:"scanned_at"`
+	}
+	Sent struct {
+		EmailID           string    `json:"email_id"`
+		ProviderMessageID string    `json:"provider_message_id"`
+		SentAt            time.Time `json:"sent_at"`
+	}
+	Failed struct {
+		EmailID  string    `json:"email_id"`
+		Reason   string    `json:"reason"`
+		Detail   string    `json:"detail,omitempty"`
+		FailedAt time.Time `json:"failed_at"`
+	}
+	Delivered struct {
+		EmailID    string    `json:"email_id"`
+		FeedbackID string    `json:"feedback_id"`
+		Recipients []string  `json:"recipients,omitempty"`
+		OccurredAt time.Time `json:"occurred_at"`
+	}
+	Bounced struct {
+		EmailID       string    `json:"email_id"`
+		FeedbackID    string    `json:"feedback_id"`
+		BounceType    string    `json:"bounce_type"` // Permanent, Transient, Undetermined
+		BounceSubtype string    `json:"bounce_subtype"`
+		Recipients    []string  `json:"recipients,omitempty"`
+		OccurredAt    time.Time `json:"occurred_at"`
+	}
+	Complained struct {
+		EmailID      string    `json:"email_id"`
+		FeedbackID   string    `json:"feedback_id"`
+		FeedbackType string    `json:"feedback_type,omitempty"`
+		Recipients   []string  `json:"recipients,omitempty"`
+		OccurredAt   time.Time `json:"occurred_at"`
+	}
+	Opened struct {
+		EmailID    string    `json:"email_id"`
+		FeedbackID string    `json:"feedback_id"`
+		UserAgent  string    `json:"user_agent,omitempty"`
+		OccurredAt time.Time `json:"occurred_at"`
+	}
+	Clicked struct {
+		EmailID    string    `json:"email_id"`
+		FeedbackID string    `json:"feedback_id"`
+		Link       string    `json:"link"`
+		OccurredAt time.Time `json:"occurred_at"`
+	}
+)
+
+func (Queued) EventType() string     { return "EmailQueued" }
+func (Scanned) EventType() string    { return "EmailScanned" }
+func (Sent) EventType() string       { return "EmailSent" }
+func (Failed) EventType() string     { return "EmailFailed" }
+func (Delivered) EventType() string  { return "EmailDelivered" }
+func (Bounced) EventType() string    { return "EmailBounced" }
+func (Complained) EventType() string { return "EmailComplained" }
+func (Opened) EventType() string     { return "EmailOpened" }
+func (Clicked) EventType() string    { return "EmailClicked" }
+
+// Events lists a fresh value of every event type of this aggregate.
+func Events() []domain.Event {
+	return []domain.Event{&Queued{}, &Scanned{}, &Sent{}, &Failed{}, &Delivered{}, &Bounced{}, &Complained{}, &Opened{}, &Clicked{}}
+}
+
+// Permanent reports whether a bounce type ends the email (and suppresses
+// the recipients).
+func Permanent(bounceType string) bool { return bounceType == "Permanent" }

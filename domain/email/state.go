@@ -1,0 +1,138 @@
+package email
+
+import (
+	"time"
+
+	"github.com/mailroom/mailroom/domain"
+)
+
+// State is the email as its events left it.
+type State struct {
+	Queued   *Queued
+	Scanned  *Scanned
+	Sent     *Sent
+	Failed   *Failed
+	Feedback map[string]bool // feedback ids already recorded
+}
+
+// Exists reports whether the email was queued.
+func (s State) Exists() bool { return s.Queued != nil }
+
+// Recipients are every address the message goes to.
+func (s State) Recipients() []string {
+	if s.Queued == nil {
+		return nil
+	}
+	out := append([]string(nil), s.Queued.To...)
+	out = append(out, s.Queued.Cc...)
+	return append(out, s.Queued.Bcc...)
+}
+
+// Attachments are the latest attachment metadata: downloaded ones once
+// scanned.
+func (s State) Attachments() []Attachment {
+	if s.Scanned != nil {
+		return s.Scanned.Attachments
+	}
+	if s.Queued != nil {
+		return s.Queued.Attachments
+	}
+	return nil
+}
+
+// Evolve applies one event.
+func Evolve(s State, e domain.Event) State {
+	switch e := e.(type) {
+	case *Queued:
+		s.Queued = e
+	case *Scanned:
+		s.Scanned = e
+	case *Sent:
+		s.Sent = e
+	case *Failed:
+		s.Failed = e
+	case *Delivered:
+		s = s.sawFeedback(e.FeedbackID)
+	case *Bounced:
+		s = s.sawFeedback(e.FeedbackID)
+	case *Complained:
+		s = s.sawFeedback(e.FeedbackID)
+	case *Opened:
+		s = s.sawFeedback(e.FeedbackID)
+	case *Clicked:
+		s = s.sawFeedback(e.FeedbackID)
+	}
+	return s
+}
+
+func (s State) sawFeedback(id string) State {
+	seen := make(map[string]bool, len(s.Feedback)+1)
+	for k := range s.Feedback {
+		seen[k] = true
+	}
+	seen[id] = true
+	s.Feedback = seen
+	return s
+}
+
+// Queue decides accepting an email. The caller has validated the request.
+func Queue(s State, q Queued) ([]domain.Event, error) {
+	if s.Exists() {
+		return nil, &domain.ConflictError{Code: "email_exists", Detail: "email already exists"}
+	}
+	return []domain.Event{&q}, nil
+}
+
+// pending reports whether the email is still inside the service.
+func (s State) pending() bool { return s.Exists() && s.Sent == nil && s.Failed == nil }
+
+// MarkScanned decides that the content gateway passed the email.
+func MarkScanned(s State, attachments []Attachment, now time.Time) []domain.Event {
+	if !s.pending() || s.Scanned != nil {
+		return nil
+	}
+	return []domain.Event{&Scanned{EmailID: s.Queued.EmailID, Attachments: attachments, ScannedAt: now}}
+}
+
+// Fail decides that the email never leaves the service.
+func Fail(s State, reason, detail string, now time.Time) []domain.Event {
+	if !s.pending() {
+		return nil
+	}
+	return []domain.Event{&Failed{EmailID: s.Queued.EmailID, Reason: reason, Detail: detail, FailedAt: now}}
+}
+
+// MarkSent decides that the provider accepted the email.
+func MarkSent(s State, providerMessageID string, now time.Time) []domain.Event {
+	if !s.pending() || s.Scanned == nil {
+		return nil
+	}
+	return []domain.Event{&Sent{EmailID: s.Queued.EmailID, ProviderMessageID: providerMessageID, SentAt: now}}
+}
+
+// FeedbackID returns the feedback id of a provider feedback event.
+func FeedbackID(e domain.Event) (string, bool) {
+	switch e := e.(type) {
+	case *Delivered:
+		return e.FeedbackID, true
+	case *Bounced:
+		return e.FeedbackID, true
+	case *Complained:
+		return e.FeedbackID, true
+	case *Opened:
+		return e.FeedbackID, true
+	case *Clicked:
+		return e.FeedbackID, true
+	}
+	return "", false
+}
+
+// RecordFeedback decides recording provider feedback: only for an email
+// that was sent, and once per feedback id (providers redeliver).
+func RecordFeedback(s State, fb domain.Event) []domain.Event {
+	id, ok := FeedbackID(fb)
+	if !ok || s.Sent == nil || s.Feedback[id] {
+		return nil
+	}
+	return []domain.Event{fb}
+}

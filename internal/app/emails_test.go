@@ -1,0 +1,327 @@
+package app_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"mime/quotedprintable"
+	"net/http"
+	"net/http/httptest"
+	"net/mail"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/config"
+)
+
+const eicar = `X5O!P%@AP[4\PZX54(P^)7CC)7}$EICAR-STANDARD-ANTIVIRUS-TEST-FILE!$H+H*`
+
+type sendWorld struct {
+	*apptest.Server
+	account, admin, key string
+}
+
+func newSendWorld(t *testing.T, configure ...func(*config.Config)) *sendWorld {
+	s := apptest.Start(t, append([]func(*config.Config){func(c *config.Config) {
+		c.EgressAllowCIDRs = "127.0.0.0/8,::1/128"
+		c.WebhookAllowHTTP = true
+	}}, configure...)...)
+	acct, admin, key := s.Sender("acme.test")
+	return &sendWorld{Server: s, account: acct, admin: admin, key: key}
+}
+
+func (w *sendWorld) send(t *testing.T, body map[string]any) map[string]any {
+	t.Helper()
+	r := w.Do("POST", "/v1/emails/send", w.key, body)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("send: %d %s", r.Status, r.Body)
+	}
+	return r.JSON(t)
+}
+
+// waitFor polls GET /v1/emails/:id until done says so.
+func (w *sendWorld) waitFor(t *testing.T, id string, done func(map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := w.Do("GET", "/v1/emails/"+id, w.key, nil)
+		if r.Status != 200 {
+			t.Fatalf("GET email: %d %s", r.Status, r.Body)
+		}
+		e := r.JSON(t)
+		if done(e) {
+			return e
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("email %s never reached the expected state; last: %s", id, r.Body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func status(want string) func(map[string]any) bool {
+	return func(e map[string]any) bool { return e["status"] == want }
+}
+
+func timelineOf(e map[string]any) []string {
+	var out []string
+	for _, ev := range e["events"].([]any) {
+		out = append(out, ev.(map[string]any)["event_type"].(string))
+	}
+	return out
+}
+
+func (w *sendWorld) outbox(id string) string { return filepath.Join(w.Config.SandboxOutbox, id+".eml") }
+
+func TestSendEndToEnd(t *testing.T) {
+	w := newSendWorld(t)
+	logo := bytes.Repeat([]byte{0x89, 'P', 'N', 'G', 0, 1, 2}, 300)
+	report := []byte("%PDF-1.4 quarterly numbers\n")
+	resp := w.send(t, map[string]any{
+		"from":     "Acme Billing <billing@acme.test>",
+		"to":       []string{"Ann <ann@example.org>", "bob@example.org"},
+		"cc":       "carol@example.org",
+		"bcc":      []string{"secret-dave@example.org"},
+		"reply_to": "support@acme.test",
+		"subject":  "Your invoice — Ümlaut edition",
+		"html":     `<p>Hello <img src="cid:logo"></p>`,
+		"text":     "Hello in plain text",
+		"tags":     map[string]string{"category": "invoice", "customer_id": "c-42"},
+		"attachments": []map[string]any{
+			{"filename": "logo.png", "content": base64.StdEncoding.EncodeToString(logo), "content_id": "logo"},
+			{"filename": "report.pdf", "content": base64.StdEncoding.EncodeToString(report)},
+		},
+	})
+	id := resp["id"].(string)
+	if resp["status"] != "queued" || resp["recipients"] != 4.0 || resp["attachments"] != 2.0 || !timestamp.MatchString(resp["created_at"].(string)) {
+		t.Fatalf("202 body: %v", resp)
+	}
+	// Read-your-writes: the very next GET finds it.
+	if r := w.Do("GET", "/v1/emails/"+id, w.key, nil); r.Status != 200 {
+		t.Fatalf("immediate GET: %d %s", r.Status, r.Body)
+	}
+	e := w.waitFor(t, id, status("delivered"))
+	if got := timelineOf(e); fmt.Sprint(got) != "[sent delivered]" {
+		t.Fatalf("timeline %v", got)
+	}
+	sent := e["events"].([]any)[0].(map[string]any)
+	if sent["metadata"].(map[string]any)["provider_message_id"] != e["provider_message_id"] || e["provider_message_id"] == nil {
+		t.Fatalf("provider_message_id: %v / %v", e["provider_message_id"], sent)
+	}
+	for _, f := range []string{"created_at", "sent_at", "delivered_at"} {
+		if s, _ := e[f].(string); !timestamp.MatchString(s) {
+			t.Errorf("%s = %v", f, e[f])
+		}
+	}
+	for _, f := range []string{"opened_at", "clicked_at", "bounced_at"} {
+		if e[f] != nil {
+			t.Errorf("%s = %v, want null", f, e[f])
+		}
+	}
+	if e["from_email"] != "Acme Billing <billing@acme.test>" || e["to_email"] != "Ann <ann@example.org>, bob@example.org" {
+		t.Fatalf("from/to: %v %v", e["from_email"], e["to_email"])
+	}
+	atts := e["attachments"].([]any)
+	if len(atts) != 2 {
+		t.Fatalf("attachments %v", atts)
+	}
+	a0, a1 := atts[0].(map[string]any), atts[1].(map[string]any)
+	if a0["filename"] != "logo.png" || a0["content_type"] != "image/png" || a0["content_id"] != "logo" || a0["size_bytes"] != float64(len(logo)) {
+		t.Fatalf("inline attachment metadata %v", a0)
+	}
+	if a1["filename"] != "report.pdf" || a1["content_type"] != "application/pdf" || a1["content_id"] != nil || a1["size_bytes"] != float64(len(report)) {
+		t.Fatalf("attachment metadata %v", a1)
+	}
+
+	// The .eml parses into the expected parts and headers.
+	raw, err := os.ReadFile(w.outbox(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte("secret-dave")) || bytes.Contains(bytes.ToLower(raw), []byte("\nbcc:")) {
+		t.Fatal("the message carries the Bcc recipient")
+	}
+	msg, err := mail.ReadMessage(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := new(mime.WordDecoder)
+	subject, _ := dec.DecodeHeader(msg.Header.Get("Subject"))
+	if subject != "Your invoice — Ümlaut edition" || msg.Header.Get("Cc") == "" || !strings.Contains(msg.Header.Get("Reply-To"), "support@acme.test") {
+		t.Fatalf("headers: %v", msg.Header)
+	}
+	if !strings.HasSuffix(msg.Header.Get("Message-Id"), "@acme.test>") {
+		t.Fatalf("Message-ID %q not on the sending domain", msg.Header.Get("Message-Id"))
+	}
+	parts := map[string][]byte{}
+	var inlineCID string
+	var walk func(ct string, body io.Reader)
+	walk = func(ct string, body io.Reader) {
+		mt, params, _ := mime.ParseMediaType(ct)
+		if strings.HasPrefix(mt, "multipart/") {
+			parts[mt] = nil
+			mr := multipart.NewReader(body, params["boundary"])
+			for {
+				p, err := mr.NextRawPart()
+				if err == io.EOF {
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				var r io.Reader = p
+				switch p.Header.Get("Content-Transfer-Encoding") {
+				case "base64":
+					r = base64.NewDecoder(base64.StdEncoding, p)
+				case "quoted-printable":
+					r = quotedprintable.NewReader(p)
+				}
+				if cid := p.Header.Get("Content-Id"); cid != "" {
+					inlineCID = cid
+				}
+				walk(p.Header.Get("Content-Type"), r)
+			}
+		}
+		b, _ := io.ReadAll(body)
+		parts[mt] = b
+	}
+	walk(msg.Header.Get("Content-Type"), msg.Body)
+	for _, mt := range []string{"multipart/mixed", "multipart/related", "multipart/alternative"} {
+		if _, ok := parts[mt]; !ok {
+			t.Errorf("no %s part", mt)
+		}
+	}
+	if string(parts["text/plain"]) != "Hello in plain text" || !strings.Contains(string(parts["text/html"]), `cid:logo`) {
+		t.Fatalf("bodies: %q %q", parts["text/plain"], parts["text/html"])
+	}
+	if !bytes.Equal(parts["image/png"], logo) || !bytes.Equal(parts["application/pdf"], report) {
+		t.Fatal("attachment bytes differ")
+	}
+	if inlineCID != "<logo>" {
+		t.Fatalf("inline Content-ID %q", inlineCID)
+	}
+}
+
+func TestSimulatorAndSuppression(t *testing.T) {
+	w := newSendWorld(t)
+	send := func(to string) string {
+		return w.send(t, map[string]any{"from": "a@acme.test", "to": to, "subject": "s", "text": "t"})["id"].(string)
+	}
+	bounced := w.waitFor(t, send("bounce@simulator.amazonses.com"), status("bounced"))
+	if got := timelineOf(bounced); fmt.Sprint(got) != "[sent bounced]" {
+		t.Fatalf("bounce timeline %v", got)
+	}
+	meta := bounced["events"].([]any)[1].(map[string]any)["metadata"].(map[string]any)
+	if meta["bounce_type"] != "Permanent" || meta["bounce_subtype"] != "General" || bounced["bounced_at"] == nil {
+		t.Fatalf("bounce: %v", bounced)
+	}
+	complained := w.waitFor(t, send("complaint@simulator.amazonses.com"), status("complained"))
+	if got := timelineOf(complained); fmt.Sprint(got) != "[sent delivered complained]" {
+		t.Fatalf("complaint timeline %v", got)
+	}
+	listed := w.waitFor(t, send("suppressionlist@simulator.amazonses.com"), status("bounced"))
+	if m := listed["events"].([]any)[1].(map[string]any)["metadata"].(map[string]any); m["bounce_subtype"] != "OnAccountSuppressionList" {
+		t.Fatalf("suppression list bounce: %v", m)
+	}
+	for _, ok := range []string{"success@simulator.amazonses.com", "ooto@simulator.amazonses.com"} {
+		w.waitFor(t, send(ok), status("delivered"))
+	}
+
+	// A second send to the hard-bounced address fails without leaving.
+	again := w.waitFor(t, send("bounce@simulator.amazonses.com"), status("failed"))
+	if got := timelineOf(again); fmt.Sprint(got) != "[failed]" {
+		t.Fatalf("suppressed timeline %v", got)
+	}
+	if r := again["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)["reason"]; r != "suppressed" {
+		t.Fatalf("reason %v", r)
+	}
+	if _, err := os.Stat(w.outbox(again["id"].(string))); !os.IsNotExist(err) {
+		t.Fatal("a suppressed email reached the outbox")
+	}
+	// The complaint suppressed its recipient too.
+	c2 := w.waitFor(t, send("complaint@simulator.amazonses.com"), status("failed"))
+	if r := c2["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)["reason"]; r != "suppressed" {
+		t.Fatalf("after complaint: %v", r)
+	}
+}
+
+func TestContentGateway(t *testing.T) {
+	w := newSendWorld(t)
+	cases := []struct {
+		name       string
+		attachment map[string]any
+		html       string
+		reason     string
+	}{
+		{"exe attachment", map[string]any{"filename": "setup.EXE", "content": base64.StdEncoding.EncodeToString([]byte("MZ..."))}, "", "blocked_attachment_type"},
+		{"eicar attachment", map[string]any{"filename": "readme.txt", "content": base64.StdEncoding.EncodeToString([]byte(eicar))}, "", "malware_detected"},
+		{"eicar body", nil, "<p>" + eicar + "</p>", "malware_detected"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			body := map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"}
+			if tc.attachment != nil {
+				body["attachments"] = []map[string]any{tc.attachment}
+			}
+			if tc.html != "" {
+				body["html"] = tc.html
+			}
+			e := w.waitFor(t, w.send(t, body)["id"].(string), status("failed"))
+			if got := timelineOf(e); fmt.Sprint(got) != "[failed]" {
+				t.Fatalf("timeline %v", got)
+			}
+			if r := e["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)["reason"]; r != tc.reason {
+				t.Fatalf("reason %v, want %s", r, tc.reason)
+			}
+			if _, err := os.Stat(w.outbox(e["id"].(string))); !os.IsNotExist(err) {
+				t.Fatal("a blocked email reached the outbox")
+			}
+		})
+	}
+}
+
+func TestPathAttachment(t *testing.T) {
+	w := newSendWorld(t)
+	pdf := []byte("%PDF-1.7 downloaded")
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/missing.pdf" {
+			http.NotFound(rw, r)
+			return
+		}
+		rw.Header().Set("Content-Type", "application/pdf")
+		rw.Write(pdf)
+	}))
+	defer srv.Close()
+	// Plain http is allowed here only because the test configures it.
+	e := w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t",
+		"attachments": []map[string]any{{"path": srv.URL + "/files/terms.pdf"}}})["id"].(string), status("delivered"))
+	a := e["attachments"].([]any)[0].(map[string]any)
+	if a["filename"] != "terms.pdf" || a["size_bytes"] != float64(len(pdf)) || a["content_type"] != "application/pdf" {
+		t.Fatalf("downloaded attachment %v", a)
+	}
+	raw, _ := os.ReadFile(w.outbox(e["id"].(string)))
+	if !bytes.Contains(raw, []byte(base64.StdEncoding.EncodeToString(pdf)[:20])) {
+		t.Fatal("downloaded bytes not in the message")
+	}
+	failed := w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t",
+		"attachments": []map[string]any{{"path": srv.URL + "/missing.pdf"}}})["id"].(string), status("failed"))
+	if r := failed["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)["reason"]; r != "attachment_download_failed" {
+		t.Fatalf("reason %v", r)
+	}
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}

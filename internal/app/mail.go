@@ -1,0 +1,85 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/internal/egress"
+	"github.com/mailroom/mailroom/internal/scan"
+	"github.com/mailroom/mailroom/processmanagers"
+	"github.com/mailroom/mailroom/readapi"
+)
+
+// openMail prepares what sending needs: blob storage, the content scanner
+// and the egress policy.
+func (a *App) openMail(ctx context.Context) error {
+	cfg := a.Config
+	var err error
+	if cfg.BlobS3Bucket != "" {
+		a.Blobs, err = blob.NewS3(blob.S3Config{Bucket: cfg.BlobS3Bucket, Prefix: cfg.BlobS3Prefix, Region: cfg.Region,
+			Endpoint: cfg.BlobS3Endpoint, PathStyle: cfg.BlobS3Endpoint != ""})
+	} else {
+		a.Blobs, err = blob.NewFS(cfg.BlobDir)
+	}
+	if err != nil {
+		return fmt.Errorf("blob storage: %w", err)
+	}
+	a.Scanner = scan.New(cfg.ClamdAddr, 30*time.Second)
+	cidrs, err := egress.ParseCIDRs(cfg.EgressAllowCIDRs)
+	if err != nil {
+		return fmt.Errorf("egress-allow-cidrs: %w", err)
+	}
+	a.Egress = egress.Policy{AllowCIDRs: cidrs, AllowHTTP: cfg.WebhookAllowHTTP}
+	return nil
+}
+
+// clock reads the app's clock, which tests may replace after Open.
+func (a *App) clock() time.Time { return a.Now() }
+
+// sendingDomain is the send command's view of an account's domain.
+func (a *App) sendingDomain(ctx context.Context, accountID, name string) (sendingdomain.State, error) {
+	st, err := readapi.SendingDomain(ctx, a.Pool, accountID, name)
+	if errors.Is(err, readapi.ErrNotFound) {
+		return st, domain.ErrNotFound
+	}
+	return st, err
+}
+
+func (a *App) pipeline() *processmanagers.Pipeline {
+	return &processmanagers.Pipeline{
+		Commands: a.Commands, Blobs: a.Blobs, Scanner: a.Scanner, Egress: a.Egress, Sender: a.Sender,
+		CanSend: func(ctx context.Context, accountID, name string) (bool, error) {
+			st, err := a.sendingDomain(ctx, accountID, name)
+			if errors.Is(err, domain.ErrNotFound) {
+				return false, nil
+			}
+			return st.CanSend(), err
+		},
+		Suppressed: func(ctx context.Context, accountID string, addresses []string) ([]string, error) {
+			rows, err := a.Pool.Query(ctx, `SELECT email FROM suppressions WHERE account_id = $1 AND email = ANY($2) ORDER BY email`, accountID, addresses)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			var out []string
+			for rows.Next() {
+				var e string
+				if err := rows.Scan(&e); err != nil {
+					return nil, err
+				}
+				out = append(out, strings.ToLower(e))
+			}
+			return out, rows.Err()
+		},
+		Settle:   a.Waiter.WaitFor,
+		MaxAge:   a.Config.SendMaxAge,
+		Download: 30 * time.Second,
+		Now:      a.clock,
+	}
+}

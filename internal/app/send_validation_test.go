@@ -1,0 +1,237 @@
+package app_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/config"
+)
+
+func TestSendValidation(t *testing.T) {
+	w := newSendWorld(t, func(c *config.Config) { c.EgressAllowCIDRs = ""; c.WebhookAllowHTTP = false })
+	base := func() map[string]any {
+		return map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "hello", "text": "t"}
+	}
+	with := func(k string, v any) map[string]any {
+		b := base()
+		if v == nil {
+			delete(b, k)
+		} else {
+			b[k] = v
+		}
+		return b
+	}
+	att := func(a map[string]any) []map[string]any { return []map[string]any{a} }
+	content := base64.StdEncoding.EncodeToString([]byte("hello"))
+	many := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("r%d@example.org", i)
+		}
+		return out
+	}
+	big := strings.Repeat("A", 21*1024*1024)
+	cases := []struct {
+		name  string
+		body  map[string]any
+		field string
+	}{
+		{"missing from", with("from", nil), "from"},
+		{"missing to", with("to", nil), "to"},
+		{"missing subject", with("subject", nil), "subject"},
+		{"subject of 999", with("subject", strings.Repeat("s", 999)), "subject"},
+		{"21 attachments", with("attachments", func() []map[string]any {
+			var out []map[string]any
+			for i := range 21 {
+				out = append(out, map[string]any{"filename": fmt.Sprint(i, ".txt"), "content": content})
+			}
+			return out
+		}()), "attachments"},
+		{"over 40 MB of base64", with("attachments", []map[string]any{{"filename": "a.bin", "content": big}, {"filename": "b.bin", "content": big}}), "attachments"},
+		{"content and path", with("attachments", att(map[string]any{"filename": "a.txt", "content": content, "path": "https://example.com/a.txt"})), "attachments.0.content"},
+		{"path over http", with("attachments", att(map[string]any{"path": "http://example.com/a.txt"})), "attachments.0.path"},
+		{"path to a private address", with("attachments", att(map[string]any{"path": "https://10.0.0.1/a.txt"})), "attachments.0.path"},
+		{"path to loopback", with("attachments", att(map[string]any{"path": "https://127.0.0.1/a.txt"})), "attachments.0.path"},
+		{"malformed to", with("to", "not-an-address"), "to.0"},
+		{"malformed cc", with("cc", []string{"ok@example.org", "bad@"}), "cc.1"},
+		{"malformed from", with("from", "acme.test"), "from"},
+		{"51 recipients", with("to", many(51)), "to"},
+		{"neither html nor text", with("text", nil), "html"},
+		{"bad tag value", with("tags", map[string]string{"ok": "has space"}), "tags.ok"},
+		{"bad tag name", with("tags", map[string]string{"no/slash": "v"}), "tags"},
+		{"content not base64", with("attachments", att(map[string]any{"filename": "a.txt", "content": "***"})), "attachments.0.content"},
+		{"content without filename", with("attachments", att(map[string]any{"content": content})), "attachments.0.filename"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := w.Do("POST", "/v1/emails/send", w.key, tc.body)
+			wantProblem(t, r, 422, "validation_failed")
+			if !strings.Contains(string(r.Body), fmt.Sprintf(`"field":%q`, tc.field)) {
+				t.Fatalf("error does not name %s: %s", tc.field, r.Body)
+			}
+		})
+	}
+	// 50 recipients in all are fine.
+	b := base()
+	b["to"], b["cc"], b["bcc"] = many(30), many(10), many(10)
+	if r := w.Do("POST", "/v1/emails/send", w.key, b); r.Status != 202 {
+		t.Fatalf("50 recipients: %d %s", r.Status, r.Body)
+	}
+
+	// Wrong JSON types are 400.
+	wantProblem(t, w.Do("POST", "/v1/emails/send", w.key, `{"from": "a@acme.test", "to": 5}`), 400, "")
+	wantProblem(t, w.Do("POST", "/v1/emails/send", w.key, `{"from": `), 400, "invalid_json")
+
+	// Unverified domains, another account's domain, unknown domains: 403.
+	ctx := context.Background()
+	if _, err := w.Commands.AddDomain(ctx, w.account, "pending.test", commands.Meta{Actor: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	w.Sender("other.test") // another account's verified domain
+	for _, from := range []string{"a@pending.test", "a@other.test", "a@nowhere.test", "a@sub.acme.test"} {
+		wantProblem(t, w.Do("POST", "/v1/emails/send", w.key, with("from", from)), 403, "domain_not_verified")
+	}
+	// A key without emails:send.
+	reader := w.Do("POST", "/api/auth/api-keys", w.admin, map[string]any{"name": "r", "permissions": []string{"emails:read"}}).JSON(t)["key"].(string)
+	wantProblem(t, w.Do("POST", "/v1/emails/send", reader, base()), 403, "permission_denied")
+	// A body over 45 MiB.
+	huge := `{"from":"a@acme.test","to":"x@example.org","subject":"s","text":"` + strings.Repeat("x", 46*1024*1024) + `"}`
+	wantProblem(t, w.Do("POST", "/v1/emails/send", w.key, huge), 413, "payload_too_large")
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	w := newSendWorld(t)
+	body := map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "once", "text": "t"}
+	do := func(key string, b map[string]any) apptest.Response {
+		return w.DoHeader("POST", "/v1/emails/send", w.key, http.Header{"Idempotency-Key": {key}}, b)
+	}
+	first := do("order-7", body)
+	second := do("order-7", body)
+	if first.Status != 202 || second.Status != 202 {
+		t.Fatalf("statuses %d %d", first.Status, second.Status)
+	}
+	if string(first.Body) != string(second.Body) {
+		t.Fatalf("a repeat answered differently:\n%s\n%s", first.Body, second.Body)
+	}
+	other := map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "different", "text": "t"}
+	wantProblem(t, do("order-7", other), 409, "idempotency_key_reused")
+	// Only one email exists.
+	w.waitFor(t, first.JSON(t)["id"].(string), status("delivered"))
+	list := w.Do("GET", "/v1/emails", w.key, nil).JSON(t)
+	if list["pagination"].(map[string]any)["total"] != 1.0 {
+		t.Fatalf("emails after a repeated send: %v", list["pagination"])
+	}
+	// Another key is another email.
+	if r := do("order-8", map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "once", "text": "t"}); r.Status != 202 || r.JSON(t)["id"] == first.JSON(t)["id"] {
+		t.Fatalf("another key: %d %s", r.Status, r.Body)
+	}
+	// After 24 hours the key is free again.
+	w.Clock.Advance(25 * time.Hour)
+	if r := do("order-7", other); r.Status != 202 || r.JSON(t)["id"] == first.JSON(t)["id"] {
+		t.Fatalf("key after 24 hours: %d %s", r.Status, r.Body)
+	}
+}
+
+func TestEmailList(t *testing.T) {
+	w := newSendWorld(t, func(c *config.Config) { c.Roles = []string{"api", "projections"} }) // stay queued
+	for i := range 45 {
+		to := fmt.Sprintf("user%02d@example.org", i)
+		if i%5 == 0 {
+			to = fmt.Sprintf("Special.Person%02d@Partner.example", i)
+		}
+		w.send(t, map[string]any{"from": "a@acme.test", "to": to, "subject": fmt.Sprint("n", i), "text": "t"})
+	}
+	page := func(q string) (map[string]any, []any) {
+		r := w.Do("GET", "/v1/emails"+q, w.key, nil)
+		if r.Status != 200 {
+			t.Fatalf("GET /v1/emails%s: %d %s", q, r.Status, r.Body)
+		}
+		b := r.JSON(t)
+		return b["pagination"].(map[string]any), b["data"].([]any)
+	}
+	pg, data := page("")
+	if fmt.Sprint(pg) != "map[page:1 per_page:20 total:45 total_pages:3]" || len(data) != 20 {
+		t.Fatalf("first page %v, %d items", pg, len(data))
+	}
+	item := data[0].(map[string]any)
+	if item["subject"] != "n44" || item["status"] != "queued" || item["attachment_count"] != 0.0 || !timestamp.MatchString(item["created_at"].(string)) {
+		t.Fatalf("newest first: %v", item)
+	}
+	for _, k := range []string{"id", "from_email", "to_email", "subject", "status", "attachment_count", "created_at"} {
+		if _, ok := item[k]; !ok {
+			t.Errorf("list item lacks %s", k)
+		}
+	}
+	if _, data := page("?page=3"); len(data) != 5 {
+		t.Fatalf("page 3 has %d items", len(data))
+	}
+	if pg, data := page("?page=4"); len(data) != 0 || pg["total"] != 45.0 {
+		t.Fatalf("page 4: %v %d", pg, len(data))
+	}
+	if pg, data := page("?per_page=500"); pg["per_page"] != 100.0 || len(data) != 45 || pg["total_pages"] != 1.0 {
+		t.Fatalf("per_page clamp: %v %d", pg, len(data))
+	}
+	if pg, _ := page("?per_page=7"); pg["total_pages"] != 7.0 {
+		t.Fatalf("per_page=7: %v", pg)
+	}
+	if pg, _ := page("?to=partner.EXAMPLE"); pg["total"] != 9.0 {
+		t.Fatalf("to filter: %v", pg)
+	}
+	if pg, _ := page("?status=queued"); pg["total"] != 45.0 {
+		t.Fatalf("status filter: %v", pg)
+	}
+	if pg, data := page("?status=delivered"); pg["total"] != 0.0 || len(data) != 0 || pg["total_pages"] != 0.0 {
+		t.Fatalf("status=delivered: %v", pg)
+	}
+	today := w.Clock.Now().UTC().Format("2006-01-02")
+	tomorrow := w.Clock.Now().UTC().AddDate(0, 0, 1).Format("2006-01-02")
+	yesterday := w.Clock.Now().UTC().AddDate(0, 0, -1).Format("2006-01-02")
+	if pg, _ := page("?date_from=" + today + "&date_to=" + today); pg["total"] != 45.0 {
+		t.Fatalf("today: %v", pg)
+	}
+	if pg, _ := page("?date_from=" + tomorrow); pg["total"] != 0.0 {
+		t.Fatalf("from tomorrow: %v", pg)
+	}
+	if pg, _ := page("?date_to=" + yesterday); pg["total"] != 0.0 {
+		t.Fatalf("to yesterday: %v", pg)
+	}
+	for _, q := range []string{"page=0", "page=-2", "per_page=0", "per_page=x", "date_to=13/01/2026"} {
+		wantProblem(t, w.Do("GET", "/v1/emails?"+q, w.key, nil), 422, "validation_failed")
+	}
+}
+
+// Emails queued while no worker runs fail with domain_removed once their
+// domain is removed.
+func TestDomainRemovedWhileQueued(t *testing.T) {
+	w := newSendWorld(t, func(c *config.Config) { c.Roles = []string{"api", "projections"} })
+	var ids []string
+	for range 3 {
+		ids = append(ids, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})["id"].(string))
+	}
+	var domainID string
+	for _, d := range w.Do("GET", "/api/domains", w.admin, nil).JSON(t)["data"].([]any) {
+		domainID = d.(map[string]any)["id"].(string)
+	}
+	if r := w.Do("DELETE", "/api/domains/"+domainID, w.admin, nil); r.Status != 204 {
+		t.Fatalf("delete domain: %d", r.Status)
+	}
+	wantProblem(t, w.Do("POST", "/v1/emails/send", w.key, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"}), 403, "domain_not_verified")
+
+	cfg, clock := w.Config, w.Clock
+	cfg.Roles = []string{"api", "projections", "workers"}
+	w.Stop()
+	w.Server = apptest.StartWithClock(t, cfg, clock)
+	for _, id := range ids {
+		e := w.waitFor(t, id, status("failed"))
+		if r := e["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)["reason"]; r != "domain_removed" {
+			t.Fatalf("reason %v", r)
+		}
+	}
+}

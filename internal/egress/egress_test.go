@@ -1,0 +1,624 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/internal/dnscheck"
+	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
+)
+
+const (
+	publicV4 = "93.184.216.34"
+	publicV6 = "2606:2800:220:1:248:1893:25c8:1946"
+)
+
+// resolverFor returns a pure-Go resolver that asks only the test DNS server.
+func resolverFor(srv *dnstest.Server) *net.Resolver {
+	return &net.Resolver{
+		PreferGo: true,
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, srv.Addr())
+		},
+	}
+}
+
+func a(name, value string) dnscheck.Record {
+	return dnscheck.Record{Type: "A", Name: name, Value: value}
+}
+func aaaa(name, value string) dnscheck.Record {
+	return dnscheck.Record{Type: "AAAA", Name: name, Value: value}
+}
+
+func loopback(t *testing.T) []netip.Prefix {
+	t.Helper()
+	p, err := ParseCIDRs("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// counting wraps h and counts the requests that reach it.
+func counting(hits *atomic.Int32, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		h(w, r)
+	}
+}
+
+func ok(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }
+
+// tlsConfigOf is the client TLS configuration trusting srv's certificate
+// (valid for 127.0.0.1, ::1 and example.com).
+func tlsConfigOf(srv *httptest.Server) *tls.Config {
+	return srv.Client().Transport.(*http.Transport).TLSClientConfig
+}
+
+func TestParseCIDRs(t *testing.T) {
+	got, err := ParseCIDRs(" 127.0.0.0/8 , ::1/128,,10.1.2.3, 192.168.1.7/16 ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"127.0.0.0/8", "::1/128", "10.1.2.3/32", "192.168.0.0/16"}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].String() != want[i] {
+			t.Errorf("prefix %d = %s, want %s", i, got[i], want[i])
+		}
+	}
+	for _, empty := range []string{"", "  ", ","} {
+		if got, err := ParseCIDRs(empty); err != nil || len(got) != 0 {
+			t.Errorf("ParseCIDRs(%q) = %v, %v; want none", empty, got, err)
+		}
+	}
+	for _, bad := range []string{"127.0.0.0/33", "nonsense", "10.0.0.0/8,x"} {
+		if _, err := ParseCIDRs(bad); err == nil {
+			t.Errorf("ParseCIDRs(%q) accepted", bad)
+		}
+	}
+}
+
+func TestCheckURLRefuses(t *testing.T) {
+	dns := dnstest.Start(t)
+	dns.Set(
+		a("private.example.com", "10.1.2.3"),
+		a("mixed.example.com", publicV4), a("mixed.example.com", "10.0.0.5"),
+		a("mixed6.example.com", publicV4), aaaa("mixed6.example.com", "fd00::1"),
+		aaaa("imds.example.com", "fd00:ec2::254"),
+		a("loop.example.com", "127.0.0.1"),
+	)
+	p := Policy{Resolver: resolverFor(dns)}
+
+	cases := []struct {
+		url  string
+		want string // exact message, or "" to only require ErrRefused
+	}{
+		{"http://example.com/hook", "must use https"},
+		{"ftp://example.com/file", "must use https"},
+		{"https://user:pw@example.com/", "must not contain credentials"},
+		{"https:///path", "host is required"},
+		{"https://127.0.0.1/", "host is a loopback address (127.0.0.1)"},
+		{"https://10.0.0.1/", "host is a private address (10.0.0.1)"},
+		{"https://[::1]/", "host is a loopback address (::1)"},
+		{"https://[::ffff:127.0.0.1]/", "host is a loopback address (::ffff:127.0.0.1)"},
+		{"https://2130706433/", "host is a loopback address (127.0.0.1)"},
+		{"https://0177.0.0.1/", "host is a loopback address (127.0.0.1)"},
+		{"https://0x7f000001/", "host is a loopback address (127.0.0.1)"},
+		{"https://0x7f.0.0.1/", "host is a loopback address (127.0.0.1)"},
+		{"https://127.1/", "host is a loopback address (127.0.0.1)"},
+		{"https://10.1/", "host is a private address (10.0.0.1)"},
+		{"https://012.0x1.2/", "host is a private address (10.1.0.2)"},
+		{"https://127.0.0.1./", "host is a loopback address (127.0.0.1)"},
+		{"https://127.0.0.%31/", "invalid URL"},
+		{"https://4294967296/", "host is not a valid IP address"},
+		{"https://1.2.3.4.5/", "host is not a valid IP address"},
+		{"https://08.0.0.1/", "host is not a valid IP address"},
+		{"https://localhost/", "localhost is not allowed"},
+		{"https://LOCALHOST:8443/", "localhost is not allowed"},
+		{"https://foo.localhost/", "localhost is not allowed"},
+		{"https://printer.local/", ".local names are not allowed"},
+		{"https://svc.internal/", ".internal names are not allowed"},
+		{"https://intranet/", "host must be a fully qualified domain name"},
+		{"https://169.254.169.254/latest/meta-data/", "host is a cloud metadata address (169.254.169.254)"},
+		{"https://169.254.1.1/", "host is a link-local address (169.254.1.1)"},
+		{"https://100.64.0.1/", "host is a shared (CGNAT) address (100.64.0.1)"},
+		{"https://[fd00::1]/", "host is a private address (fd00::1)"},
+		{"https://[fd00:ec2::254]/", "host is a cloud metadata address (fd00:ec2::254)"},
+		{"https://[fe80::1%25eth0]/", "host is a link-local address (fe80::1)"},
+		{"https://0.0.0.0/", "host is an unspecified address (0.0.0.0)"},
+		{"https://[::]/", "host is an unspecified address (::)"},
+		{"https://255.255.255.255/", "host is a broadcast address (255.255.255.255)"},
+		{"https://224.0.0.1/", "host is a multicast address (224.0.0.1)"},
+		{"https://[ff02::1]/", "host is a multicast address (ff02::1)"},
+		{"https://192.0.2.1/", ""},         // documentation
+		{"https://198.18.0.1/", ""},        // benchmarking
+		{"https://240.0.0.1/", ""},         // reserved
+		{"https://[2001:db8::1]/", ""},     // documentation
+		{"https://[64:ff9b::7f00:1]/", ""}, // NAT64 of 127.0.0.1
+		{"https://[2002:7f00:1::]/", ""},   // 6to4 of 127.0.0.1
+		{"https://[2001::1]/", ""},         // Teredo
+		{"https://[::127.0.0.1]/", ""},     // IPv4-compatible
+		{"https://example.com:0/", "invalid port"},
+		{"https://private.example.com/hook", "host resolves to a private address (10.1.2.3)"},
+		{"https://mixed.example.com/hook", "host resolves to a private address (10.0.0.5)"},
+		{"https://mixed6.example.com/hook", "host resolves to a private address (fd00::1)"},
+		{"https://imds.example.com/hook", "host resolves to a cloud metadata address (fd00:ec2::254)"},
+		{"https://loop.example.com/hook", "host resolves to a loopback address (127.0.0.1)"},
+	}
+	for _, c := range cases {
+		err := p.CheckURL(context.Background(), c.url)
+		if err == nil {
+			t.Errorf("CheckURL(%q) accepted", c.url)
+			continue
+		}
+		if !errors.Is(err, ErrRefused) {
+			t.Errorf("CheckURL(%q) = %v; does not wrap ErrRefused", c.url, err)
+		}
+		if c.want != "" && err.Error() != c.want {
+			t.Errorf("CheckURL(%q) = %q, want %q", c.url, err, c.want)
+		}
+	}
+}
+
+func TestCheckURLAccepts(t *testing.T) {
+	dns := dnstest.Start(t)
+	dns.Set(
+		a("public.example.com", publicV4), aaaa("public.example.com", publicV6),
+		a("cafe.beef", publicV4),
+	)
+	p := Policy{Resolver: resolverFor(dns)}
+	for _, u := range []string{
+		"https://public.example.com/hooks/mailroom?x=1",
+		"https://PUBLIC.Example.com.:8443/hook",
+		"https://cafe.beef/", // hex letters, but not a number: a host name
+		"https://" + publicV4 + "/",
+		"https://[" + publicV6 + "]/",
+		"https://[::ffff:" + publicV4 + "]/",
+		"https://0x5db8d822/", // 93.184.216.34 in hex
+	} {
+		if err := p.CheckURL(context.Background(), u); err != nil {
+			t.Errorf("CheckURL(%q) = %v", u, err)
+		}
+	}
+}
+
+func TestCheckURLResolutionFailures(t *testing.T) {
+	dns := dnstest.Start(t)
+	dns.Set(dnscheck.Record{Type: "TXT", Name: "txtonly.example.com", Value: "v=spf1 -all"})
+	p := Policy{Resolver: resolverFor(dns)}
+
+	err := p.CheckURL(context.Background(), "https://nowhere.example.com/")
+	if err == nil || err.Error() != "host does not resolve" {
+		t.Fatalf("unknown host: %v", err)
+	}
+	if errors.Is(err, ErrRefused) {
+		t.Error("a resolution failure is not a policy refusal")
+	}
+	if got := Describe(err); got != "dns: no such host" {
+		t.Errorf("Describe = %q", got)
+	}
+	if err := p.CheckURL(context.Background(), "https://txtonly.example.com/"); err == nil {
+		t.Error("host without addresses accepted")
+	}
+}
+
+func TestAllowCIDRs(t *testing.T) {
+	p := Policy{AllowCIDRs: loopback(t), AllowHTTP: true}
+	for _, u := range []string{"https://127.0.0.1:8443/x", "http://127.0.0.1/x", "http://127.9.9.9:81/", "https://[::ffff:127.0.0.1]/"} {
+		if err := p.CheckURL(context.Background(), u); err != nil {
+			t.Errorf("CheckURL(%q) = %v", u, err)
+		}
+	}
+	for _, u := range []string{"http://[::1]/", "https://10.0.0.1/", "https://localhost/", "http://169.254.169.254/"} {
+		if err := p.CheckURL(context.Background(), u); !errors.Is(err, ErrRefused) {
+			t.Errorf("CheckURL(%q) = %v; want refusal", u, err)
+		}
+	}
+	noHTTP := Policy{AllowCIDRs: loopback(t)}
+	if err := noHTTP.CheckURL(context.Background(), "http://127.0.0.1/"); err == nil || err.Error() != "must use https" {
+		t.Errorf("http without AllowHTTP: %v", err)
+	}
+}
+
+func TestClientConfiguration(t *testing.T) {
+	c := Policy{}.Client(10 * time.Second)
+	tr, isOurs := c.Transport.(*transport)
+	if !isOurs {
+		t.Fatalf("transport is %T", c.Transport)
+	}
+	if tr.base.Proxy != nil {
+		t.Error("transport uses a proxy function")
+	}
+	if tr.base.MaxIdleConnsPerHost != maxIdleConnsPerHost || tr.base.TLSHandshakeTimeout <= 0 {
+		t.Errorf("transport limits: %d per host, TLS handshake %s", tr.base.MaxIdleConnsPerHost, tr.base.TLSHandshakeTimeout)
+	}
+	if tr.timeout != 10*time.Second {
+		t.Errorf("timeout = %s", tr.timeout)
+	}
+	if c.CheckRedirect == nil || c.CheckRedirect(nil, nil) != http.ErrUseLastResponse {
+		t.Error("redirects would be followed")
+	}
+}
+
+func TestClientReachesAllowedServer(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewTLSServer(counting(&hits, ok))
+	defer srv.Close()
+
+	c := Policy{AllowCIDRs: loopback(t)}.ClientWithTLS(5*time.Second, tlsConfigOf(srv))
+	resp, err := c.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "ok" || hits.Load() != 1 {
+		t.Fatalf("status %d, body %q, hits %d", resp.StatusCode, body, hits.Load())
+	}
+}
+
+func TestClientRefusesPrivateDestination(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewTLSServer(counting(&hits, ok))
+	defer srv.Close()
+
+	c := Policy{}.ClientWithTLS(5*time.Second, tlsConfigOf(srv))
+	resp, err := c.Get(srv.URL)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("request to 127.0.0.1 succeeded")
+	}
+	if !errors.Is(err, ErrRefused) || Describe(err) != "destination not allowed" {
+		t.Errorf("err = %v, Describe = %q", err, Describe(err))
+	}
+	if hits.Load() != 0 {
+		t.Errorf("server received %d requests", hits.Load())
+	}
+}
+
+func TestClientRefusesPlainHTTPUnlessAllowed(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(counting(&hits, ok))
+	defer srv.Close()
+
+	c := Policy{AllowCIDRs: loopback(t)}.Client(5 * time.Second)
+	resp, err := c.Get(srv.URL)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("plain http request succeeded without AllowHTTP")
+	}
+	if !errors.Is(err, ErrRefused) {
+		t.Errorf("err = %v; want ErrRefused", err)
+	}
+	if hits.Load() != 0 {
+		t.Errorf("server received %d requests", hits.Load())
+	}
+
+	c = Policy{AllowCIDRs: loopback(t), AllowHTTP: true}.Client(5 * time.Second)
+	resp, err = c.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if hits.Load() != 1 {
+		t.Errorf("server received %d requests, want 1", hits.Load())
+	}
+}
+
+// TestClientRefusesRebinding checks the connection-time half: a host name
+// that resolved to a public address when checked and to loopback when
+// dialled must not be connected to.
+func TestClientRefusesRebinding(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewTLSServer(counting(&hits, ok))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	target := "https://example.com:" + port + "/hook" // the test certificate is valid for example.com
+
+	dns := dnstest.Start(t)
+	dns.Set(a("example.com", publicV4))
+	p := Policy{Resolver: resolverFor(dns)}
+	if err := p.CheckURL(context.Background(), target); err != nil {
+		t.Fatalf("CheckURL at create time: %v", err)
+	}
+
+	dns.Set(a("example.com", "127.0.0.1")) // rebind
+	resp, err := p.ClientWithTLS(5*time.Second, tlsConfigOf(srv)).Get(target)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("request to a host now resolving to 127.0.0.1 succeeded")
+	}
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("err = %v; want ErrRefused", err)
+	}
+	if got := Describe(err); got != "destination not allowed" {
+		t.Errorf("Describe = %q", got)
+	}
+	if hits.Load() != 0 {
+		t.Fatalf("server received %d requests", hits.Load())
+	}
+
+	// Control: the same request is fine once loopback is allowed, so the
+	// refusal above came from the policy, not from DNS or TLS.
+	p.AllowCIDRs = loopback(t)
+	resp, err = p.ClientWithTLS(5*time.Second, tlsConfigOf(srv)).Get(target)
+	if err != nil {
+		t.Fatalf("allowed request: %v", err)
+	}
+	resp.Body.Close()
+	if hits.Load() != 1 {
+		t.Errorf("server received %d requests, want 1", hits.Load())
+	}
+}
+
+func TestClientDoesNotFollowRedirects(t *testing.T) {
+	var targetHits atomic.Int32
+	target := httptest.NewServer(counting(&targetHits, ok))
+	defer target.Close()
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+"/elsewhere", http.StatusFound)
+	}))
+	defer redirector.Close()
+
+	c := Policy{AllowCIDRs: loopback(t), AllowHTTP: true}.Client(5 * time.Second)
+	resp, err := c.Post(redirector.URL, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != target.URL+"/elsewhere" {
+		t.Errorf("status %d, Location %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if targetHits.Load() != 0 {
+		t.Errorf("redirect target received %d requests", targetHits.Load())
+	}
+	if got := DescribeStatus(resp.StatusCode); got != "redirect 302 not followed" {
+		t.Errorf("DescribeStatus = %q", got)
+	}
+}
+
+// blockUntilDone holds a handler until the client goes away (or the test
+// ends), so no handler outlives its server.
+func blockUntilDone(release <-chan struct{}, r *http.Request) {
+	select {
+	case <-r.Context().Done():
+	case <-release:
+	}
+}
+
+func TestClientTimeout(t *testing.T) {
+	release := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/headers", func(w http.ResponseWriter, r *http.Request) {
+		blockUntilDone(release, r)
+	})
+	mux.HandleFunc("/body", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "partial")
+		w.(http.Flusher).Flush()
+		blockUntilDone(release, r)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	defer close(release)
+
+	const timeout = 50 * time.Millisecond
+	p := Policy{AllowCIDRs: loopback(t), AllowHTTP: true}
+	c := p.Client(timeout)
+
+	resp, err := c.Get(srv.URL + "/headers")
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("request to a stalled server succeeded")
+	}
+	if got := Describe(err); got != "timeout after 50ms" {
+		t.Errorf("Describe(awaiting headers) = %q (err %v)", got, err)
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err %v is not a timeout", err)
+	}
+
+	resp, err = c.Get(srv.URL + "/body")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if got := Describe(err); got != "timeout after 50ms" {
+		t.Errorf("Describe(reading body) = %q (err %v)", got, err)
+	}
+
+	_, err = p.Fetch(context.Background(), c, srv.URL+"/headers", 1<<20)
+	if got := Describe(err); got != "timeout after 50ms" {
+		t.Errorf("Describe(Fetch) = %q (err %v)", got, err)
+	}
+}
+
+func TestFetch(t *testing.T) {
+	var hits, targetHits atomic.Int32
+	target := httptest.NewTLSServer(counting(&targetHits, ok))
+	defer target.Close()
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("/files/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/pdf")
+		io.WriteString(w, "%PDF-1.7")
+	})
+	mux.HandleFunc("/cd", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Disposition", `attachment; filename="invoice 42.pdf"`)
+		io.WriteString(w, "data")
+	})
+	mux.HandleFunc("/cd-star", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Disposition", `attachment; filename*=UTF-8''r%C3%A9sum%C3%A9.pdf`)
+		io.WriteString(w, "data")
+	})
+	mux.HandleFunc("/cd-path", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Disposition", `attachment; filename="../../etc/passwd"`)
+		io.WriteString(w, "data")
+	})
+	mux.HandleFunc("/dir/", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "data")
+	})
+	mux.HandleFunc("/exact", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strings.Repeat("x", 100))
+	})
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strings.Repeat("x", 101)) // Content-Length known
+	})
+	mux.HandleFunc("/big-chunked", func(w http.ResponseWriter, r *http.Request) {
+		for range 10 {
+			io.WriteString(w, strings.Repeat("x", 20))
+			w.(http.Flusher).Flush() // no Content-Length
+		}
+	})
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+"/secret", http.StatusFound)
+	})
+	mux.HandleFunc("/missing", http.NotFound)
+	srv := httptest.NewTLSServer(counting(&hits, mux.ServeHTTP))
+	defer srv.Close()
+
+	p := Policy{AllowCIDRs: loopback(t)}
+	c := p.ClientWithTLS(5*time.Second, tlsConfigOf(srv))
+	ctx := context.Background()
+	const limit = 100
+
+	good := []struct{ path, filename, body, contentType string }{
+		{"/files/report%20q1.pdf", "report q1.pdf", "%PDF-1.7", "application/pdf"},
+		{"/cd", "invoice 42.pdf", "data", "text/plain; charset=utf-8"},
+		{"/cd-star", "résumé.pdf", "data", "text/plain; charset=utf-8"},
+		{"/cd-path", "passwd", "data", "text/plain; charset=utf-8"},
+		{"/dir/", "attachment", "data", "text/plain; charset=utf-8"},
+		{"/exact", "exact", strings.Repeat("x", 100), "text/plain; charset=utf-8"},
+	}
+	for _, g := range good {
+		d, err := p.Fetch(ctx, c, srv.URL+g.path, limit)
+		if err != nil {
+			t.Errorf("Fetch(%s): %v", g.path, err)
+			continue
+		}
+		if string(d.Body) != g.body || d.Filename != g.filename || d.ContentType != g.contentType {
+			t.Errorf("Fetch(%s) = body %q, filename %q, type %q; want %q, %q, %q",
+				g.path, d.Body, d.Filename, d.ContentType, g.body, g.filename, g.contentType)
+		}
+	}
+
+	bad := []struct{ path, want string }{
+		{"/big", "larger than 100 bytes"},
+		{"/big-chunked", "larger than 100 bytes"},
+		{"/redirect", "redirect 302 not followed"},
+		{"/missing", "server returned 404"},
+	}
+	for _, b := range bad {
+		_, err := p.Fetch(ctx, c, srv.URL+b.path, limit)
+		if err == nil {
+			t.Errorf("Fetch(%s) succeeded", b.path)
+			continue
+		}
+		if err.Error() != b.want || Describe(err) != b.want {
+			t.Errorf("Fetch(%s) = %q (Describe %q), want %q", b.path, err, Describe(err), b.want)
+		}
+	}
+	if targetHits.Load() != 0 {
+		t.Errorf("redirect target received %d requests", targetHits.Load())
+	}
+
+	// Without the development allowance, loopback is refused before any
+	// request is made.
+	before := hits.Load()
+	_, err := Policy{}.Fetch(ctx, c, srv.URL+"/files/a.pdf", limit)
+	if !errors.Is(err, ErrRefused) || Describe(err) != "destination not allowed" {
+		t.Errorf("Fetch from loopback without allowance: %v", err)
+	}
+	if _, err := p.Fetch(ctx, c, strings.Replace(srv.URL, "https:", "http:", 1)+"/files/a.pdf", limit); err == nil || err.Error() != "must use https" {
+		t.Errorf("Fetch over http: %v", err)
+	}
+	if hits.Load() != before {
+		t.Errorf("server received %d refused requests", hits.Load()-before)
+	}
+}
+
+func TestFilenameFromURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://x.example.com/a/b/c.txt":      "c.txt",
+		"https://x.example.com/a%2Fb.txt":      "b.txt",
+		"https://x.example.com/a/..":           "attachment",
+		"https://x.example.com/":               "attachment",
+		"https://x.example.com":                "attachment",
+		"https://x.example.com/caf%C3%A9.png":  "café.png",
+		"https://x.example.com/x%0Ay.png?q=1":  "xy.png",
+		"https://x.example.com/a%5C..%5Cb.doc": "b.doc",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := filename("", u); got != want {
+			t.Errorf("filename(%s) = %q, want %q", raw, got, want)
+		}
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	p := Policy{AllowCIDRs: loopback(t), AllowHTTP: true}
+	c := p.Client(5 * time.Second)
+
+	// Connection refused: a port nobody listens on any more.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = c.Get("http://" + addr + "/")
+	if got := Describe(err); got != "connection refused" {
+		t.Errorf("closed port: Describe = %q (err %v)", got, err)
+	}
+
+	// Unknown host name, resolved at dial time.
+	dns := dnstest.Start(t)
+	p.Resolver = resolverFor(dns)
+	_, err = p.Client(5 * time.Second).Get("http://nowhere.example.com:8080/")
+	if got := Describe(err); got != "dns: no such host" {
+		t.Errorf("unknown host: Describe = %q (err %v)", got, err)
+	}
+
+	// Untrusted certificate.
+	srv := httptest.NewTLSServer(http.HandlerFunc(ok))
+	defer srv.Close()
+	_, err = c.Get(srv.URL)
+	if got := Describe(err); got != "tls: certificate signed by unknown authority" {
+		t.Errorf("untrusted certificate: Describe = %q (err %v)", got, err)
+	}
+
+	if got := Describe(nil); got != "" {
+		t.Errorf("Describe(nil) = %q", got)
+	}
+	if got := Describe(fmt.Errorf("deliver: %w", &TooLargeError{Limit: 10})); got != "larger than 10 bytes" {
+		t.Errorf("Describe(wrapped TooLargeError) = %q", got)
+	}
+	for code, want := range map[int]string{
+		200: "", 204: "", 301: "redirect 301 not followed", 302: "redirect 302 not followed",
+		307: "redirect 307 not followed", 404: "receiver returned 404", 500: "receiver returned 500",
+	} {
+		if got := DescribeStatus(code); got != want {
+			t.Errorf("DescribeStatus(%d) = %q, want %q", code, got, want)
+		}
+	}
+}

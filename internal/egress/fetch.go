@@ -1,0 +1,133 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Download is a fetched attachment.
+type Download struct {
+	Body []byte
+	// ContentType is the response's Content-Type header as sent (may be
+	// empty; the caller decides whether to sniff).
+	ContentType string
+	// Filename comes from Content-Disposition's filename, else the last
+	// URL path segment (unescaped), else "attachment"; never a path.
+	Filename string
+}
+
+// StatusError is a response status Fetch does not accept.
+type StatusError struct {
+	Code int
+}
+
+func (e *StatusError) Error() string {
+	if e.Code >= 300 && e.Code < 400 {
+		return fmt.Sprintf("redirect %d not followed", e.Code)
+	}
+	return fmt.Sprintf("server returned %d", e.Code)
+}
+
+// TooLargeError is a download over the caller's byte limit.
+type TooLargeError struct {
+	Limit int64
+}
+
+func (e *TooLargeError) Error() string { return fmt.Sprintf("larger than %d bytes", e.Limit) }
+
+// defaultFetchTimeout is used when Fetch is given no client.
+const defaultFetchTimeout = 30 * time.Second
+
+// Fetch downloads raw for an attachment `path`: CheckURL, then GET through
+// client (nil means p.Client(30s)), which should come from the same Policy.
+// Only 2xx is accepted (a 3xx gives "redirect 302 not followed", since
+// redirects are never followed), and a body over maxBytes gives "larger than
+// N bytes". Errors are for Describe.
+func (p Policy) Fetch(ctx context.Context, client *http.Client, raw string, maxBytes int64) (Download, error) {
+	if maxBytes <= 0 {
+		return Download{}, errors.New("egress: Fetch needs a positive maxBytes")
+	}
+	if err := p.CheckURL(ctx, raw); err != nil {
+		return Download{}, err
+	}
+	if client == nil {
+		client = p.Client(defaultFetchTimeout)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+	if err != nil {
+		return Download{}, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return Download{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return Download{}, &StatusError{Code: resp.StatusCode}
+	}
+	if resp.ContentLength > maxBytes {
+		return Download{}, &TooLargeError{Limit: maxBytes}
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes+1))
+	if err != nil {
+		return Download{}, err
+	}
+	if int64(len(body)) > maxBytes {
+		return Download{}, &TooLargeError{Limit: maxBytes}
+	}
+	return Download{
+		Body:        body,
+		ContentType: strings.TrimSpace(resp.Header.Get("Content-Type")),
+		Filename:    filename(resp.Header.Get("Content-Disposition"), req.URL),
+	}, nil
+}
+
+// filename picks the attachment's name: Content-Disposition's filename
+// (mime also decodes RFC 2231 filename*), else the last URL path segment.
+func filename(disposition string, u *url.URL) string {
+	if disposition != "" {
+		if _, params, err := mime.ParseMediaType(disposition); err == nil {
+			if name := cleanFilename(params["filename"]); name != "" {
+				return name
+			}
+		}
+	}
+	seg := u.EscapedPath()
+	if i := strings.LastIndex(seg, "/"); i >= 0 {
+		seg = seg[i+1:]
+	}
+	if name, err := url.PathUnescape(seg); err == nil {
+		if name = cleanFilename(name); name != "" {
+			return name
+		}
+	}
+	return "attachment"
+}
+
+// cleanFilename keeps only the final element of a name that may carry a
+// path (either separator), drops control characters and refuses "." and
+// "..".
+func cleanFilename(s string) string {
+	if i := strings.LastIndexAny(s, `/\`); i >= 0 {
+		s = s[i+1:]
+	}
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, s)
+	s = strings.TrimSpace(s)
+	if s == "." || s == ".." {
+		return ""
+	}
+	return s
+}

@@ -1,0 +1,225 @@
+// Package mailmsg renders the one RFC 5322 / MIME message that every provider
+// sends (sandbox .eml, SES raw content, SMTP), and parses the addresses a send
+// request carries.
+//
+// The builder is deliberately strict: anything that could smuggle a header or
+// break the MIME structure (line breaks in a subject or name, unusual header
+// names, multipart content types on attachments) is refused with an error
+// rather than escaped in some clever way.
+package mailmsg
+
+import (
+	"errors"
+	"net/mail"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Address is one mailbox: an optional display name and an addr-spec.
+type Address struct {
+	Name  string
+	Email string
+}
+
+// String renders the address in RFC 5322 form, on one line: a bare addr-spec
+// when there is no name, else `Name <a@b.com>` with the name quoted when it
+// needs to be and RFC 2047-encoded when it is not plain printable ASCII.
+func (a Address) String() string {
+	return strings.Join(addressTokens(a), " ")
+}
+
+// addressTokens returns the address as pieces that, joined with single
+// spaces, give String(); a header may be folded between any two of them.
+func addressTokens(a Address) []string {
+	if a.Name == "" {
+		return []string{a.Email}
+	}
+	return append(phraseTokens(a.Name), "<"+a.Email+">")
+}
+
+// ErrInvalidAddress is matched (errors.Is) by every error ParseAddress and
+// the address checks of Build return.
+var ErrInvalidAddress = errors.New("is not a valid email address")
+
+// AddressError says why an address was refused. Its message is meant to
+// follow a field name in a 422 response: "to is not a valid email address
+// (the domain needs a dot)".
+type AddressError struct {
+	Reason string
+}
+
+func (e *AddressError) Error() string {
+	if e.Reason == "" {
+		return ErrInvalidAddress.Error()
+	}
+	return ErrInvalidAddress.Error() + " (" + e.Reason + ")"
+}
+
+// Is makes errors.Is(err, ErrInvalidAddress) true.
+func (e *AddressError) Is(target error) bool { return target == ErrInvalidAddress }
+
+func addrErr(reason string) error { return &AddressError{Reason: reason} }
+
+const (
+	maxLocalLen  = 64
+	maxEmailLen  = 254
+	maxDomainLen = 253
+	maxLabelLen  = 63
+)
+
+// ParseAddress parses exactly one address, either "a@b.com", "<a@b.com>" or
+// "Name <a@b.com>" (the name may be quoted or RFC 2047-encoded). It is
+// stricter than net/mail: the local part must be an ASCII dot-atom of at
+// most 64 bytes, the domain must have at least two labels of letters, digits
+// and hyphens (internationalised labels are kept as given, not converted to
+// punycode), the top-level label must not be numeric, and the whole addr-spec
+// must fit in 254 bytes. Comments, quoted local parts, IP literals and lists
+// are refused. The error is an *AddressError.
+func ParseAddress(s string) (Address, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return Address{}, addrErr("it is empty")
+	}
+	if strings.ContainsAny(s, "\r\n") {
+		return Address{}, addrErr("it contains a line break")
+	}
+	raw, namePart := s, ""
+	if strings.HasSuffix(s, ">") {
+		i := strings.LastIndexByte(s, '<')
+		if i < 0 {
+			return Address{}, addrErr("unbalanced angle brackets")
+		}
+		raw, namePart = s[i+1:len(s)-1], strings.TrimSpace(s[:i])
+	}
+	if err := checkEmail(raw); err != nil {
+		return Address{}, err
+	}
+	if namePart == "" {
+		return Address{Email: raw}, nil
+	}
+	// net/mail knows quoted strings and encoded-words; the addr-spec it
+	// finds must be the one checked above.
+	parsed, err := mail.ParseAddress(s)
+	if err != nil || parsed.Address != raw {
+		return Address{}, addrErr("the display name is malformed; put it in double quotes")
+	}
+	name := strings.TrimSpace(parsed.Name)
+	if err := checkName(name); err != nil {
+		return Address{}, addrErr("the display name " + err.Error())
+	}
+	return Address{Name: name, Email: raw}, nil
+}
+
+// checkEmail applies ParseAddress's rules to a bare addr-spec.
+func checkEmail(email string) error {
+	if email == "" {
+		return addrErr("it is empty")
+	}
+	if !utf8.ValidString(email) {
+		return addrErr("it is not valid UTF-8")
+	}
+	if strings.IndexFunc(email, unicode.IsSpace) >= 0 {
+		return addrErr("it contains a space")
+	}
+	at := strings.LastIndexByte(email, '@')
+	if at < 0 {
+		return addrErr("it has no @")
+	}
+	local, domain := email[:at], email[at+1:]
+	if local == "" {
+		return addrErr("the part before @ is missing")
+	}
+	if domain == "" {
+		return addrErr("the domain is missing")
+	}
+	if len(email) > maxEmailLen {
+		return addrErr("it is longer than 254 characters")
+	}
+	if len(local) > maxLocalLen {
+		return addrErr("the part before @ is longer than 64 characters")
+	}
+	if !isDotAtom(local) {
+		return addrErr("the part before @ has characters that are not allowed")
+	}
+	return checkDomain(domain)
+}
+
+// checkDomain checks a host name: dot-separated labels of letters, digits
+// and inner hyphens; non-ASCII letters are allowed (IDN, kept as given).
+func checkDomain(domain string) error {
+	if len(domain) > maxDomainLen {
+		return addrErr("the domain is too long")
+	}
+	if !strings.Contains(domain, ".") {
+		return addrErr("the domain needs a dot")
+	}
+	labels := strings.Split(domain, ".")
+	for _, l := range labels {
+		if l == "" {
+			return addrErr("the domain has an empty label")
+		}
+		if utf8.RuneCountInString(l) > maxLabelLen {
+			return addrErr("a domain label is longer than 63 characters")
+		}
+		if l[0] == '-' || l[len(l)-1] == '-' {
+			return addrErr("a domain label starts or ends with a hyphen")
+		}
+		for _, r := range l {
+			switch {
+			case r == '-', r < utf8.RuneSelf && (isASCIILetter(byte(r)) || isDigit(byte(r))):
+			case r >= utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)):
+			default:
+				return addrErr("the domain has characters that are not allowed")
+			}
+		}
+	}
+	tld := labels[len(labels)-1]
+	if strings.IndexFunc(tld, func(r rune) bool { return r < '0' || r > '9' }) < 0 {
+		return addrErr("the domain ends in a number")
+	}
+	return nil
+}
+
+// checkName refuses display names that cannot be rendered safely: invalid
+// UTF-8, line breaks and control characters other than tab.
+func checkName(s string) error {
+	return checkText(s)
+}
+
+// checkText is the rule shared by subjects and display names.
+func checkText(s string) error {
+	if !utf8.ValidString(s) {
+		return errors.New("is not valid UTF-8")
+	}
+	if strings.ContainsAny(s, "\r\n") {
+		return errors.New("must not contain line breaks")
+	}
+	for _, r := range s {
+		if (r < 0x20 && r != '\t') || r == 0x7f {
+			return errors.New("must not contain control characters")
+		}
+	}
+	return nil
+}
+
+func isASCIILetter(b byte) bool { return b|0x20 >= 'a' && b|0x20 <= 'z' }
+func isDigit(b byte) bool       { return b >= '0' && b <= '9' }
+
+// isAtext reports whether b is an RFC 5322 atext character.
+func isAtext(b byte) bool {
+	return isASCIILetter(b) || isDigit(b) || strings.IndexByte("!#$%&'*+-/=?^_`{|}~", b) >= 0
+}
+
+// isDotAtom reports whether s is an ASCII RFC 5322 dot-atom-text.
+func isDotAtom(s string) bool {
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] != '.' && !isAtext(s[i]) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,94 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/mailroom/mailroom/internal/provider"
+)
+
+// Outbox writes every message as <email_id>.eml into a directory instead
+// of delivering it. A message is written at most once: a repeated send of
+// the same email (after a crash, say) finds its file and changes nothing.
+type Outbox struct{ dir string }
+
+// NewOutbox returns an outbox writing into dir, created if missing.
+func NewOutbox(dir string) (*Outbox, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("sandbox outbox: %w", err)
+	}
+	return &Outbox{dir: dir}, nil
+}
+
+var _ provider.Sender = (*Outbox)(nil)
+
+// MessageID is the provider message id the sandbox gives an email.
+func MessageID(emailID string) string { return "sandbox-" + emailID }
+
+// Path is where the message of emailID is written.
+func (o *Outbox) Path(emailID string) string { return filepath.Join(o.dir, emailID+".eml") }
+
+// Send writes the message to a temporary file and links it under its final
+// name, which fails if the file exists: no partial file is ever visible and
+// no message is written twice.
+func (o *Outbox) Send(_ context.Context, m provider.Outbound) (string, error) {
+	if m.EmailID == "" || strings.ContainsAny(m.EmailID, `/\.`) {
+		return "", &provider.RejectedError{Reason: "invalid email id"}
+	}
+	final := o.Path(m.EmailID)
+	if _, err := os.Stat(final); err == nil {
+		return MessageID(m.EmailID), nil
+	}
+	tmp, err := os.CreateTemp(o.dir, ".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(m.Raw); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Link(tmp.Name(), final); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	return MessageID(m.EmailID), nil
+}
+
+// Outcome is what the simulator says happened to one recipient.
+type Outcome struct {
+	Delivered     bool
+	Bounced       bool
+	BounceType    string
+	BounceSubtype string
+	Complained    bool
+}
+
+// Simulate gives a recipient the feedback the SES mailbox simulator gives.
+func Simulate(recipient string) Outcome {
+	addr := strings.ToLower(strings.TrimSpace(recipient))
+	if i := strings.LastIndex(addr, "<"); i >= 0 {
+		addr = strings.TrimSuffix(addr[i+1:], ">")
+	}
+	switch addr {
+	case "bounce@simulator.amazonses.com":
+		return Outcome{Bounced: true, BounceType: "Permanent", BounceSubtype: "General"}
+	case "suppressionlist@simulator.amazonses.com":
+		return Outcome{Bounced: true, BounceType: "Permanent", BounceSubtype: "OnAccountSuppressionList"}
+	case "complaint@simulator.amazonses.com":
+		return Outcome{Delivered: true, Complained: true}
+	default: // success@, ooto@ and everyone else
+		return Outcome{Delivered: true}
+	}
+}

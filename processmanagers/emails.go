@@ -1,0 +1,349 @@
+package processmanagers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/egress"
+	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/mailmsg"
+	"github.com/mailroom/mailroom/internal/provider"
+	"github.com/mailroom/mailroom/internal/provider/sandbox"
+	"github.com/mailroom/mailroom/internal/scan"
+)
+
+// Shard restricts h to the streams whose hash falls in shard i of n, so that
+// n handlers share a stream category without ever handling one stream twice.
+func Shard(i, n int, h Handler) Handler {
+	return func(ctx context.Context, ev eventstore.RecordedEvent) error {
+		f := fnv.New32a()
+		f.Write([]byte(ev.StreamID))
+		if int(f.Sum32()%uint32(n)) != i {
+			return nil
+		}
+		return h(ctx, ev)
+	}
+}
+
+// Pipeline takes queued emails through the content gateway to the
+// provider. Every step is recorded on the email's stream, and each step is
+// skipped when the stream shows it done, so a redelivered event resumes
+// where the last attempt stopped.
+type Pipeline struct {
+	Commands *commands.Service
+	Blobs    blob.Store
+	Scanner  *scan.Scanner
+	Egress   egress.Policy
+	Sender   provider.Sender
+	// CanSend reports whether the account may still send from the domain.
+	CanSend func(ctx context.Context, accountID, domainName string) (bool, error)
+	// Suppressed returns which of the addresses the account suppresses.
+	Suppressed func(ctx context.Context, accountID string, addresses []string) ([]string, error)
+	// Settle waits until the read models the checks use include pos.
+	Settle   commands.Settle
+	MaxAge   time.Duration // transient provider failures are retried this long
+	Download time.Duration // attachment download time-out
+	Now      func() time.Time
+}
+
+// MaxDownloadBytes caps one path attachment.
+const MaxDownloadBytes = 40 * 1024 * 1024
+
+var pipelineMeta = commands.Meta{Actor: "system:email-pipeline"}
+
+// Handle reacts to EmailQueued.
+func (p *Pipeline) Handle(ctx context.Context, ev eventstore.RecordedEvent) error {
+	if ev.Type != (email.Queued{}).EventType() {
+		return nil
+	}
+	e, err := codec.Decode(ev)
+	if err != nil {
+		return err
+	}
+	id := e.(*email.Queued).EmailID
+	st, err := p.Commands.Email(ctx, id)
+	if err != nil {
+		return Transient(err)
+	}
+	if !st.Exists() || st.Sent != nil || st.Failed != nil {
+		return nil // done already
+	}
+	if st.Scanned == nil {
+		p.Settle(ctx, ev.Position, "domains", "emails")
+		reason, detail, atts, err := p.gateway(ctx, st)
+		if err != nil {
+			return Transient(err)
+		}
+		if reason != "" {
+			return p.fail(ctx, id, reason, detail)
+		}
+		if err := p.Commands.MarkEmailScanned(ctx, id, atts, pipelineMeta); err != nil {
+			return Transient(err)
+		}
+		if st, err = p.Commands.Email(ctx, id); err != nil {
+			return Transient(err)
+		}
+	}
+	return p.send(ctx, st)
+}
+
+func (p *Pipeline) fail(ctx context.Context, id, reason, detail string) error {
+	if err := p.Commands.FailEmail(ctx, id, reason, detail, pipelineMeta); err != nil {
+		return Transient(err)
+	}
+	return nil
+}
+
+// gateway runs the checks an email must pass before it leaves: the domain
+// is still the account's, no recipient is suppressed, attachments download,
+// and nothing is blocked by the content scanner. A non-empty reason fails
+// the email; an error means try again.
+func (p *Pipeline) gateway(ctx context.Context, st email.State) (reason, detail string, atts []email.Attachment, err error) {
+	q := st.Queued
+	if ok, err := p.CanSend(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil || !ok {
+		if err != nil {
+			return "", "", nil, err
+		}
+		return email.ReasonDomainRemoved, "the sending domain was removed", nil, nil
+	}
+	suppressed, err := p.Suppressed(ctx, q.AccountID, addresses(st.Recipients()))
+	if err != nil {
+		return "", "", nil, err
+	}
+	if len(suppressed) > 0 {
+		return email.ReasonSuppressed, "suppressed recipients: " + strings.Join(suppressed, ", "), nil, nil
+	}
+	for _, d := range []string{q.HTMLDigest, q.TextDigest} {
+		if d == "" {
+			continue
+		}
+		body, err := p.Blobs.Get(ctx, blob.Digest(d))
+		if err != nil {
+			return "", "", nil, err
+		}
+		v, err := p.Scanner.ScanBody(ctx, body)
+		if err != nil {
+			return "", "", nil, err
+		}
+		if v.Blocked {
+			return email.ReasonMalware, v.Reason, nil, nil
+		}
+	}
+	client := p.Egress.Client(p.Download)
+	for i, a := range q.Attachments {
+		if scan.BlockedExtension(a.Filename) {
+			return email.ReasonBlockedAttachment, fmt.Sprintf("attachment %q: type not allowed", a.Filename), nil, nil
+		}
+		var content []byte
+		if a.Path != "" {
+			dl, err := p.Egress.Fetch(ctx, client, a.Path, MaxDownloadBytes)
+			if err != nil {
+				return email.ReasonAttachmentDownload, fmt.Sprintf("attachment %d (%s): %s", i, a.Path, egress.Describe(err)), nil, nil
+			}
+			content = dl.Body
+			if a.ContentType == "" || a.ContentType == "application/octet-stream" {
+				if dl.ContentType != "" {
+					a.ContentType = dl.ContentType
+				}
+			}
+			d, err := p.Blobs.Put(ctx, content)
+			if err != nil {
+				return "", "", nil, err
+			}
+			a.Digest, a.SizeBytes = string(d), int64(len(content))
+		} else if content, err = p.Blobs.Get(ctx, blob.Digest(a.Digest)); err != nil {
+			return "", "", nil, err
+		}
+		v, err := p.Scanner.ScanAttachment(ctx, a.Filename, content)
+		if err != nil {
+			return "", "", nil, err
+		}
+		if v.Blocked {
+			r := email.ReasonMalware
+			if scan.BlockedExtension(a.Filename) {
+				r = email.ReasonBlockedAttachment
+			}
+			return r, fmt.Sprintf("attachment %q: %s", a.Filename, v.Reason), nil, nil
+		}
+		atts = append(atts, a)
+	}
+	return "", "", atts, nil
+}
+
+// send renders the message and hands it to the provider.
+func (p *Pipeline) send(ctx context.Context, st email.State) error {
+	q := st.Queued
+	if ok, err := p.CanSend(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
+		return Transient(err)
+	} else if !ok {
+		return p.fail(ctx, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
+	}
+	raw, err := p.render(ctx, st)
+	if err != nil {
+		return err
+	}
+	recipients := addresses(st.Recipients())
+	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: q.FromEmail, Recipients: recipients, Raw: raw, Tags: q.Tags})
+	var rejected *provider.RejectedError
+	switch {
+	case errors.As(err, &rejected):
+		return p.fail(ctx, q.EmailID, email.ReasonProviderRejected, rejected.Reason)
+	case err != nil && p.Now().Sub(q.QueuedAt) > p.MaxAge:
+		return p.fail(ctx, q.EmailID, email.ReasonProviderUnavailable, err.Error())
+	case err != nil:
+		return Transient(err)
+	}
+	if err := p.Commands.MarkEmailSent(ctx, q.EmailID, msgID, pipelineMeta); err != nil {
+		return Transient(err)
+	}
+	return nil
+}
+
+// render builds the MIME message every provider sends.
+func (p *Pipeline) render(ctx context.Context, st email.State) ([]byte, error) {
+	q := st.Queued
+	from, err := mailmsg.ParseAddress(q.From)
+	if err != nil {
+		return nil, err
+	}
+	m := mailmsg.Message{
+		From: from, Subject: q.Subject, Date: p.Now(),
+		MessageID: q.EmailID + "@" + domainOf(q.FromEmail),
+		Headers:   []mailmsg.Header{{Name: "X-Mailroom-Email-Id", Value: q.EmailID}},
+	}
+	for _, list := range []struct {
+		dst *[]mailmsg.Address
+		src []string
+	}{{&m.To, q.To}, {&m.Cc, q.Cc}, {&m.Bcc, q.Bcc}} {
+		for _, s := range list.src {
+			a, err := mailmsg.ParseAddress(s)
+			if err != nil {
+				return nil, err
+			}
+			*list.dst = append(*list.dst, a)
+		}
+	}
+	if q.ReplyTo != "" {
+		for _, s := range strings.Split(q.ReplyTo, ", ") {
+			a, err := mailmsg.ParseAddress(s)
+			if err != nil {
+				return nil, err
+			}
+			m.ReplyTo = append(m.ReplyTo, a)
+		}
+	}
+	if len(q.Tags) > 0 {
+		var tags []string
+		for k, v := range q.Tags {
+			tags = append(tags, k+"="+v)
+		}
+		m.Headers = append(m.Headers, mailmsg.Header{Name: "X-SES-MESSAGE-TAGS", Value: strings.Join(sorted(tags), ", ")})
+	}
+	get := func(d string) (string, error) {
+		if d == "" {
+			return "", nil
+		}
+		b, err := p.Blobs.Get(ctx, blob.Digest(d))
+		return string(b), err
+	}
+	if m.HTML, err = get(q.HTMLDigest); err != nil {
+		return nil, Transient(err)
+	}
+	if m.Text, err = get(q.TextDigest); err != nil {
+		return nil, Transient(err)
+	}
+	for _, a := range st.Attachments() {
+		b, err := p.Blobs.Get(ctx, blob.Digest(a.Digest))
+		if err != nil {
+			return nil, Transient(err)
+		}
+		m.Attachments = append(m.Attachments, mailmsg.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: a.ContentID, Content: b})
+	}
+	return mailmsg.Build(m)
+}
+
+// SandboxFeedback plays the SES mailbox simulator: it answers each sent
+// email with the delivery, bounce or complaint its recipients call for.
+// Feedback ids are derived from the email, so a redelivered EmailSent adds
+// nothing.
+func SandboxFeedback(cmds *commands.Service, now func() time.Time) Handler {
+	meta := commands.Meta{Actor: "system:sandbox-feedback"}
+	return func(ctx context.Context, ev eventstore.RecordedEvent) error {
+		if ev.Type != (email.Sent{}).EventType() {
+			return nil
+		}
+		e, err := codec.Decode(ev)
+		if err != nil {
+			return err
+		}
+		id := e.(*email.Sent).EmailID
+		st, err := cmds.Email(ctx, id)
+		if err != nil {
+			return Transient(err)
+		}
+		if !st.Exists() {
+			return nil
+		}
+		at := now()
+		var delivered, complained []string
+		bounces := map[[2]string][]string{}
+		for _, r := range addresses(st.Recipients()) {
+			o := sandbox.Simulate(r)
+			if o.Delivered {
+				delivered = append(delivered, r)
+			}
+			if o.Complained {
+				complained = append(complained, r)
+			}
+			if o.Bounced {
+				k := [2]string{o.BounceType, o.BounceSubtype}
+				bounces[k] = append(bounces[k], r)
+			}
+		}
+		var fb []domain.Event
+		if len(delivered) > 0 {
+			fb = append(fb, &email.Delivered{EmailID: id, FeedbackID: "sandbox-delivery-" + id, Recipients: delivered, OccurredAt: at})
+		}
+		for k, rs := range bounces {
+			fb = append(fb, &email.Bounced{EmailID: id, FeedbackID: "sandbox-bounce-" + k[1] + "-" + id, BounceType: k[0], BounceSubtype: k[1], Recipients: rs, OccurredAt: at})
+		}
+		if len(complained) > 0 {
+			fb = append(fb, &email.Complained{EmailID: id, FeedbackID: "sandbox-complaint-" + id, FeedbackType: "abuse", Recipients: complained, OccurredAt: at.Add(time.Millisecond)})
+		}
+		if err := cmds.RecordEmailFeedback(ctx, id, fb, meta); err != nil {
+			return Transient(err)
+		}
+		return nil
+	}
+}
+
+// addresses reduces recipients to their lower-case addresses.
+func addresses(list []string) []string {
+	out := make([]string, 0, len(list))
+	for _, s := range list {
+		if a, err := mailmsg.ParseAddress(s); err == nil {
+			out = append(out, strings.ToLower(a.Email))
+		}
+	}
+	return out
+}
+
+func sorted(s []string) []string {
+	slices.Sort(s)
+	return s
+}
+
+func domainOf(addr string) string {
+	_, d, _ := strings.Cut(addr, "@")
+	return strings.ToLower(d)
+}
