@@ -34,9 +34,9 @@ func (m Meta) metadata() eventstore.Metadata {
 
 // Service executes commands.
 type Service struct {
-	store  eventstore.Store
-	settle Settle
-	now    func() time.Time
+	store   eventstore.Store
+	settle  Settle
+	now     func() time.Time
 	box     *secretbox.Box
 	dns     DNSChecker
 	region  string

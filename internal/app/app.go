@@ -18,8 +18,8 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/internal/authn"
-	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/database"
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/egress"
