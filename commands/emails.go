@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -22,10 +23,66 @@ func (s *Service) Email(ctx context.Context, id string) (email.State, error) {
 // provider and its feedback did. Each is a no-op when the email has moved
 // past it, so redelivered events change nothing.
 
-// MarkEmailScanned records that the content gateway passed an email.
-func (s *Service) MarkEmailScanned(ctx context.Context, id string, atts []email.Attachment, meta Meta) error {
+// RecordEmailSent records, in one append, that the content gateway passed
+// an email (with its final attachments), that the provider accepted it, and
+// any feedback the provider knew at once (the sandbox's simulator).
+func (s *Service) RecordEmailSent(ctx context.Context, id string, atts []email.Attachment, providerMessageID string,
+	feedback func(st email.State, at time.Time) []domain.Event, meta Meta) error {
 	_, err := execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
-		return email.MarkScanned(st, atts, s.now()), nil
+		now := s.now()
+		evs := email.MarkScanned(st, atts, now)
+		st = fold(st, email.Evolve, evs)
+		sent := email.MarkSent(st, providerMessageID, now)
+		if len(sent) == 0 {
+			return nil, nil // failed or sent meanwhile
+		}
+		evs = append(evs, sent...)
+		st = fold(st, email.Evolve, sent)
+		if feedback != nil {
+			for _, fb := range feedback(st, now) {
+				if more := email.RecordFeedback(st, fb); len(more) > 0 {
+					evs = append(evs, more...)
+					st = fold(st, email.Evolve, more)
+				}
+			}
+		}
+		return evs, nil
+	}, meta)
+	return err
+}
+
+// FailEmail records that an email never leaves the service.
+func (s *Service) FailEmail(ctx context.Context, id, reason, detail string, meta Meta) error {
+	_, err := execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
+		return email.Fail(st, reason, detail, s.now()), nil
+	}, meta)
+	return err
+}
+
+// RecordEmailSent records, in one append, that the content gateway passed
+// an email (with its final attachments), that the provider accepted it, and
+// any feedback the provider knew at once (the sandbox's simulator).
+func (s *Service) RecordEmailSent(ctx context.Context, id string, atts []email.Attachment, providerMessageID string,
+	feedback func(st email.State, at time.Time) []domain.Event, meta Meta) error {
+	_, err := execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
+		now := s.now()
+		evs := email.MarkScanned(st, atts, now)
+		st = fold(st, email.Evolve, evs)
+		sent := email.MarkSent(st, providerMessageID, now)
+		if len(sent) == 0 {
+			return nil, nil // failed or sent meanwhile
+		}
+		evs = append(evs, sent...)
+		st = fold(st, email.Evolve, sent)
+		if feedback != nil {
+			for _, fb := range feedback(st, now) {
+				if more := email.RecordFeedback(st, fb); len(more) > 0 {
+					evs = append(evs, more...)
+					st = fold(st, email.Evolve, more)
+				}
+			}
+		}
+		return evs, nil
 	}, meta)
 	return err
 }
@@ -42,21 +99,6 @@ func (s *Service) FailEmail(ctx context.Context, id, reason, detail string, meta
 func (s *Service) MarkEmailSent(ctx context.Context, id, providerMessageID string, meta Meta) error {
 	_, err := execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
 		return email.MarkSent(st, providerMessageID, s.now()), nil
-	}, meta)
-	return err
-}
-
-// RecordEmailFeedback records provider feedback events, each once.
-func (s *Service) RecordEmailFeedback(ctx context.Context, id string, feedback []domain.Event, meta Meta) error {
-	_, err := execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
-		var out []domain.Event
-		for _, fb := range feedback {
-			if evs := email.RecordFeedback(st, fb); len(evs) > 0 {
-				out = append(out, evs...)
-				st = email.Evolve(st, fb)
-			}
-		}
-		return out, nil
 	}, meta)
 	return err
 }

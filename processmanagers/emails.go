@@ -54,6 +54,9 @@ type Pipeline struct {
 	MaxAge   time.Duration // transient provider failures are retried this long
 	Download time.Duration // attachment download time-out
 	Now      func() time.Time
+	// Feedback, when set, gives the provider's feedback at the moment of
+	// sending (the sandbox's simulator); it is recorded with EmailSent.
+	Feedback func(st email.State, at time.Time) []domain.Event
 }
 
 // MaxDownloadBytes caps one path attachment.
@@ -78,23 +81,19 @@ func (p *Pipeline) Handle(ctx context.Context, ev eventstore.RecordedEvent) erro
 	if !st.Exists() || st.Sent != nil || st.Failed != nil {
 		return nil // done already
 	}
+	atts := st.Attachments()
 	if st.Scanned == nil {
 		p.Settle(ctx, ev.Position, "domains", "emails")
-		reason, detail, atts, err := p.gateway(ctx, st)
+		var reason, detail string
+		reason, detail, atts, err = p.gateway(ctx, st)
 		if err != nil {
 			return Transient(err)
 		}
 		if reason != "" {
 			return p.fail(ctx, id, reason, detail)
 		}
-		if err := p.Commands.MarkEmailScanned(ctx, id, atts, pipelineMeta); err != nil {
-			return Transient(err)
-		}
-		if st, err = p.Commands.Email(ctx, id); err != nil {
-			return Transient(err)
-		}
 	}
-	return p.send(ctx, st)
+	return p.send(ctx, st, atts)
 }
 
 func (p *Pipeline) fail(ctx context.Context, id, reason, detail string) error {
@@ -180,15 +179,16 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State) (reason, detail 
 	return "", "", atts, nil
 }
 
-// send renders the message and hands it to the provider.
-func (p *Pipeline) send(ctx context.Context, st email.State) error {
+// send renders the message, hands it to the provider and records the
+// outcome.
+func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attachment) error {
 	q := st.Queued
 	if ok, err := p.CanSend(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
 		return Transient(err)
 	} else if !ok {
 		return p.fail(ctx, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
 	}
-	raw, err := p.render(ctx, st)
+	raw, err := p.render(ctx, st, atts)
 	if err != nil {
 		return err
 	}
@@ -203,14 +203,14 @@ func (p *Pipeline) send(ctx context.Context, st email.State) error {
 	case err != nil:
 		return Transient(err)
 	}
-	if err := p.Commands.MarkEmailSent(ctx, q.EmailID, msgID, pipelineMeta); err != nil {
+	if err := p.Commands.RecordEmailSent(ctx, q.EmailID, atts, msgID, p.Feedback, pipelineMeta); err != nil {
 		return Transient(err)
 	}
 	return nil
 }
 
 // render builds the MIME message every provider sends.
-func (p *Pipeline) render(ctx context.Context, st email.State) ([]byte, error) {
+func (p *Pipeline) render(ctx context.Context, st email.State, atts []email.Attachment) ([]byte, error) {
 	q := st.Queued
 	from, err := mailmsg.ParseAddress(q.From)
 	if err != nil {
@@ -262,7 +262,7 @@ func (p *Pipeline) render(ctx context.Context, st email.State) ([]byte, error) {
 	if m.Text, err = get(q.TextDigest); err != nil {
 		return nil, Transient(err)
 	}
-	for _, a := range st.Attachments() {
+	for _, a := range atts {
 		b, err := p.Blobs.Get(ctx, blob.Digest(a.Digest))
 		if err != nil {
 			return nil, Transient(err)
@@ -272,59 +272,41 @@ func (p *Pipeline) render(ctx context.Context, st email.State) ([]byte, error) {
 	return mailmsg.Build(m)
 }
 
-// SandboxFeedback plays the SES mailbox simulator: it answers each sent
-// email with the delivery, bounce or complaint its recipients call for.
-// Feedback ids are derived from the email, so a redelivered EmailSent adds
-// nothing.
-func SandboxFeedback(cmds *commands.Service, now func() time.Time) Handler {
-	meta := commands.Meta{Actor: "system:sandbox-feedback"}
-	return func(ctx context.Context, ev eventstore.RecordedEvent) error {
-		if ev.Type != (email.Sent{}).EventType() {
-			return nil
+// SandboxFeedback plays the SES mailbox simulator: the delivery, bounce or
+// complaint each recipient calls for, recorded with EmailSent. Feedback ids
+// are derived from the email, so nothing is recorded twice.
+func SandboxFeedback(st email.State, at time.Time) []domain.Event {
+	id := st.Queued.EmailID
+	var delivered, complained []string
+	bounces := map[[2]string][]string{}
+	var kinds [][2]string
+	for _, r := range addresses(st.Recipients()) {
+		o := sandbox.Simulate(r)
+		if o.Delivered {
+			delivered = append(delivered, r)
 		}
-		e, err := codec.Decode(ev)
-		if err != nil {
-			return err
+		if o.Complained {
+			complained = append(complained, r)
 		}
-		id := e.(*email.Sent).EmailID
-		st, err := cmds.Email(ctx, id)
-		if err != nil {
-			return Transient(err)
-		}
-		if !st.Exists() {
-			return nil
-		}
-		at := now()
-		var delivered, complained []string
-		bounces := map[[2]string][]string{}
-		for _, r := range addresses(st.Recipients()) {
-			o := sandbox.Simulate(r)
-			if o.Delivered {
-				delivered = append(delivered, r)
+		if o.Bounced {
+			k := [2]string{o.BounceType, o.BounceSubtype}
+			if _, seen := bounces[k]; !seen {
+				kinds = append(kinds, k)
 			}
-			if o.Complained {
-				complained = append(complained, r)
-			}
-			if o.Bounced {
-				k := [2]string{o.BounceType, o.BounceSubtype}
-				bounces[k] = append(bounces[k], r)
-			}
+			bounces[k] = append(bounces[k], r)
 		}
-		var fb []domain.Event
-		if len(delivered) > 0 {
-			fb = append(fb, &email.Delivered{EmailID: id, FeedbackID: "sandbox-delivery-" + id, Recipients: delivered, OccurredAt: at})
-		}
-		for k, rs := range bounces {
-			fb = append(fb, &email.Bounced{EmailID: id, FeedbackID: "sandbox-bounce-" + k[1] + "-" + id, BounceType: k[0], BounceSubtype: k[1], Recipients: rs, OccurredAt: at})
-		}
-		if len(complained) > 0 {
-			fb = append(fb, &email.Complained{EmailID: id, FeedbackID: "sandbox-complaint-" + id, FeedbackType: "abuse", Recipients: complained, OccurredAt: at.Add(time.Millisecond)})
-		}
-		if err := cmds.RecordEmailFeedback(ctx, id, fb, meta); err != nil {
-			return Transient(err)
-		}
-		return nil
 	}
+	var fb []domain.Event
+	if len(delivered) > 0 {
+		fb = append(fb, &email.Delivered{EmailID: id, FeedbackID: "sandbox-delivery-" + id, Recipients: delivered, OccurredAt: at.Add(time.Millisecond)})
+	}
+	for _, k := range kinds {
+		fb = append(fb, &email.Bounced{EmailID: id, FeedbackID: "sandbox-bounce-" + k[1] + "-" + id, BounceType: k[0], BounceSubtype: k[1], Recipients: bounces[k], OccurredAt: at.Add(time.Millisecond)})
+	}
+	if len(complained) > 0 {
+		fb = append(fb, &email.Complained{EmailID: id, FeedbackID: "sandbox-complaint-" + id, FeedbackType: "abuse", Recipients: complained, OccurredAt: at.Add(2 * time.Millisecond)})
+	}
+	return fb
 }
 
 // addresses reduces recipients to their lower-case addresses.

@@ -266,9 +266,6 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	n := a.Config.SendConcurrency
 	for i := range n {
 		router.Handle(fmt.Sprintf("email-pipeline-%d-of-%d", i, n), processmanagers.Shard(i, n, pipeline.Handle))
-		if a.Config.Provider == "sandbox" {
-			router.Handle(fmt.Sprintf("sandbox-feedback-%d-of-%d", i, n), processmanagers.Shard(i, n, processmanagers.SandboxFeedback(a.Commands, a.clock)))
-		}
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return router.Run(ctx) })

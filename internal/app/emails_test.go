@@ -325,3 +325,8 @@ func mustJSON(v any) string {
 	}
 	return string(b)
 }
+
+func decodeJSON(resp *http.Response, v any) {
+	defer resp.Body.Close()
+	json.NewDecoder(resp.Body).Decode(v)
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/egress"
@@ -81,5 +82,14 @@ func (a *App) pipeline() *processmanagers.Pipeline {
 		MaxAge:   a.Config.SendMaxAge,
 		Download: 30 * time.Second,
 		Now:      a.clock,
+		Feedback: a.feedback(),
 	}
+}
+
+// feedback is the feedback known at sending: the sandbox's simulator.
+func (a *App) feedback() func(email.State, time.Time) []domain.Event {
+	if a.Config.Provider == "sandbox" {
+		return processmanagers.SandboxFeedback
+	}
+	return nil
 }

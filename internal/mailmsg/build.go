@@ -66,6 +66,8 @@ var reservedHeaders = map[string]bool{
 const (
 	maxContentIDLen  = 250
 	maxHeaderNameLen = 76
+	maxMediaTypeLen  = 255 // RFC 6838: type and subtype of at most 127 each
+	maxParamNameLen  = 64
 )
 
 // Validate reports the first reason Build would refuse m, without rendering
@@ -201,12 +203,18 @@ func attachmentType(a Attachment) (string, []param, error) {
 	if ct == "" {
 		ct = ContentTypeFor(a.Filename)
 	}
+	invalid := fmt.Errorf("content_type %q is not a valid attachment type", a.ContentType)
 	mt, ps, err := mime.ParseMediaType(ct)
-	if err != nil || !attachableType(mt) {
-		return "", nil, fmt.Errorf("content_type %q is not a valid attachment type", a.ContentType)
+	if err != nil || !attachableType(mt) || len(mt) > maxMediaTypeLen {
+		return "", nil, invalid
 	}
 	var params []param
 	for _, k := range slices.Sorted(maps.Keys(ps)) {
+		// Names are tokens (ParseMediaType checked); refuse ones that
+		// could read as RFC 2231 syntax or not fit on a line.
+		if len(k) > maxParamNameLen || strings.Contains(k, "*") {
+			return "", nil, invalid
+		}
 		if k != "name" {
 			params = append(params, param{k, ps[k]})
 		}

@@ -128,7 +128,13 @@ func phraseTokens(s string) []string {
 		q.WriteByte(s[i])
 	}
 	q.WriteByte('"')
-	return splitFoldable(q.String())
+	tokens := splitFoldable(q.String())
+	for _, t := range tokens {
+		if len(t) > maxRawWordLen { // escaping can double a long run
+			return encodeWords(s)
+		}
+	}
+	return tokens
 }
 
 // isAtomPhrase reports whether s is atext words separated by single spaces.

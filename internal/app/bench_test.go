@@ -1,0 +1,167 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/internal/eventstore"
+)
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[int(float64(len(d)-1)*p)]
+}
+
+func benchSend(client *http.Client, url, key string, i int) (time.Duration, error) {
+	body := fmt.Sprintf(`{"from":"app@acme.test","to":"user%d@example.org","subject":"bench %d","text":"hello"}`, i, i)
+	req, _ := http.NewRequest("POST", url+"/v1/emails/send", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 202 {
+		return 0, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return time.Since(start), nil
+}
+
+// BenchmarkSendAccepted measures accepted sends: requests/s with 32
+// concurrent clients, and the latency of each accepted request.
+func BenchmarkSendAccepted(b *testing.B) {
+	s := apptest.Start(b, func(c *config.Config) {
+		if os.Getenv("BENCH_NO_WORKERS") != "" {
+			c.Roles = []string{"api", "projections"}
+		}
+	})
+	_, _, key := s.Sender("acme.test")
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	var mu sync.Mutex
+	var lat []time.Duration
+	next := make(chan int)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				d, err := benchSend(client, s.URL, key, i)
+				if err != nil {
+					b.Error(err)
+					continue
+				}
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range b.N {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sends/s")
+	b.ReportMetric(float64(percentile(lat, .5).Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(percentile(lat, .99).Microseconds())/1000, "p99_ms")
+}
+
+// BenchmarkSendToDelivered sends at 200 emails/s and measures the time from
+// the send request to the EmailDelivered event in the log.
+func BenchmarkSendToDelivered(b *testing.B) {
+	s := apptest.Start(b)
+	_, _, key := s.Sender("acme.test")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := s.Store.SubscribeAll(ctx, eventstore.Start)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	var mu sync.Mutex
+	started := map[string]time.Time{}
+	delivered := map[string]time.Time{}
+	go func() {
+		for {
+			ev, err := sub.Next(ctx)
+			if err != nil {
+				return
+			}
+			if ev.Type != (email.Delivered{}).EventType() {
+				continue
+			}
+			e, _ := codec.Decode(ev)
+			mu.Lock()
+			delivered[e.(*email.Delivered).EmailID] = time.Now()
+			mu.Unlock()
+		}
+	}()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	tick := time.NewTicker(5 * time.Millisecond) // 200/s
+	defer tick.Stop()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for i := range b.N {
+		<-tick.C
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"from":"app@acme.test","to":"user%d@example.org","subject":"latency","text":"hello"}`, i)
+			req, _ := http.NewRequest("POST", s.URL+"/v1/emails/send", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			t0 := time.Now()
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			var out struct{ ID string }
+			decodeJSON(resp, &out)
+			mu.Lock()
+			started[out.ID] = t0
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	var lat []time.Duration
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		lat = lat[:0]
+		for id, t0 := range started {
+			if t1, ok := delivered[id]; ok {
+				lat = append(lat, t1.Sub(t0))
+			}
+		}
+		mu.Unlock()
+		if len(lat) == b.N {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d emails delivered", len(lat), b.N)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.ReportMetric(float64(percentile(lat, .5).Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(percentile(lat, .99).Microseconds())/1000, "p99_ms")
+}
