@@ -370,6 +370,28 @@ func TestNonASCIISubjectAndNames(t *testing.T) {
 	check("Reply-To", m.ReplyTo)
 }
 
+func TestLongNamesFolded(t *testing.T) {
+	m := baseMessage()
+	m.From.Name = strings.Repeat(`"\`, 300) // quoting doubles it past a line
+	m.To = []Address{
+		{Name: strings.Repeat("Very Long Name ", 80), Email: "a@example.com"},
+		{Name: strings.Repeat("N", 950), Email: "b@example.com"},
+		{Name: strings.Repeat("名前", 200), Email: "c@example.com"},
+	}
+	_, msg, _ := mustParse(t, m)
+	for field, want := range map[string][]Address{"From": {m.From}, "To": m.To} {
+		got, err := msg.Header.AddressList(field)
+		if err != nil || len(got) != len(want) {
+			t.Fatalf("%s: %v, %v", field, got, err)
+		}
+		for i := range want {
+			if got[i].Name != want[i].Name || got[i].Address != want[i].Email {
+				t.Errorf("%s[%d] = %q <%s>", field, i, got[i].Name, got[i].Address)
+			}
+		}
+	}
+}
+
 func TestLongSubjectFolded(t *testing.T) {
 	for name, subject := range map[string]string{
 		"ascii words":       strings.Repeat("lorem ipsum dolor ", 55)[:990],
@@ -532,8 +554,38 @@ func TestAttachments(t *testing.T) {
 	if n := byName["empty.bin"]; n != nil && (n.mediaType != "application/x-custom" || n.params["foo"] != "bar" || n.params["name"] != "empty.bin") {
 		t.Errorf("explicit type = %q %v", n.mediaType, n.params)
 	}
+	if n := byName["empty.bin"]; n != nil && n.disposition != "attachment" {
+		t.Errorf("disposition = %q", n.disposition)
+	}
 	if n := byName[""]; n == nil || n.disposition != "inline" || n.header.Get("Content-ID") != "<chart@acme>" || n.mediaType != "application/octet-stream" {
 		t.Errorf("inline part without filename: %+v", n)
+	}
+}
+
+func TestContentTypeParameters(t *testing.T) {
+	m := baseMessage()
+	// A parameter that decodes to a line break must stay encoded.
+	m.Attachments = []Attachment{{Filename: "a.txt", ContentType: "text/plain; charset=us-ascii; x*=utf-8''%0D%0ABcc%3A%20v@example.com", Content: []byte("a")}}
+	raw, _, root := mustParse(t, m)
+	if bytes.Contains(raw, []byte("\r\nBcc")) {
+		t.Fatalf("parameter injected a header:\n%s", raw)
+	}
+	n := root.parts[1]
+	if n.mediaType != "text/plain" || n.params["x"] != "\r\nBcc: v@example.com" || n.params["charset"] != "us-ascii" {
+		t.Errorf("params = %s %q", n.mediaType, n.params)
+	}
+
+	for _, ct := range []string{
+		"text/plain; " + strings.Repeat("p", 100) + "=1",
+		"text/" + strings.Repeat("x", 300),
+		"text/plain; a*b=c",
+		"text/plain; charset",
+		"text/plain\r\nBcc: v@example.com",
+	} {
+		m.Attachments[0].ContentType = ct
+		if _, err := Build(m); err == nil {
+			t.Errorf("content type %q accepted", ct)
+		}
 	}
 }
 
