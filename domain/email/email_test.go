@@ -1,0 +1,94 @@
+package email_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/email"
+)
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+func fold(s email.State, evs []domain.Event) email.State {
+	for _, e := range evs {
+		s = email.Evolve(s, e)
+	}
+	return s
+}
+
+func queued() email.State {
+	evs, err := email.Queue(email.State{}, email.Queued{EmailID: "e1", To: []string{"a@x.org"}, Cc: []string{"b@x.org"}, Bcc: []string{"c@x.org"}, QueuedAt: t0})
+	if err != nil {
+		panic(err)
+	}
+	return fold(email.State{}, evs)
+}
+
+func TestRankPrecedence(t *testing.T) {
+	order := []struct {
+		s    email.Status
+		perm bool
+	}{
+		{email.StatusQueued, false}, {email.StatusSent, false}, {email.StatusBounced, false},
+		{email.StatusDelivered, false}, {email.StatusOpened, false}, {email.StatusClicked, false},
+	}
+	for i := 1; i < len(order); i++ {
+		if email.Rank(order[i-1].s, order[i-1].perm) >= email.Rank(order[i].s, order[i].perm) {
+			t.Errorf("%s must rank below %s", order[i-1].s, order[i].s)
+		}
+	}
+	top := email.Rank(email.StatusClicked, false)
+	for _, s := range []email.Status{email.StatusFailed, email.StatusComplained} {
+		if email.Rank(s, false) <= top {
+			t.Errorf("%s must end the email", s)
+		}
+	}
+	if email.Rank(email.StatusBounced, true) <= top {
+		t.Error("a permanent bounce must end the email")
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	s := queued()
+	if got := s.Recipients(); len(got) != 3 {
+		t.Fatalf("recipients %v", got)
+	}
+	if evs := email.MarkSent(s, "p1", t0); len(evs) != 0 {
+		t.Fatal("sent before the gateway passed it")
+	}
+	s = fold(s, email.MarkScanned(s, nil, t0))
+	if evs := email.MarkScanned(s, nil, t0); len(evs) != 0 {
+		t.Fatal("scanned twice")
+	}
+	s = fold(s, email.MarkSent(s, "p1", t0))
+	if evs := email.Fail(s, email.ReasonSuppressed, "", t0); len(evs) != 0 {
+		t.Fatal("a sent email cannot fail")
+	}
+	d := &email.Delivered{EmailID: "e1", FeedbackID: "f1", OccurredAt: t0}
+	evs := email.RecordFeedback(s, d)
+	if len(evs) != 1 {
+		t.Fatal("feedback not recorded")
+	}
+	s = fold(s, evs)
+	if again := email.RecordFeedback(s, d); len(again) != 0 {
+		t.Fatal("the same feedback recorded twice")
+	}
+}
+
+func TestFailedStaysFailed(t *testing.T) {
+	s := queued()
+	s = fold(s, email.Fail(s, email.ReasonBlockedAttachment, "x.exe", t0))
+	if evs := email.Fail(s, email.ReasonMalware, "", t0); len(evs) != 0 {
+		t.Fatal("failed twice")
+	}
+	if evs := email.MarkScanned(s, nil, t0); len(evs) != 0 {
+		t.Fatal("a failed email was scanned")
+	}
+	if evs := email.RecordFeedback(s, &email.Delivered{FeedbackID: "f"}); len(evs) != 0 {
+		t.Fatal("feedback for an email never sent")
+	}
+	if _, err := email.Queue(s, email.Queued{EmailID: "e1"}); err == nil {
+		t.Fatal("queued twice")
+	}
+}
