@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/url"
 	"path"
 	"regexp"
@@ -258,8 +259,14 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 		if strings.ContainsAny(a.ContentID, "\r\n \t") {
 			v.Add(f("content_id"), "must not contain spaces or line breaks")
 		}
-		if a.ContentType != "" && strings.ContainsAny(a.ContentType, "\r\n") {
-			v.Add(f("content_type"), "must not contain line breaks")
+		if a.ContentType != "" {
+			mt, _, err := mime.ParseMediaType(a.ContentType)
+			switch {
+			case err != nil || strings.ContainsAny(a.ContentType, "\r\n"):
+				v.Add(f("content_type"), "must be a MIME type such as application/pdf")
+			case strings.HasPrefix(mt, "multipart/") || strings.HasPrefix(mt, "message/"):
+				v.Add(f("content_type"), "%s cannot be sent as an attachment", mt)
+			}
 		}
 	}
 	if total > MaxAttachmentBytes {

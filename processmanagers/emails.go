@@ -189,8 +189,11 @@ func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attach
 		return p.fail(ctx, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
 	}
 	raw, err := p.render(ctx, st, atts)
-	if err != nil {
+	if IsTransient(err) {
 		return err
+	}
+	if err != nil { // the message cannot be rendered: it never leaves
+		return p.fail(ctx, q.EmailID, email.ReasonRenderingFailed, err.Error())
 	}
 	recipients := addresses(st.Recipients())
 	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: q.FromEmail, Recipients: recipients, Raw: raw, Tags: q.Tags})

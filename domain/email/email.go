@@ -57,6 +57,7 @@ const (
 	ReasonDomainRemoved       = "domain_removed"
 	ReasonProviderRejected    = "provider_rejected"
 	ReasonProviderUnavailable = "provider_unavailable"
+	ReasonRenderingFailed     = "rendering_failed"
 )
 
 // Attachment is an attachment's metadata; its bytes live in blob storage

@@ -158,20 +158,20 @@ func FuzzBuild(f *testing.F) {
 		if got, err := dec.DecodeHeader(msg.Header.Get("Subject")); err != nil || got != subject {
 			t.Fatalf("subject: got %q (%v), want %q", got, err, subject)
 		}
-		checkName := func(field, want string) {
+		checkAddrName := func(field, want string) {
 			t.Helper()
 			l, err := msg.Header.AddressList(field)
 			if err != nil || len(l) != 1 || l[0].Name != want {
 				t.Fatalf("%s name: got %v (%v), want %q; header %q", field, l, err, want, msg.Header.Get(field))
 			}
 		}
-		checkName("From", fromName)
-		checkName("To", toName)
+		checkAddrName("From", fromName)
+		checkAddrName("To", toName)
 		if m.Cc != nil {
-			checkName("Cc", subject)
+			checkAddrName("Cc", subject)
 		}
 		if m.ReplyTo != nil {
-			checkName("Reply-To", fromName+toName)
+			checkAddrName("Reply-To", fromName+toName)
 		}
 		if m.Headers != nil && msg.Header.Get("X-Fuzz") != strings.Trim(toName, " \t") {
 			t.Fatalf("X-Fuzz: got %q, want %q", msg.Header.Get("X-Fuzz"), toName)

@@ -394,12 +394,13 @@ func TestLongNamesFolded(t *testing.T) {
 
 func TestLongSubjectFolded(t *testing.T) {
 	for name, subject := range map[string]string{
-		"ascii words":       strings.Repeat("lorem ipsum dolor ", 55)[:990],
-		"one long word":     strings.Repeat("x", 998),
-		"non-ascii":         strings.Repeat("Größenänderung ", 66),
-		"cjk":               strings.Repeat("注文確認", 250),
-		"double spaces":     strings.Repeat("a  b   ", 140),
-		"encoded lookalike": "=?utf-8?b?aGVsbG8=?= " + strings.Repeat("y", 50),
+		"ascii words":         strings.Repeat("lorem ipsum dolor ", 55)[:990],
+		"one long word":       strings.Repeat("x", 998),
+		"non-ascii":           strings.Repeat("Größenänderung ", 66),
+		"cjk":                 strings.Repeat("注文確認", 250),
+		"double spaces":       strings.Repeat("a  b   ", 140),
+		"inner double spaces": strings.Repeat("a  b c ", 100) + "end",
+		"encoded lookalike":   "=?utf-8?b?aGVsbG8=?= " + strings.Repeat("y", 50),
 	} {
 		t.Run(name, func(t *testing.T) {
 			m := baseMessage()
