@@ -12,8 +12,10 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/apikey"
+	"github.com/mailroom/mailroom/domain/delivery"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/domain/webhook"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
@@ -23,7 +25,7 @@ const SchemaVersion = 1
 var types = map[string]reflect.Type{}
 
 func init() {
-	for _, list := range [][]domain.Event{account.Events(), apikey.Events(), sendingdomain.Events(), email.Events()} {
+	for _, list := range [][]domain.Event{account.Events(), apikey.Events(), sendingdomain.Events(), email.Events(), webhook.Events(), delivery.Events()} {
 		for _, e := range list {
 			types[e.EventType()] = reflect.TypeOf(e).Elem()
 		}

@@ -1,0 +1,136 @@
+// Package delivery is the aggregate of one webhook delivery: one event for
+// one endpoint, tried until the receiver accepts it or the retry schedule
+// runs out. Its id is stable across retries (the service-delivery-id).
+package delivery
+
+import (
+	"time"
+
+	"github.com/mailroom/mailroom/domain"
+)
+
+// Status of a delivery.
+type Status string
+
+const (
+	Pending   Status = "pending"
+	Delivered Status = "delivered"
+	Failed    Status = "failed"
+)
+
+// DefaultSchedule is the wait before each retry after the first attempt:
+// six retries over about 5 hours 12 minutes.
+var DefaultSchedule = []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute, 30 * time.Minute, 90 * time.Minute, 3 * time.Hour}
+
+// Stream is the delivery's stream name.
+func Stream(id string) string { return "delivery-" + id }
+
+// Events.
+type (
+	Created struct {
+		DeliveryID string    `json:"delivery_id"`
+		EndpointID string    `json:"endpoint_id"`
+		AccountID  string    `json:"account_id"`
+		EmailID    string    `json:"email_id"`
+		Type       string    `json:"event_type"` // e.g. email.delivered
+		Payload    string    `json:"payload"` // the envelope, exactly as it is posted
+		CreatedAt  time.Time `json:"created_at"`
+	}
+	AttemptSucceeded struct {
+		DeliveryID     string    `json:"delivery_id"`
+		EndpointID     string    `json:"endpoint_id"`
+		Attempt        int       `json:"attempt"`
+		ResponseStatus int       `json:"response_status"`
+		At             time.Time `json:"at"`
+	}
+	// AttemptFailed: NextAttemptAt is zero when the schedule is exhausted
+	// and the delivery has failed.
+	AttemptFailed struct {
+		DeliveryID     string    `json:"delivery_id"`
+		EndpointID     string    `json:"endpoint_id"`
+		Attempt        int       `json:"attempt"`
+		ResponseStatus *int      `json:"response_status"`
+		Error          string    `json:"error"`
+		At             time.Time `json:"at"`
+		NextAttemptAt  time.Time `json:"next_attempt_at,omitzero"`
+	}
+)
+
+func (Created) EventType() string          { return "WebhookDeliveryCreated" }
+func (AttemptSucceeded) EventType() string { return "WebhookAttemptSucceeded" }
+func (AttemptFailed) EventType() string    { return "WebhookAttemptFailed" }
+
+// Events lists a fresh value of every event type of this aggregate.
+func Events() []domain.Event {
+	return []domain.Event{&Created{}, &AttemptSucceeded{}, &AttemptFailed{}}
+}
+
+// State is the delivery as its events left it.
+type State struct {
+	Created  *Created
+	Status   Status
+	Attempts int
+	NextAt   time.Time
+}
+
+// Evolve applies one event.
+func Evolve(s State, e domain.Event) State {
+	switch e := e.(type) {
+	case *Created:
+		s = State{Created: e, Status: Pending, NextAt: e.CreatedAt}
+	case *AttemptSucceeded:
+		s.Status, s.Attempts, s.NextAt = Delivered, e.Attempt, time.Time{}
+	case *AttemptFailed:
+		s.Attempts, s.NextAt = e.Attempt, e.NextAttemptAt
+		if e.NextAttemptAt.IsZero() {
+			s.Status = Failed
+		}
+	}
+	return s
+}
+
+// Create decides a new delivery; an existing one (the same event for the
+// same endpoint) decides nothing.
+func Create(s State, c Created) []domain.Event {
+	if s.Created != nil {
+		return nil
+	}
+	return []domain.Event{&c}
+}
+
+// Due reports whether the delivery should be attempted at now.
+func (s State) Due(now time.Time) bool {
+	return s.Created != nil && s.Status == Pending && !now.Before(s.NextAt)
+}
+
+// Outcome of one attempt. ResponseStatus is nil when no response came.
+type Outcome struct {
+	ResponseStatus *int
+	Error          string
+}
+
+// Succeeded reports a 2xx answer.
+func (o Outcome) Succeeded() bool {
+	return o.ResponseStatus != nil && *o.ResponseStatus >= 200 && *o.ResponseStatus < 300
+}
+
+// RecordAttempt decides what an attempt means. jitter, in [-1, 1], spreads
+// the retry by up to 10 %. The attempt after the last retry fails the
+// delivery.
+func RecordAttempt(s State, o Outcome, schedule []time.Duration, jitter float64, now time.Time) []domain.Event {
+	if s.Created == nil || s.Status != Pending {
+		return nil
+	}
+	n := s.Attempts + 1
+	id, ep := s.Created.DeliveryID, s.Created.EndpointID
+	if o.Succeeded() {
+		return []domain.Event{&AttemptSucceeded{DeliveryID: id, EndpointID: ep, Attempt: n, ResponseStatus: *o.ResponseStatus, At: now}}
+	}
+	f := &AttemptFailed{DeliveryID: id, EndpointID: ep, Attempt: n, ResponseStatus: o.ResponseStatus, Error: o.Error, At: now}
+	if n <= len(schedule) {
+		wait := schedule[n-1]
+		wait += time.Duration(float64(wait) * 0.1 * max(-1, min(1, jitter)))
+		f.NextAttemptAt = now.Add(wait)
+	}
+	return []domain.Event{f}
+}

@@ -1,0 +1,68 @@
+package delivery_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/delivery"
+)
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+func fold(s delivery.State, evs []domain.Event) delivery.State {
+	for _, e := range evs {
+		s = delivery.Evolve(s, e)
+	}
+	return s
+}
+
+func TestScheduleAndExhaustion(t *testing.T) {
+	s := fold(delivery.State{}, delivery.Create(delivery.State{}, delivery.Created{DeliveryID: "d1", EndpointID: "e1", CreatedAt: t0}))
+	if !s.Due(t0) {
+		t.Fatal("a new delivery is due at once")
+	}
+	if again := delivery.Create(s, delivery.Created{DeliveryID: "d1"}); len(again) != 0 {
+		t.Fatal("created twice")
+	}
+	status := 500
+	now := t0
+	var total time.Duration
+	for i, want := range delivery.DefaultSchedule {
+		evs := delivery.RecordAttempt(s, delivery.Outcome{ResponseStatus: &status, Error: "receiver returned 500"}, delivery.DefaultSchedule, 1, now)
+		f := evs[0].(*delivery.AttemptFailed)
+		if f.Attempt != i+1 || f.NextAttemptAt.Sub(now) != want+want/10 {
+			t.Fatalf("attempt %d: next in %v, want %v", f.Attempt, f.NextAttemptAt.Sub(now), want+want/10)
+		}
+		s = fold(s, evs)
+		if s.Due(f.NextAttemptAt.Add(-time.Second)) || !s.Due(f.NextAttemptAt) {
+			t.Fatal("due at the wrong time")
+		}
+		total += want
+		now = f.NextAttemptAt
+	}
+	if total < 5*time.Hour || total > 5*time.Hour+15*time.Minute {
+		t.Fatalf("schedule spans %v, want about 5 h 12 m", total)
+	}
+	evs := delivery.RecordAttempt(s, delivery.Outcome{Error: "timeout after 10s"}, delivery.DefaultSchedule, 0, now)
+	s = fold(s, evs)
+	if s.Status != delivery.Failed || s.Attempts != 7 || s.Due(now.Add(time.Hour)) {
+		t.Fatalf("after the 7th attempt: %+v", s)
+	}
+	if more := delivery.RecordAttempt(s, delivery.Outcome{}, delivery.DefaultSchedule, 0, now); len(more) != 0 {
+		t.Fatal("attempted after failing")
+	}
+}
+
+func TestSuccessEnds(t *testing.T) {
+	s := fold(delivery.State{}, delivery.Create(delivery.State{}, delivery.Created{DeliveryID: "d1", CreatedAt: t0}))
+	ok := 204
+	s = fold(s, delivery.RecordAttempt(s, delivery.Outcome{ResponseStatus: &ok}, delivery.DefaultSchedule, 0, t0))
+	if s.Status != delivery.Delivered || s.Attempts != 1 || s.Due(t0.Add(time.Hour)) {
+		t.Fatalf("after success: %+v", s)
+	}
+	redirect := 302
+	if (delivery.Outcome{ResponseStatus: &redirect}).Succeeded() {
+		t.Fatal("a redirect is not a success")
+	}
+}
