@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -12,12 +13,20 @@ import (
 	"github.com/mailroom/mailroom/internal/authn"
 	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/internal/views"
+	"github.com/mailroom/mailroom/readapi"
 )
 
+// Views render the resources that write routes answer with.
+type Views struct {
+	Domain   func(sendingdomain.State) views.Domain
+	Endpoint func(ctx context.Context, accountID, id string) (readapi.WebhookEndpoint, error)
+}
+
 // Routes mounts the write routes. api is the /api group (management tokens),
-// v1 the /v1 group (API keys). render shows a domain as the API does.
-func Routes(s *Service, render func(sendingdomain.State) views.Domain, api, v1 *echo.Group) {
-	h := handlers{s: s, domain: render}
+// v1 the /v1 group (API keys).
+func Routes(s *Service, v Views, api, v1 *echo.Group) {
+	h := handlers{s: s, views: v}
+	webhookRoutes(h, v1)
 	api.POST("/auth/api-keys", h.createAPIKey)
 	api.DELETE("/auth/api-keys/:id", h.revokeAPIKey)
 
@@ -31,8 +40,8 @@ func Routes(s *Service, render func(sendingdomain.State) views.Domain, api, v1 *
 }
 
 type handlers struct {
-	s      *Service
-	domain func(sendingdomain.State) views.Domain
+	s     *Service
+	views Views
 }
 
 func meta(c echo.Context) Meta {
@@ -44,6 +53,7 @@ func problem(err error) error {
 	var v *domain.ValidationError
 	var conflict *domain.ConflictError
 	var forbidden *domain.ForbiddenError
+	var limit *LimitError
 	switch {
 	case errors.As(err, &v):
 		fields := make([]httpserver.FieldError, len(v.Errors))
@@ -57,6 +67,8 @@ func problem(err error) error {
 		return httpserver.Forbidden(forbidden.Code, forbidden.Detail)
 	case errors.Is(err, domain.ErrNotFound):
 		return httpserver.NotFound("no such resource")
+	case errors.As(err, &limit):
+		return httpserver.LimitExceeded(limit.Detail)
 	}
 	return err
 }
@@ -116,7 +128,7 @@ func (h handlers) addDomain(c echo.Context) error {
 	if err != nil {
 		return problem(err)
 	}
-	return c.JSON(http.StatusCreated, h.domain(st))
+	return c.JSON(http.StatusCreated, h.views.Domain(st))
 }
 
 func (h handlers) verifyDomain(c echo.Context) error {
@@ -127,7 +139,7 @@ func (h handlers) verifyDomain(c echo.Context) error {
 	return c.JSON(http.StatusOK, struct {
 		views.Domain
 		DNSCheck DNSCheck `json:"dns_check"`
-	}{h.domain(st), check})
+	}{h.views.Domain(st), check})
 }
 
 func (h handlers) rotateDomain(c echo.Context) error {
@@ -135,7 +147,7 @@ func (h handlers) rotateDomain(c echo.Context) error {
 	if err != nil {
 		return problem(err)
 	}
-	return c.JSON(http.StatusOK, h.domain(st))
+	return c.JSON(http.StatusOK, h.views.Domain(st))
 }
 
 func (h handlers) upgradeDomain(c echo.Context) error {
@@ -143,7 +155,7 @@ func (h handlers) upgradeDomain(c echo.Context) error {
 	if err != nil {
 		return problem(err)
 	}
-	return c.JSON(http.StatusOK, h.domain(st))
+	return c.JSON(http.StatusOK, h.views.Domain(st))
 }
 
 func (h handlers) removeDomain(c echo.Context) error {

@@ -43,6 +43,8 @@ type Service struct {
 	domains domainLookup
 	blobs   blob.Store
 	egress  URLChecker
+
+	endpointCount func(ctx context.Context, accountID string) (int, error)
 }
 
 // URLChecker refuses URLs Mailroom must not fetch (egress.Policy).
@@ -68,6 +70,8 @@ type Deps struct {
 	Domains func(ctx context.Context, accountID, name string) (sendingdomain.State, error)
 	Blobs   blob.Store
 	Egress  URLChecker
+	// EndpointCount counts an account's webhook endpoints (read model).
+	EndpointCount func(ctx context.Context, accountID string) (int, error)
 }
 
 // New returns a Service.
@@ -76,7 +80,7 @@ func New(d Deps) *Service {
 		d.Settle = func(context.Context, eventstore.Position, ...string) bool { return true }
 	}
 	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
-		domains: d.Domains, blobs: d.Blobs, egress: d.Egress}
+		domains: d.Domains, blobs: d.Blobs, egress: d.Egress, endpointCount: d.EndpointCount}
 }
 
 // maxAttempts bounds retries after a concurrency conflict.

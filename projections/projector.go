@@ -30,8 +30,8 @@ type Projector interface {
 	// with the search path set to the target schema.
 	Schema() string
 	// Apply queues the statements that project ev. Statements run in order
-	// in the batch's transaction and must be idempotent upserts: they cannot
-	// read what earlier statements of the batch wrote.
+	// in the batch's transaction (SQL may read what earlier ones wrote; Go
+	// code cannot) and must be idempotent.
 	Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error
 }
 
@@ -44,4 +44,4 @@ type TxProjector interface {
 }
 
 // All is every projector Mailroom runs.
-func All() []Projector { return []Projector{Accounts{}, APIKeys{}, Domains{}, Emails{}} }
+func All() []Projector { return []Projector{Accounts{}, APIKeys{}, Domains{}, Emails{}, Webhooks{}} }

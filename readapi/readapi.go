@@ -25,6 +25,10 @@ func Routes(pool *pgxpool.Pool, render func(sendingdomain.State) views.Domain, a
 	api.GET("/domains/:id", r.getDomain)
 	v1.GET("/emails", r.listEmails, authn.Require("emails:read"))
 	v1.GET("/emails/:id", r.getEmail, authn.Require("emails:read"))
+	both := authn.Require("emails:send", "emails:read")
+	v1.GET("/webhooks", r.listWebhooks, both)
+	v1.GET("/webhooks/:id", r.getWebhook, both)
+	v1.GET("/webhooks/:id/deliveries", r.listDeliveries, both)
 }
 
 type reader struct {

@@ -22,6 +22,7 @@ import (
 var version = "dev"
 
 func main() {
+	app.Version = version
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root().ExecuteContext(ctx); err != nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
@@ -146,7 +147,12 @@ func (a *App) Handler() http.Handler {
 
 	api := e.Group("/api", auth.Tokens(), limiter.Middleware(authn.RateKey))
 	v1 := e.Group("/v1", auth.APIKeys(), limiter.Middleware(authn.RateKey))
-	commands.Routes(a.Commands, a.RenderDomain, api, v1)
+	commands.Routes(a.Commands, commands.Views{
+		Domain: a.RenderDomain,
+		Endpoint: func(ctx context.Context, accountID, id string) (readapi.WebhookEndpoint, error) {
+			return readapi.Endpoint(ctx, a.Pool, accountID, id)
+		},
+	}, api, v1)
 	readapi.Routes(a.Pool, a.RenderDomain, api, v1)
 	return e
 }
@@ -218,6 +224,11 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 		Store: a.Store, Settle: settle, Now: func() time.Time { return a.Now() },
 		Box: a.Box, DNS: a.DNS, Region: a.Config.Region,
 		Domains: a.sendingDomain, Blobs: a.Blobs, Egress: a.Egress,
+		EndpointCount: func(ctx context.Context, accountID string) (int, error) {
+			var n int
+			err := a.Pool.QueryRow(ctx, "SELECT count(*) FROM webhook_endpoints WHERE account_id = $1", accountID).Scan(&n)
+			return n, err
+		},
 	})
 }
 
@@ -262,6 +273,18 @@ func (a *App) RunWorkers(ctx context.Context) error {
 		return err
 	}
 	router.Handle("domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box))
+	dispatcher := a.dispatcher()
+	router.Handle("webhook-fanout", (&processmanagers.Fanout{
+		Commands: a.Commands, Settle: a.Waiter.WaitFor, Wake: dispatcher.Wake,
+		Endpoints: func(ctx context.Context, accountID, eventType string) ([]string, error) {
+			rows, err := a.Pool.Query(ctx, `SELECT id FROM webhook_endpoints
+				WHERE account_id = $1 AND is_active AND $2 = ANY(event_types) ORDER BY id`, accountID, eventType)
+			if err != nil {
+				return nil, err
+			}
+			return pgx.CollectRows(rows, pgx.RowTo[string])
+		},
+	}).Handle)
 	pipeline := a.pipeline()
 	n := a.Config.SendConcurrency
 	for i := range n {
@@ -271,5 +294,6 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	g.Go(func() error { return router.Run(ctx) })
 	poller := a.DomainPoller()
 	g.Go(func() error { return poller.Run(ctx) })
+	g.Go(func() error { return dispatcher.Run(ctx) })
 	return g.Wait()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -37,6 +38,13 @@ func (a *App) openMail(ctx context.Context) error {
 		return fmt.Errorf("egress-allow-cidrs: %w", err)
 	}
 	a.Egress = egress.Policy{AllowCIDRs: cidrs, AllowHTTP: cfg.WebhookAllowHTTP}
+	if cfg.EgressResolver != "" {
+		server := cfg.EgressResolver
+		a.Egress.Resolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, server)
+		}}
+	}
 	return nil
 }
 
@@ -92,4 +100,18 @@ func (a *App) feedback() func(email.State, time.Time) []domain.Event {
 		return processmanagers.SandboxFeedback
 	}
 	return nil
+}
+
+// Version is reported in the webhook User-Agent; the binary sets it.
+var Version = "dev"
+
+func (a *App) dispatcher() *processmanagers.Dispatcher {
+	schedule, _ := a.Config.RetrySchedule() // validated at Open
+	return &processmanagers.Dispatcher{
+		Pool: a.Pool, Commands: a.Commands, Box: a.Box,
+		Client:   a.Egress.Client(10 * time.Second),
+		Schedule: schedule, Now: a.clock, Log: a.Log,
+		Poll: 250 * time.Millisecond, MaxInFlight: 128, PerEndpoint: 16,
+		UserAgent: "Mailroom-Webhooks/" + Version,
+	}
 }

@@ -49,6 +49,8 @@ type Config struct {
 	WebhookAllowHTTP   bool
 	SendMaxAge         time.Duration
 	SendConcurrency    int
+	WebhookRetries     string
+	EgressResolver     string
 
 	envErrors []error // MAILROOM_* values that did not parse
 }
@@ -81,9 +83,11 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.BlobS3Endpoint, "blob-s3-endpoint", "MAILROOM_BLOB_S3_ENDPOINT", "", "S3 endpoint override (MinIO, emulators); path-style addressing is used with it")
 	str(fs, &c.ClamdAddr, "clamd-addr", "MAILROOM_CLAMD_ADDR", "", "ClamAV daemon (host:port or unix:/path) that scans every email; empty: built-in checks only")
 	str(fs, &c.EgressAllowCIDRs, "egress-allow-cidrs", "MAILROOM_EGRESS_ALLOW_CIDRS", "", "development only: address ranges webhooks and attachment downloads may reach although not public, e.g. 127.0.0.0/8,::1/128")
+	str(fs, &c.EgressResolver, "egress-resolver", "MAILROOM_EGRESS_RESOLVER", "", "development only: DNS server (host:port) that webhook and attachment host names are resolved with instead of the system's")
 	c.boolean(fs, &c.WebhookAllowHTTP, "webhook-allow-http", "MAILROOM_WEBHOOK_ALLOW_HTTP", false, "development only: allow plain http webhook and attachment URLs")
 	c.duration(fs, &c.SendMaxAge, "send-max-age", "MAILROOM_SEND_MAX_AGE", 24*time.Hour, "how long transient provider failures are retried before an email fails with provider_unavailable")
 	c.integer(fs, &c.SendConcurrency, "send-concurrency", "MAILROOM_SEND_CONCURRENCY", 4, "emails handled in parallel by each worker process")
+	str(fs, &c.WebhookRetries, "webhook-retry-schedule", "MAILROOM_WEBHOOK_RETRY_SCHEDULE", "30s,2m,10m,30m,1h30m,3h", "waits before each webhook retry (comma-separated Go durations)")
 	c.boolean(fs, &c.Bootstrap, "bootstrap", "MAILROOM_BOOTSTRAP", false, "on first start, create an account, admin token and API key and print them")
 }
 
@@ -120,6 +124,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DomainPollInterval <= 0 {
 		return errors.New("domain-poll-interval must be positive")
+	}
+	if _, err := c.RetrySchedule(); err != nil {
+		return err
 	}
 	switch c.Environment {
 	case "development", "production":
@@ -233,4 +240,17 @@ func list(fs *pflag.FlagSet, p *[]string, name, env string, def []string, text s
 		def = strings.Split(v, ",")
 	}
 	fs.StringSliceVar(p, name, def, usage(env, text))
+}
+
+// RetrySchedule parses the webhook retry schedule.
+func (c *Config) RetrySchedule() ([]time.Duration, error) {
+	var out []time.Duration
+	for _, part := range strings.Split(c.WebhookRetries, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("webhook-retry-schedule: %q is not a positive duration", part)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }

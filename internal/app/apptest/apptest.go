@@ -33,27 +33,28 @@ type Server struct {
 	stop        func()
 }
 
-// Clock is a settable clock: tests move it instead of sleeping through hours.
+// Clock runs with real time plus an offset that tests move forward instead
+// of sleeping through hours.
 type Clock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu     sync.Mutex
+	offset time.Duration
 }
 
 // NewClock starts a clock at the current time.
-func NewClock() *Clock { return &Clock{now: time.Now().UTC()} }
+func NewClock() *Clock { return &Clock{} }
 
 // Now reads the clock.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.now
+	return time.Now().UTC().Add(c.offset)
 }
 
 // Advance moves the clock forward by d.
 func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+	c.offset += d
 }
 
 // Config returns the default configuration pointed at databaseURL, with

@@ -1,0 +1,197 @@
+package commands
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/delivery"
+	"github.com/mailroom/mailroom/domain/webhook"
+	"github.com/mailroom/mailroom/internal/credential"
+)
+
+const webhooksProjection = "webhooks"
+
+// SecretPrefix starts every webhook signing secret.
+const SecretPrefix = "whsec_"
+
+// sealSecret mints a signing secret and seals it for the endpoint.
+func (s *Service) sealSecret(endpointID string) (secret, sealed string) {
+	secret = credential.Mint(SecretPrefix).Secret
+	return secret, s.box.Seal([]byte(secret), SecretContext(endpointID))
+}
+
+// SecretContext binds a sealed signing secret to its endpoint.
+func SecretContext(endpointID string) string { return "webhook:" + endpointID }
+
+// checkURL runs the egress policy on a webhook URL.
+func (s *Service) checkURL(ctx context.Context, url *string) error {
+	if url == nil {
+		return nil
+	}
+	var v domain.ValidationError
+	if *url == "" {
+		v.Add("url", "is required")
+	} else if err := s.egress.CheckURL(ctx, *url); err != nil {
+		v.Add("url", "%s", err.Error())
+	}
+	return v.OrNil()
+}
+
+// Webhook returns an endpoint's state from its stream.
+func (s *Service) Webhook(ctx context.Context, id string) (webhook.State, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return webhook.State{}, domain.ErrNotFound
+	}
+	st, _, err := load(ctx, s.store, webhook.Stream(id), webhook.Evolve)
+	return st, err
+}
+
+// CreateWebhook creates an endpoint and returns it with its secret.
+func (s *Service) CreateWebhook(ctx context.Context, accountID string, in webhook.Settings, meta Meta) (webhook.State, string, error) {
+	if in.URL == nil {
+		empty := ""
+		in.URL = &empty
+	}
+	if err := s.checkURL(ctx, in.URL); err != nil {
+		return webhook.State{}, "", err
+	}
+	n, err := s.endpointCount(ctx, accountID)
+	if err != nil {
+		return webhook.State{}, "", err
+	}
+	if n >= webhook.MaxEndpoints {
+		return webhook.State{}, "", &LimitError{Detail: fmt.Sprintf("an account may hold at most %d webhook endpoints", webhook.MaxEndpoints)}
+	}
+	id := uuid.NewString()
+	secret, sealed := s.sealSecret(id)
+	evs, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
+		return webhook.Create(st, id, accountID, in, sealed, s.now())
+	}, meta, webhooksProjection)
+	if err != nil {
+		return webhook.State{}, "", err
+	}
+	return fold(webhook.State{}, webhook.Evolve, evs), secret, nil
+}
+
+// LimitError is a request refused because an account limit is reached.
+type LimitError struct{ Detail string }
+
+func (e *LimitError) Error() string { return e.Detail }
+
+// UpdateWebhook applies a PATCH.
+func (s *Service) UpdateWebhook(ctx context.Context, accountID, id string, in webhook.Settings, active *bool, meta Meta) error {
+	if err := s.checkURL(ctx, in.URL); err != nil {
+		return err
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return domain.ErrNotFound
+	}
+	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
+		return webhook.Update(st, accountID, in, active, s.now())
+	}, meta, webhooksProjection)
+	return err
+}
+
+// RotateWebhookSecret replaces the signing secret; deliveries from now on
+// are signed with the new one only.
+func (s *Service) RotateWebhookSecret(ctx context.Context, accountID, id string, meta Meta) (string, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return "", domain.ErrNotFound
+	}
+	secret, sealed := s.sealSecret(id)
+	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
+		return webhook.RotateSecret(st, accountID, sealed, s.now())
+	}, meta, webhooksProjection)
+	return secret, err
+}
+
+// DeleteWebhook removes an endpoint; its pending retries stop and its
+// delivery history goes with it.
+func (s *Service) DeleteWebhook(ctx context.Context, accountID, id string, meta Meta) error {
+	if _, err := uuid.Parse(id); err != nil {
+		return domain.ErrNotFound
+	}
+	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
+		return webhook.Delete(st, accountID, s.now())
+	}, meta, webhooksProjection)
+	return err
+}
+
+// Envelope is the body of every webhook delivery.
+type Envelope struct {
+	Type      string         `json:"type"`
+	CreatedAt string         `json:"created_at"`
+	Data      map[string]any `json:"data"`
+}
+
+// TestWebhook queues a sample email.delivered event for an active endpoint.
+func (s *Service) TestWebhook(ctx context.Context, accountID, id string, meta Meta) (string, error) {
+	st, err := s.Webhook(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !st.Exists() || st.AccountID != accountID {
+		return "", domain.ErrNotFound
+	}
+	if !st.Active {
+		return "", &domain.ConflictError{Code: "endpoint_inactive", Detail: "the endpoint is not active; resume it first"}
+	}
+	now := s.now()
+	emailID := uuid.NewString()
+	payload, err := json.Marshal(Envelope{Type: "email.delivered", CreatedAt: now.UTC().Format("2006-01-02T15:04:05.000Z"), Data: map[string]any{
+		"email_id": emailID, "from": "Mailroom <test@mailroom.dev>", "to": "delivered@example.com",
+		"subject": "Test event from Mailroom", "tags": map[string]string{"test": "true"},
+	}})
+	if err != nil {
+		return "", err
+	}
+	deliveryID := uuid.NewString()
+	return deliveryID, s.CreateDelivery(ctx, delivery.Created{DeliveryID: deliveryID, EndpointID: id, AccountID: accountID,
+		EmailID: emailID, Type: "email.delivered", Payload: string(payload), CreatedAt: now}, meta)
+}
+
+// CreateDelivery records a delivery of an event to an endpoint; the same
+// delivery twice is recorded once.
+func (s *Service) CreateDelivery(ctx context.Context, c delivery.Created, meta Meta) error {
+	_, err := execute(ctx, s, delivery.Stream(c.DeliveryID), delivery.Evolve, func(st delivery.State) ([]domain.Event, error) {
+		return delivery.Create(st, c), nil
+	}, meta, webhooksProjection)
+	return err
+}
+
+// Delivery returns a delivery's state from its stream.
+func (s *Service) Delivery(ctx context.Context, id string) (delivery.State, error) {
+	st, _, err := load(ctx, s.store, delivery.Stream(id), delivery.Evolve)
+	return st, err
+}
+
+// RecordDeliveryAttempt records the outcome of attempt number attempt; if
+// the stream shows that attempt recorded already, nothing happens. It
+// returns the delivery's new state.
+func (s *Service) RecordDeliveryAttempt(ctx context.Context, id string, attempt int, o delivery.Outcome,
+	schedule []time.Duration, jitter float64, meta Meta) (delivery.State, error) {
+	var final delivery.State
+	_, err := execute(ctx, s, delivery.Stream(id), delivery.Evolve, func(st delivery.State) ([]domain.Event, error) {
+		final = st
+		if st.Attempts+1 != attempt {
+			return nil, nil
+		}
+		evs := delivery.RecordAttempt(st, o, schedule, jitter, s.now())
+		final = fold(st, delivery.Evolve, evs)
+		return evs, nil
+	}, meta)
+	return final, err
+}
+
+// RecordEndpointOutcome counts a finished delivery against its endpoint.
+func (s *Service) RecordEndpointOutcome(ctx context.Context, endpointID, deliveryID string, succeeded bool, meta Meta) error {
+	_, err := execute(ctx, s, webhook.Stream(endpointID), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
+		return webhook.RecordOutcome(st, deliveryID, succeeded, s.now()), nil
+	}, meta)
+	return err
+}

@@ -1,0 +1,508 @@
+package app_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/internal/dnscheck"
+	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
+	"github.com/mailroom/mailroom/webhook"
+)
+
+// receiver is a real HTTP server recording what Mailroom posts to it.
+type receiver struct {
+	*httptest.Server
+	mu       sync.Mutex
+	got      []received
+	respond  func(n int) int // status for the n-th request (1-based)
+	sleep    time.Duration
+	redirect string
+}
+
+type received struct {
+	header http.Header
+	body   []byte
+	at     time.Time
+}
+
+func newReceiver(t *testing.T, respond func(n int) int) *receiver {
+	r := &receiver{respond: respond}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.got = append(r.got, received{header: req.Header.Clone(), body: body, at: time.Now()})
+		n := len(r.got)
+		sleep, redirect := r.sleep, r.redirect
+		r.mu.Unlock()
+		if sleep > 0 {
+			time.Sleep(sleep)
+		}
+		if redirect != "" {
+			http.Redirect(w, req, redirect, http.StatusFound)
+			return
+		}
+		w.WriteHeader(r.respond(n))
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func always(code int) func(int) int { return func(int) int { return code } }
+
+func (r *receiver) requests() []received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]received(nil), r.got...)
+}
+
+func (r *receiver) waitFor(t *testing.T, n int) []received {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := r.requests()
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("receiver got %d requests, want %d", len(got), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type hookWorld struct {
+	*sendWorld
+}
+
+func newHookWorld(t *testing.T, configure ...func(*config.Config)) *hookWorld {
+	return &hookWorld{newSendWorld(t, append([]func(*config.Config){func(c *config.Config) {
+		c.WebhookRetries = "50ms,50ms,50ms,50ms,50ms,50ms"
+	}}, configure...)...)}
+}
+
+func (w *hookWorld) endpoint(t *testing.T, body map[string]any) (id, secret string) {
+	t.Helper()
+	r := w.Do("POST", "/v1/webhooks", w.key, body)
+	if r.Status != 201 {
+		t.Fatalf("create endpoint: %d %s", r.Status, r.Body)
+	}
+	e := r.JSON(t)
+	return e["id"].(string), e["secret"].(string)
+}
+
+func (w *hookWorld) deliveries(t *testing.T, endpoint, query string) []map[string]any {
+	t.Helper()
+	r := w.Do("GET", "/v1/webhooks/"+endpoint+"/deliveries"+query, w.key, nil)
+	if r.Status != 200 {
+		t.Fatalf("deliveries: %d %s", r.Status, r.Body)
+	}
+	var out []map[string]any
+	for _, d := range r.JSON(t)["data"].([]any) {
+		out = append(out, d.(map[string]any))
+	}
+	return out
+}
+
+func (w *hookWorld) waitDelivery(t *testing.T, endpoint, id, status string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, d := range w.deliveries(t, endpoint, "?limit=100") {
+			if d["id"] == id && d["status"] == status {
+				return d
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delivery %s never became %s: %v", id, status, w.deliveries(t, endpoint, "?limit=100"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (w *hookWorld) test(t *testing.T, endpoint string) string {
+	t.Helper()
+	r := w.Do("POST", "/v1/webhooks/"+endpoint+"/test", w.key, nil)
+	if r.Status != 202 || r.JSON(t)["status"] != "pending" {
+		t.Fatalf("test: %d %s", r.Status, r.Body)
+	}
+	return r.JSON(t)["delivery_id"].(string)
+}
+
+func TestWebhookSignedDeliveries(t *testing.T) {
+	w := newHookWorld(t)
+	rcv := newReceiver(t, always(200))
+	id, secret := w.endpoint(t, map[string]any{"url": rcv.URL + "/hooks", "description": "orders"})
+	if !strings.HasPrefix(secret, "whsec_") {
+		t.Fatalf("secret %q", secret)
+	}
+	list := w.Do("GET", "/v1/webhooks", w.key, nil)
+	if strings.Contains(string(list.Body), secret) || strings.Contains(string(list.Body), `"secret"`) {
+		t.Fatal("the list shows the secret")
+	}
+	lj := list.JSON(t)
+	if fmt.Sprint(lj["event_types"]) != "[email.sent email.delivered email.opened email.clicked email.bounced email.complained email.failed]" {
+		t.Fatalf("event_types %v", lj["event_types"])
+	}
+	ep := w.Do("GET", "/v1/webhooks/"+id, w.key, nil).JSON(t)
+	if ep["is_active"] != true || ep["disabled_reason"] != nil || ep["consecutive_failures"] != 0.0 || ep["description"] != "orders" || len(ep["event_types"].([]any)) != 7 {
+		t.Fatalf("endpoint %v", ep)
+	}
+	if _, ok := ep["secret"]; ok {
+		t.Fatal("GET shows the secret")
+	}
+
+	emailID := w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "Hooked", "text": "t", "tags": map[string]string{"k": "v"}})["id"].(string)
+	got := rcv.waitFor(t, 2)
+	types := map[string]bool{}
+	for _, r := range got {
+		if err := webhook.Verify(secret, r.header.Get("service-signature"), r.body, 300*time.Second); err != nil {
+			t.Fatalf("signature does not verify: %v", err)
+		}
+		if webhook.Verify("whsec_wrong", r.header.Get("service-signature"), r.body, 300*time.Second) == nil {
+			t.Fatal("a wrong secret verifies")
+		}
+		var ev map[string]any
+		json.Unmarshal(r.body, &ev)
+		data := ev["data"].(map[string]any)
+		if ev["type"] != r.header.Get("service-event-type") || data["email_id"] != emailID || data["subject"] != "Hooked" ||
+			data["to"] != "x@example.org" || data["from"] != "a@acme.test" || fmt.Sprint(data["tags"]) != "map[k:v]" || !timestamp.MatchString(ev["created_at"].(string)) {
+			t.Fatalf("envelope %s headers %v", r.body, r.header)
+		}
+		if r.header.Get("service-delivery-id") == "" || !strings.HasPrefix(r.header.Get("User-Agent"), "Mailroom-Webhooks/") {
+			t.Fatalf("headers %v", r.header)
+		}
+		types[ev["type"].(string)] = true
+	}
+	if !types["email.sent"] || !types["email.delivered"] {
+		t.Fatalf("types %v", types)
+	}
+	ds := w.deliveries(t, id, "")
+	if len(ds) != 2 {
+		t.Fatalf("deliveries %v", ds)
+	}
+	for _, d := range ds {
+		if d["email_id"] != emailID {
+			t.Fatalf("delivery %v", d)
+		}
+		w.waitDelivery(t, id, d["id"].(string), "delivered")
+	}
+	d := w.deliveries(t, id, "?status=delivered")[0]
+	if d["attempts"] != 1.0 || d["response_status"] != 200.0 || d["error"] != nil || !timestamp.MatchString(d["delivered_at"].(string)) {
+		t.Fatalf("delivered delivery %v", d)
+	}
+	if ep := w.Do("GET", "/v1/webhooks/"+id, w.key, nil).JSON(t); ep["last_success_at"] == nil {
+		t.Fatal("last_success_at not set")
+	}
+	if n := len(w.deliveries(t, id, "?status=failed")); n != 0 {
+		t.Fatalf("%d failed deliveries", n)
+	}
+	wantProblem(t, w.Do("GET", "/v1/webhooks/"+id+"/deliveries?status=lost", w.key, nil), 422, "validation_failed")
+
+	// Rotation: the next delivery is signed with the new secret only.
+	r := w.Do("POST", "/v1/webhooks/"+id+"/rotate-secret", w.key, nil)
+	if r.Status != 200 || r.JSON(t)["id"] != id {
+		t.Fatalf("rotate: %d %s", r.Status, r.Body)
+	}
+	newSecret := r.JSON(t)["secret"].(string)
+	w.test(t, id)
+	last := rcv.waitFor(t, 3)[2]
+	if webhook.Verify(newSecret, last.header.Get("service-signature"), last.body, 300*time.Second) != nil {
+		t.Fatal("not signed with the new secret")
+	}
+	if webhook.Verify(secret, last.header.Get("service-signature"), last.body, 300*time.Second) == nil {
+		t.Fatal("still signed with the old secret")
+	}
+}
+
+func TestWebhookRetriesUntilFailed(t *testing.T) {
+	w := newHookWorld(t)
+	rcv := newReceiver(t, always(500))
+	id, _ := w.endpoint(t, map[string]any{"url": rcv.URL})
+	did := w.test(t, id)
+	d := w.waitDelivery(t, id, did, "failed")
+	got := rcv.requests()
+	if d["attempts"] != 7.0 || len(got) != 7 || d["response_status"] != 500.0 || d["error"] != "receiver returned 500" {
+		t.Fatalf("after retries: %v (%d requests)", d, len(got))
+	}
+	for _, r := range got {
+		if r.header.Get("service-delivery-id") != did {
+			t.Fatal("the delivery id changed across retries")
+		}
+	}
+	ep := w.Do("GET", "/v1/webhooks/"+id, w.key, nil).JSON(t)
+	if ep["consecutive_failures"] != 1.0 || ep["last_failure_at"] == nil || ep["is_active"] != true {
+		t.Fatalf("endpoint after one exhausted event: %v", ep)
+	}
+}
+
+func TestWebhookRedirectAndTimeout(t *testing.T) {
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookRetries = "1h" })
+	target := newReceiver(t, always(200))
+	redir := newReceiver(t, always(200))
+	redir.redirect = target.URL
+	id, _ := w.endpoint(t, map[string]any{"url": redir.URL})
+	did := w.test(t, id)
+	redir.waitFor(t, 1)
+	deadline := time.Now().Add(10 * time.Second)
+	var d map[string]any
+	for d == nil || d["attempts"] != 1.0 {
+		d = w.deliveries(t, id, "")[0]
+		if time.Now().After(deadline) {
+			t.Fatalf("delivery %v", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if d["id"] != did || d["status"] != "pending" || d["response_status"] != 302.0 || d["error"] != "redirect 302 not followed" {
+		t.Fatalf("after a redirect: %v", d)
+	}
+	if n := len(target.requests()); n != 0 {
+		t.Fatalf("the redirect target got %d requests", n)
+	}
+
+	slow := newReceiver(t, always(200))
+	slow.sleep = 11 * time.Second
+	sid, _ := w.endpoint(t, map[string]any{"url": slow.URL})
+	w.test(t, sid)
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		ds := w.deliveries(t, sid, "")
+		if len(ds) == 1 && ds[0]["attempts"] == 1.0 {
+			if ds[0]["error"] != "timeout after 10s" || ds[0]["response_status"] != nil || ds[0]["status"] != "pending" {
+				t.Fatalf("after a timeout: %v", ds[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no timed-out attempt: %v", ds)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestWebhookAutoDisable(t *testing.T) {
+	w := newHookWorld(t)
+	failing := true
+	var mu sync.Mutex
+	rcv := newReceiver(t, func(int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if failing {
+			return 503
+		}
+		return 200
+	})
+	id, _ := w.endpoint(t, map[string]any{"url": rcv.URL})
+	exhaust := func(n int) {
+		var ids []string
+		for range n {
+			ids = append(ids, w.test(t, id))
+		}
+		for _, did := range ids {
+			w.waitDelivery(t, id, did, "failed")
+		}
+	}
+	ep := func() map[string]any { return w.Do("GET", "/v1/webhooks/"+id, w.key, nil).JSON(t) }
+	exhaust(19)
+	if e := ep(); e["consecutive_failures"] != 19.0 || e["is_active"] != true {
+		t.Fatalf("after 19: %v", e)
+	}
+	// One success resets the count.
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	w.waitDelivery(t, id, w.test(t, id), "delivered")
+	deadline := time.Now().Add(10 * time.Second)
+	for ep()["consecutive_failures"] != 0.0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("success did not reset the count: %v", ep())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	failing = true
+	mu.Unlock()
+	exhaust(20)
+	deadline = time.Now().Add(10 * time.Second)
+	for ep()["is_active"] != false {
+		if time.Now().After(deadline) {
+			t.Fatalf("not disabled after 20: %v", ep())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if e := ep(); e["disabled_reason"] != "consecutive_failures" || e["consecutive_failures"] != 20.0 {
+		t.Fatalf("disabled endpoint %v", e)
+	}
+	wantProblem(t, w.Do("POST", "/v1/webhooks/"+id+"/test", w.key, nil), 409, "endpoint_inactive")
+	r := w.Do("PATCH", "/v1/webhooks/"+id, w.key, map[string]any{"is_active": true})
+	if r.Status != 200 {
+		t.Fatalf("patch: %d %s", r.Status, r.Body)
+	}
+	if e := r.JSON(t); e["is_active"] != true || e["consecutive_failures"] != 0.0 || e["disabled_reason"] != nil {
+		t.Fatalf("re-enabled %v", e)
+	}
+}
+
+func TestWebhookFilteringPausingAndLimits(t *testing.T) {
+	w := newHookWorld(t)
+	bounces := newReceiver(t, always(200))
+	paused := newReceiver(t, always(200))
+	w.endpoint(t, map[string]any{"url": bounces.URL, "event_types": []string{"email.bounced"}})
+	pid, _ := w.endpoint(t, map[string]any{"url": paused.URL})
+	r := w.Do("PATCH", "/v1/webhooks/"+pid, w.key, map[string]any{"is_active": false, "description": "paused for now"})
+	if r.Status != 200 || r.JSON(t)["is_active"] != false || r.JSON(t)["disabled_reason"] != nil || r.JSON(t)["description"] != "paused for now" {
+		t.Fatalf("pause: %d %s", r.Status, r.Body)
+	}
+	wantProblem(t, w.Do("POST", "/v1/webhooks/"+pid+"/test", w.key, nil), 409, "endpoint_inactive")
+
+	w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "ok@example.org", "subject": "s", "text": "t"})["id"].(string), status("delivered"))
+	w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "bounce@simulator.amazonses.com", "subject": "s", "text": "t"})["id"].(string), status("bounced"))
+	got := bounces.waitFor(t, 1)
+	var ev map[string]any
+	json.Unmarshal(got[0].body, &ev)
+	data := ev["data"].(map[string]any)
+	if ev["type"] != "email.bounced" || data["bounce_type"] != "Permanent" || data["bounce_subtype"] != "General" {
+		t.Fatalf("bounce event %s", got[0].body)
+	}
+	// Give any stray delivery time to show up; none may.
+	time.Sleep(300 * time.Millisecond)
+	if n := len(bounces.requests()); n != 1 {
+		t.Fatalf("the bounce-only endpoint got %d requests", n)
+	}
+	if n := len(paused.requests()); n != 0 {
+		t.Fatalf("the paused endpoint got %d requests", n)
+	}
+
+	// Validation and the limit of 10.
+	for _, body := range []map[string]any{
+		{"url": "https://example.com", "description": strings.Repeat("d", 201)},
+		{"url": "https://example.com", "event_types": []string{"email.exploded"}},
+		{},
+	} {
+		wantProblem(t, w.Do("POST", "/v1/webhooks", w.key, body), 422, "validation_failed")
+	}
+	for i := 2; i < 10; i++ {
+		w.endpoint(t, map[string]any{"url": bounces.URL + fmt.Sprint("/", i)})
+	}
+	wantProblem(t, w.Do("POST", "/v1/webhooks", w.key, map[string]any{"url": bounces.URL + "/11"}), 422, "limit_exceeded")
+}
+
+func TestWebhookURLRefusals(t *testing.T) {
+	dns := dnstest.Start(t)
+	dns.Set(dnscheck.Record{Type: "A", Name: "internal.hooks.test", Value: "10.1.2.3"},
+		dnscheck.Record{Type: "A", Name: "rebind.hooks.test", Value: "93.184.216.34"})
+	s := apptest.Start(t, func(c *config.Config) { c.EgressResolver = dns.Addr(); c.WebhookRetries = "1h" })
+	_, _, key := s.Sender("acme.test")
+	for _, url := range []string{
+		"http://example.com/hook", "https://127.0.0.1/hook", "https://10.0.0.1/hook", "https://[::1]/hook",
+		"https://[::ffff:127.0.0.1]/hook", "https://2130706433/hook", "https://localhost/hook", "https://169.254.169.254/latest",
+		"https://internal.hooks.test/hook", "https://printer.local/", "https://svc.internal/",
+	} {
+		r := s.Do("POST", "/v1/webhooks", key, map[string]any{"url": url})
+		wantProblem(t, r, 422, "validation_failed")
+		if !strings.Contains(string(r.Body), `"field":"url"`) {
+			t.Errorf("%s: %s", url, r.Body)
+		}
+	}
+	// Public at creation, private at delivery: refused when connecting.
+	r := s.Do("POST", "/v1/webhooks", key, map[string]any{"url": "https://rebind.hooks.test:1/hook"})
+	if r.Status != 201 {
+		t.Fatalf("public host refused: %d %s", r.Status, r.Body)
+	}
+	id := r.JSON(t)["id"].(string)
+	dns.Set(dnscheck.Record{Type: "A", Name: "rebind.hooks.test", Value: "127.0.0.1"})
+	tr := s.Do("POST", "/v1/webhooks/"+id+"/test", key, nil)
+	if tr.Status != 202 {
+		t.Fatalf("test: %d", tr.Status)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ds := s.Do("GET", "/v1/webhooks/"+id+"/deliveries", key, nil).JSON(t)["data"].([]any)
+		if len(ds) == 1 && ds[0].(map[string]any)["attempts"] == 1.0 {
+			if e := ds[0].(map[string]any)["error"]; e != "destination not allowed" {
+				t.Fatalf("rebound delivery: %v", ds[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no attempt: %v", ds)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestWebhookRestartAndDeleteDuringRetryWait(t *testing.T) {
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookRetries = "1s,1s,1s,1s,1s,1s" })
+	rcv := newReceiver(t, func(n int) int {
+		if n == 1 {
+			return 500
+		}
+		return 200
+	})
+	id, _ := w.endpoint(t, map[string]any{"url": rcv.URL})
+	did := w.test(t, id)
+	rcv.waitFor(t, 1)
+	// Restart while the retry waits: the retry still happens, once.
+	cfg, clock := w.Config, w.Clock
+	w.Stop()
+	w.Server = apptest.StartWithClock(t, cfg, clock)
+	w.waitDelivery(t, id, did, "delivered")
+	time.Sleep(1500 * time.Millisecond) // a second retry would have come by now
+	if n := len(rcv.requests()); n != 2 {
+		t.Fatalf("receiver got %d requests, want 2", n)
+	}
+	if d := w.deliveries(t, id, "")[0]; d["attempts"] != 2.0 {
+		t.Fatalf("delivery %v", d)
+	}
+
+	// DELETE during a retry wait: nothing more reaches the receiver.
+	failing := newReceiver(t, always(500))
+	fid, _ := w.endpoint(t, map[string]any{"url": failing.URL})
+	w.test(t, fid)
+	failing.waitFor(t, 1)
+	if r := w.Do("DELETE", "/v1/webhooks/"+fid, w.key, nil); r.Status != 204 {
+		t.Fatalf("delete: %d", r.Status)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if n := len(failing.requests()); n != 1 {
+		t.Fatalf("the deleted endpoint got %d requests", n)
+	}
+	wantProblem(t, w.Do("GET", "/v1/webhooks/"+fid+"/deliveries", w.key, nil), 404, "not_found")
+	var left int
+	w.Pool.QueryRow(t.Context(), "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1", fid).Scan(&left)
+	if left != 0 {
+		t.Fatalf("%d deliveries of the deleted endpoint remain", left)
+	}
+}
+
+func TestWebhooksOfAnotherAccount(t *testing.T) {
+	w := newHookWorld(t)
+	rcv := newReceiver(t, always(200))
+	id, _ := w.endpoint(t, map[string]any{"url": rcv.URL})
+	_, _, otherKey := w.Sender("other.test")
+	for _, req := range []struct{ method, path string }{
+		{"GET", "/v1/webhooks/" + id}, {"PATCH", "/v1/webhooks/" + id}, {"DELETE", "/v1/webhooks/" + id},
+		{"POST", "/v1/webhooks/" + id + "/rotate-secret"}, {"POST", "/v1/webhooks/" + id + "/test"},
+		{"GET", "/v1/webhooks/" + id + "/deliveries"},
+	} {
+		var body any
+		if req.method == "PATCH" {
+			body = map[string]any{"description": "mine now"}
+		}
+		wantProblem(t, w.Do(req.method, req.path, otherKey, body), 404, "not_found")
+	}
+	if n := len(w.Do("GET", "/v1/webhooks", otherKey, nil).JSON(t)["data"].([]any)); n != 0 {
+		t.Fatalf("the other account lists %d endpoints", n)
+	}
+	// Webhook routes need both permissions.
+	reader := w.Do("POST", "/api/auth/api-keys", w.admin, map[string]any{"name": "r", "permissions": []string{"emails:read"}}).JSON(t)["key"].(string)
+	wantProblem(t, w.Do("GET", "/v1/webhooks", reader, nil), 403, "permission_denied")
+}

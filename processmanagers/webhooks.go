@@ -1,0 +1,299 @@
+package processmanagers
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/json"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/delivery"
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/egress"
+	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/secretbox"
+	whsig "github.com/mailroom/mailroom/webhook"
+)
+
+// Fanout turns each email event into one delivery per active endpoint of
+// the account that subscribes to its type.
+type Fanout struct {
+	Commands *commands.Service
+	// Endpoints lists the ids of the account's active endpoints that
+	// subscribe to eventType.
+	Endpoints func(ctx context.Context, accountID, eventType string) ([]string, error)
+	Settle    commands.Settle
+	Wake      func() // tells the dispatcher new deliveries are waiting
+}
+
+var fanoutMeta = commands.Meta{Actor: "system:webhook-fanout"}
+
+// webhookEvent maps a timeline event to its webhook type, time and the
+// fields it adds to the envelope's data.
+func webhookEvent(e domain.Event) (typ string, at time.Time, extra map[string]any, ok bool) {
+	switch e := e.(type) {
+	case *email.Sent:
+		return "email.sent", e.SentAt, nil, true
+	case *email.Delivered:
+		return "email.delivered", e.OccurredAt, nil, true
+	case *email.Bounced:
+		return "email.bounced", e.OccurredAt, map[string]any{"bounce_type": e.BounceType, "bounce_subtype": e.BounceSubtype}, true
+	case *email.Complained:
+		return "email.complained", e.OccurredAt, nil, true
+	case *email.Opened:
+		return "email.opened", e.OccurredAt, nil, true
+	case *email.Clicked:
+		return "email.clicked", e.OccurredAt, map[string]any{"link": e.Link}, true
+	case *email.Failed:
+		return "email.failed", e.FailedAt, map[string]any{"reason": e.Reason}, true
+	}
+	return "", time.Time{}, nil, false
+}
+
+// Handle reacts to email timeline events.
+func (f *Fanout) Handle(ctx context.Context, ev eventstore.RecordedEvent) error {
+	if !strings.HasPrefix(ev.StreamID, "email-") {
+		return nil
+	}
+	e, err := codec.Decode(ev)
+	if err != nil || e == nil {
+		return err
+	}
+	typ, at, extra, ok := webhookEvent(e)
+	if !ok {
+		return nil
+	}
+	st, err := f.Commands.Email(ctx, strings.TrimPrefix(ev.StreamID, "email-"))
+	if err != nil {
+		return Transient(err)
+	}
+	if !st.Exists() {
+		return nil
+	}
+	q := st.Queued
+	// Endpoints created before this event must be seen.
+	f.Settle(ctx, ev.Position, "webhooks")
+	endpoints, err := f.Endpoints(ctx, q.AccountID, typ)
+	if err != nil || len(endpoints) == 0 {
+		return transient(err)
+	}
+	tags := q.Tags
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	data := map[string]any{"email_id": q.EmailID, "from": q.From, "to": strings.Join(q.To, ", "), "subject": q.Subject, "tags": tags}
+	for k, v := range extra {
+		data[k] = v
+	}
+	payload, err := json.Marshal(commands.Envelope{Type: typ, CreatedAt: at.UTC().Format("2006-01-02T15:04:05.000Z"), Data: data})
+	if err != nil {
+		return err
+	}
+	for _, ep := range endpoints {
+		// One delivery per (event, endpoint), whatever the redeliveries.
+		id := uuid.NewHash(sha1.New(), deliveryNamespace, []byte(ev.ID.String()+"/"+ep), 5).String()
+		if err := f.Commands.CreateDelivery(ctx, delivery.Created{DeliveryID: id, EndpointID: ep, AccountID: q.AccountID,
+			EmailID: q.EmailID, Type: typ, Payload: string(payload), CreatedAt: at}, fanoutMeta); err != nil {
+			return Transient(err)
+		}
+	}
+	if f.Wake != nil {
+		f.Wake()
+	}
+	return nil
+}
+
+var deliveryNamespace = uuid.MustParse("0c9b8f0e-4b8a-4d8e-9c55-2f6a0e3d7b21")
+
+// Dispatcher attempts due deliveries: the first attempt as soon as a
+// delivery exists, retries when their time comes. Attempts run in
+// parallel, bounded overall and per endpoint, so a slow receiver delays
+// only its own deliveries. Its timers are the deliveries' next_attempt_at
+// in the read model: they survive restarts, and the delivery's stream
+// decides each attempt once.
+type Dispatcher struct {
+	Pool        *pgxpool.Pool
+	Commands    *commands.Service
+	Box         *secretbox.Box
+	Client      *http.Client // the egress client, with the 10 s receiver time-out
+	Schedule    []time.Duration
+	Now         func() time.Time
+	Log         *slog.Logger
+	Poll        time.Duration
+	MaxInFlight int
+	PerEndpoint int
+	UserAgent   string
+
+	once     sync.Once
+	wake     chan struct{}
+	mu       sync.Mutex
+	inFlight map[string]bool
+	perEP    map[string]int
+	slots    chan struct{}
+}
+
+var dispatchMeta = commands.Meta{Actor: "system:webhook-dispatcher"}
+
+func (d *Dispatcher) init() {
+	d.once.Do(func() {
+		d.wake = make(chan struct{}, 1)
+		d.inFlight = map[string]bool{}
+		d.perEP = map[string]int{}
+		d.slots = make(chan struct{}, d.MaxInFlight)
+	})
+}
+
+// Wake makes the dispatcher look for due deliveries now.
+func (d *Dispatcher) Wake() {
+	d.init()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run dispatches until ctx ends, then waits for attempts under way.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	d.init()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTicker(d.Poll)
+	defer t.Stop()
+	for {
+		if err := d.dispatch(ctx, &wg); err != nil && ctx.Err() == nil {
+			d.Log.Warn("webhook dispatch", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-d.wake:
+		}
+	}
+}
+
+type due struct{ id, endpoint, url, sealed string }
+
+func (d *Dispatcher) dispatch(ctx context.Context, wg *sync.WaitGroup) error {
+	rows, err := d.Pool.Query(ctx, `SELECT d.id, d.endpoint_id, e.url, e.sealed_secret
+		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+		WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND e.is_active
+		ORDER BY d.next_attempt_at LIMIT 500`, d.Now())
+	if err != nil {
+		return err
+	}
+	var work []due
+	for rows.Next() {
+		var w due
+		if err := rows.Scan(&w.id, &w.endpoint, &w.url, &w.sealed); err != nil {
+			rows.Close()
+			return err
+		}
+		work = append(work, w)
+	}
+	rows.Close()
+	for _, w := range work {
+		d.mu.Lock()
+		busy := d.inFlight[w.id] || d.perEP[w.endpoint] >= d.PerEndpoint
+		if !busy {
+			d.inFlight[w.id] = true
+			d.perEP[w.endpoint]++
+		}
+		d.mu.Unlock()
+		if busy {
+			continue
+		}
+		select {
+		case d.slots <- struct{}{}:
+		case <-ctx.Done():
+			d.release(w)
+			return nil
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-d.slots; d.release(w) }()
+			if err := d.attempt(context.WithoutCancel(ctx), w); err != nil {
+				d.Log.Warn("webhook attempt", "delivery_id", w.id, "err", err)
+			}
+		}()
+	}
+	return rows.Err()
+}
+
+func (d *Dispatcher) release(w due) {
+	d.mu.Lock()
+	delete(d.inFlight, w.id)
+	d.perEP[w.endpoint]--
+	if d.perEP[w.endpoint] <= 0 {
+		delete(d.perEP, w.endpoint)
+	}
+	d.mu.Unlock()
+}
+
+// attempt makes one attempt of a due delivery and records it.
+func (d *Dispatcher) attempt(ctx context.Context, w due) error {
+	st, err := d.Commands.Delivery(ctx, w.id)
+	if err != nil {
+		return err
+	}
+	if !st.Due(d.Now()) {
+		return nil // attempted meanwhile, or not due yet by the stream
+	}
+	secret, err := d.Box.Open(w.sealed, commands.SecretContext(w.endpoint))
+	if err != nil {
+		return err
+	}
+	body := []byte(st.Created.Payload)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, strings.NewReader(string(body)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", d.UserAgent)
+	req.Header.Set(whsig.HeaderSignature, whsig.Sign(string(secret), body, d.Now()))
+	req.Header.Set(whsig.HeaderEventType, st.Created.Type)
+	req.Header.Set(whsig.HeaderDeliveryID, w.id)
+	var o delivery.Outcome
+	resp, err := d.Client.Do(req)
+	if err != nil {
+		o.Error = egress.Describe(err)
+	} else {
+		drain(resp)
+		code := resp.StatusCode
+		o.ResponseStatus = &code
+		o.Error = egress.DescribeStatus(code)
+	}
+	final, err := d.Commands.RecordDeliveryAttempt(ctx, w.id, st.Attempts+1, o, d.Schedule, rand.Float64()*2-1, dispatchMeta)
+	if err != nil {
+		return err
+	}
+	switch final.Status {
+	case delivery.Delivered:
+		return d.Commands.RecordEndpointOutcome(ctx, w.endpoint, w.id, true, dispatchMeta)
+	case delivery.Failed:
+		return d.Commands.RecordEndpointOutcome(ctx, w.endpoint, w.id, false, dispatchMeta)
+	}
+	return nil
+}
+
+// drain reads a little of the body so the connection can be reused.
+func drain(resp *http.Response) {
+	buf := make([]byte, 4096)
+	for i := 0; i < 16; i++ {
+		if _, err := resp.Body.Read(buf); err != nil {
+			break
+		}
+	}
+	resp.Body.Close()
+}

@@ -1,0 +1,107 @@
+package projections
+
+import (
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailroom/mailroom/domain/delivery"
+	"github.com/mailroom/mailroom/domain/webhook"
+	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/eventstore"
+)
+
+// Webhooks projects webhook endpoints and their deliveries: the routes'
+// views, and the due list the dispatcher polls. Deleting an endpoint
+// deletes its delivery history.
+type Webhooks struct{}
+
+func (Webhooks) Name() string     { return "webhooks" }
+func (Webhooks) Version() int     { return 1 }
+func (Webhooks) Tables() []string { return []string{"webhook_endpoints", "webhook_deliveries"} }
+
+func (Webhooks) Schema() string {
+	return `
+CREATE TABLE IF NOT EXISTS webhook_endpoints (
+    id                   text PRIMARY KEY,
+    account_id           text NOT NULL,
+    url                  text NOT NULL,
+    description          text NOT NULL,
+    event_types          text[] NOT NULL,
+    sealed_secret        text NOT NULL,
+    is_active            boolean NOT NULL,
+    disabled_reason      text,
+    consecutive_failures integer NOT NULL DEFAULT 0,
+    last_success_at      timestamptz,
+    last_failure_at      timestamptz,
+    created_at           timestamptz NOT NULL,
+    updated_at           timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS webhook_endpoints_account_idx ON webhook_endpoints (account_id, created_at);
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    id              text PRIMARY KEY,
+    endpoint_id     text NOT NULL,
+    account_id      text NOT NULL,
+    email_id        text NOT NULL,
+    event_type      text NOT NULL,
+    status          text NOT NULL,
+    attempts        integer NOT NULL DEFAULT 0,
+    response_status integer,
+    error           text,
+    created_at      timestamptz NOT NULL,
+    last_attempt_at timestamptz,
+    delivered_at    timestamptz,
+    next_attempt_at timestamptz
+);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_endpoint_idx ON webhook_deliveries (endpoint_id, created_at DESC);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';`
+}
+
+func (Webhooks) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
+	e, err := codec.Decode(ev)
+	if err != nil || e == nil {
+		return err
+	}
+	switch e := e.(type) {
+	case *webhook.Created:
+		b.Queue(`INSERT INTO webhook_endpoints (id, account_id, url, description, event_types, sealed_secret, is_active, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, true, $7, $7) ON CONFLICT (id) DO NOTHING`,
+			e.EndpointID, e.AccountID, e.URL, e.Description, e.EventTypes, e.SealedSecret, e.CreatedAt)
+	case *webhook.Updated:
+		b.Queue(`UPDATE webhook_endpoints SET url = coalesce($2, url), description = coalesce($3, description),
+			event_types = coalesce($4, event_types), updated_at = $5 WHERE id = $1`,
+			e.EndpointID, e.URL, e.Description, e.EventTypes, e.UpdatedAt)
+	case *webhook.Paused:
+		b.Queue(`UPDATE webhook_endpoints SET is_active = false, disabled_reason = NULL, updated_at = $2 WHERE id = $1`, e.EndpointID, e.PausedAt)
+	case *webhook.Resumed:
+		b.Queue(`UPDATE webhook_endpoints SET is_active = true, disabled_reason = NULL, consecutive_failures = 0, updated_at = $2 WHERE id = $1`, e.EndpointID, e.ResumedAt)
+	case *webhook.Disabled:
+		b.Queue(`UPDATE webhook_endpoints SET is_active = false, disabled_reason = $2, updated_at = $3 WHERE id = $1`, e.EndpointID, e.Reason, e.DisabledAt)
+	case *webhook.SecretRotated:
+		b.Queue(`UPDATE webhook_endpoints SET sealed_secret = $2, updated_at = $3 WHERE id = $1`, e.EndpointID, e.SealedSecret, e.RotatedAt)
+	case *webhook.Deleted:
+		b.Queue(`DELETE FROM webhook_deliveries WHERE endpoint_id = $1`, e.EndpointID)
+		b.Queue(`DELETE FROM webhook_endpoints WHERE id = $1`, e.EndpointID)
+	case *webhook.EventExhausted:
+		b.Queue(`UPDATE webhook_endpoints SET consecutive_failures = consecutive_failures + 1 WHERE id = $1`, e.EndpointID)
+	case *webhook.FailuresReset:
+		b.Queue(`UPDATE webhook_endpoints SET consecutive_failures = 0 WHERE id = $1`, e.EndpointID)
+	case *delivery.Created:
+		// Only for an endpoint that still exists: a deleted one's history is gone.
+		b.Queue(`INSERT INTO webhook_deliveries (id, endpoint_id, account_id, email_id, event_type, status, created_at, next_attempt_at)
+			SELECT $1, $2, $3, $4, $5, 'pending', $6, $6 WHERE EXISTS (SELECT 1 FROM webhook_endpoints WHERE id = $2)
+			ON CONFLICT (id) DO NOTHING`, e.DeliveryID, e.EndpointID, e.AccountID, e.EmailID, e.Type, e.CreatedAt)
+	case *delivery.AttemptSucceeded:
+		b.Queue(`UPDATE webhook_deliveries SET status = 'delivered', attempts = $2, response_status = $3, error = NULL,
+			last_attempt_at = $4, delivered_at = $4, next_attempt_at = NULL WHERE id = $1`, e.DeliveryID, e.Attempt, e.ResponseStatus, e.At)
+		b.Queue(`UPDATE webhook_endpoints SET last_success_at = greatest(coalesce(last_success_at, $2), $2) WHERE id = $1`, e.EndpointID, e.At)
+	case *delivery.AttemptFailed:
+		status := "pending"
+		var next any = e.NextAttemptAt
+		if e.NextAttemptAt.IsZero() {
+			status, next = "failed", nil
+		}
+		b.Queue(`UPDATE webhook_deliveries SET status = $2, attempts = $3, response_status = $4, error = $5,
+			last_attempt_at = $6, next_attempt_at = $7 WHERE id = $1`, e.DeliveryID, status, e.Attempt, e.ResponseStatus, e.Error, e.At, next)
+		b.Queue(`UPDATE webhook_endpoints SET last_failure_at = greatest(coalesce(last_failure_at, $2), $2) WHERE id = $1`, e.EndpointID, e.At)
+	}
+	return nil
+}

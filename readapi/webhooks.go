@@ -1,0 +1,153 @@
+package readapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailroom/mailroom/domain/webhook"
+	"github.com/mailroom/mailroom/internal/apitime"
+	"github.com/mailroom/mailroom/internal/authn"
+	"github.com/mailroom/mailroom/internal/httpserver"
+)
+
+// WebhookEndpoint is an endpoint as the API shows it: never the secret.
+type WebhookEndpoint struct {
+	ID                  string       `json:"id"`
+	URL                 string       `json:"url"`
+	Description         string       `json:"description"`
+	EventTypes          []string     `json:"event_types"`
+	IsActive            bool         `json:"is_active"`
+	DisabledReason      *string      `json:"disabled_reason"`
+	ConsecutiveFailures int          `json:"consecutive_failures"`
+	LastSuccessAt       apitime.Time `json:"last_success_at"`
+	LastFailureAt       apitime.Time `json:"last_failure_at"`
+	CreatedAt           apitime.Time `json:"created_at"`
+	UpdatedAt           apitime.Time `json:"updated_at"`
+}
+
+const endpointColumns = `id, url, description, event_types, is_active, disabled_reason, consecutive_failures,
+	last_success_at, last_failure_at, created_at, updated_at`
+
+func scanEndpoint(row pgx.CollectableRow) (WebhookEndpoint, error) {
+	var e WebhookEndpoint
+	var success, failure *time.Time
+	var created, updated time.Time
+	err := row.Scan(&e.ID, &e.URL, &e.Description, &e.EventTypes, &e.IsActive, &e.DisabledReason, &e.ConsecutiveFailures,
+		&success, &failure, &created, &updated)
+	if success != nil {
+		e.LastSuccessAt = apitime.Of(*success)
+	}
+	if failure != nil {
+		e.LastFailureAt = apitime.Of(*failure)
+	}
+	e.CreatedAt, e.UpdatedAt = apitime.Of(created), apitime.Of(updated)
+	return e, err
+}
+
+// Endpoint reads one endpoint of an account.
+func Endpoint(ctx context.Context, q Querier, accountID, id string) (WebhookEndpoint, error) {
+	rows, err := q.Query(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1 AND account_id = $2`, id, accountID)
+	if err != nil {
+		return WebhookEndpoint{}, err
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return e, ErrNotFound
+	}
+	return e, err
+}
+
+func (r reader) listWebhooks(c echo.Context) error {
+	rows, err := r.pool.Query(c.Request().Context(), `SELECT `+endpointColumns+` FROM webhook_endpoints
+		WHERE account_id = $1 ORDER BY created_at, id`, authn.From(c).AccountID)
+	if err != nil {
+		return err
+	}
+	list, err := pgx.CollectRows(rows, scanEndpoint)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []WebhookEndpoint{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"data": list, "event_types": webhook.EventTypes})
+}
+
+func (r reader) getWebhook(c echo.Context) error {
+	e, err := Endpoint(c.Request().Context(), r.pool, authn.From(c).AccountID, c.Param("id"))
+	if errors.Is(err, ErrNotFound) {
+		return httpserver.NotFound("no such webhook endpoint")
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, e)
+}
+
+// Delivery is a webhook delivery as the API shows it.
+type Delivery struct {
+	ID             string       `json:"id"`
+	EmailID        string       `json:"email_id"`
+	EventType      string       `json:"event_type"`
+	Status         string       `json:"status"`
+	Attempts       int          `json:"attempts"`
+	ResponseStatus *int         `json:"response_status"`
+	Error          *string      `json:"error"`
+	CreatedAt      apitime.Time `json:"created_at"`
+	LastAttemptAt  apitime.Time `json:"last_attempt_at"`
+	DeliveredAt    apitime.Time `json:"delivered_at"`
+}
+
+func (r reader) listDeliveries(c echo.Context) error {
+	ctx := c.Request().Context()
+	limit, limitErr := httpserver.QueryInt(c, "limit", 25, 100)
+	status := c.QueryParam("status")
+	var statusErr *httpserver.FieldError
+	switch status {
+	case "", "pending", "delivered", "failed":
+	default:
+		statusErr = &httpserver.FieldError{Field: "status", Message: "must be pending, delivered or failed"}
+	}
+	if err := validationOf(limitErr, statusErr); err != nil {
+		return err
+	}
+	id := c.Param("id")
+	if _, err := Endpoint(ctx, r.pool, authn.From(c).AccountID, id); errors.Is(err, ErrNotFound) {
+		return httpserver.NotFound("no such webhook endpoint")
+	} else if err != nil {
+		return err
+	}
+	rows, err := r.pool.Query(ctx, `SELECT id, email_id, event_type, status, attempts, response_status, error,
+			created_at, last_attempt_at, delivered_at
+		FROM webhook_deliveries WHERE endpoint_id = $1 AND ($2 = '' OR status = $2)
+		ORDER BY created_at DESC, id DESC LIMIT $3`, id, status, limit)
+	if err != nil {
+		return err
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Delivery, error) {
+		var d Delivery
+		var created time.Time
+		var last, delivered *time.Time
+		err := row.Scan(&d.ID, &d.EmailID, &d.EventType, &d.Status, &d.Attempts, &d.ResponseStatus, &d.Error, &created, &last, &delivered)
+		d.CreatedAt = apitime.Of(created)
+		if last != nil {
+			d.LastAttemptAt = apitime.Of(*last)
+		}
+		if delivered != nil {
+			d.DeliveredAt = apitime.Of(*delivered)
+		}
+		return d, err
+	})
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []Delivery{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"data": list})
+}
