@@ -33,7 +33,7 @@ type (
 		AccountID  string    `json:"account_id"`
 		EmailID    string    `json:"email_id"`
 		Type       string    `json:"event_type"` // e.g. email.delivered
-		Payload    string    `json:"payload"` // the envelope, exactly as it is posted
+		Payload    string    `json:"payload"`    // the envelope, exactly as it is posted
 		CreatedAt  time.Time `json:"created_at"`
 	}
 	AttemptSucceeded struct {
