@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -83,8 +84,9 @@ func New(d Deps) *Service {
 		domains: d.Domains, blobs: d.Blobs, egress: d.Egress, endpointCount: d.EndpointCount}
 }
 
-// maxAttempts bounds retries after a concurrency conflict.
-const maxAttempts = 5
+// maxAttempts bounds retries after a concurrency conflict; busy streams
+// (an endpoint hearing of many deliveries at once) need several.
+const maxAttempts = 25
 
 // execute loads stream into state S, decides, and appends what was decided
 // at the revision it read. A conflict re-runs the whole cycle. It returns
@@ -106,6 +108,8 @@ func execute[S any](ctx context.Context, s *Service, stream string, evolve func(
 		}
 		res, err := s.store.Append(ctx, stream, expected, data...)
 		if eventstore.IsConflict(err) && attempt < maxAttempts {
+			// Back off a little, at random, so contenders spread out.
+			time.Sleep(time.Duration(rand.IntN(1000*attempt)) * time.Microsecond)
 			continue
 		}
 		if err != nil {

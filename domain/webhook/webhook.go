@@ -108,6 +108,7 @@ type State struct {
 	DisabledReason                  string
 	ConsecutiveFailures             int
 	Deleted                         bool
+	counted                         map[string]bool // deliveries in the current failure run
 }
 
 // Exists reports whether the endpoint was created and not deleted.
@@ -135,7 +136,7 @@ func Evolve(s State, e domain.Event) State {
 	case *Paused:
 		s.Active = false
 	case *Resumed:
-		s.Active, s.DisabledReason, s.ConsecutiveFailures = true, "", 0
+		s.Active, s.DisabledReason, s.ConsecutiveFailures, s.counted = true, "", 0, nil
 	case *Disabled:
 		s.Active, s.DisabledReason = false, e.Reason
 	case *SecretRotated:
@@ -144,8 +145,14 @@ func Evolve(s State, e domain.Event) State {
 		s.Deleted = true
 	case *EventExhausted:
 		s.ConsecutiveFailures++
+		counted := make(map[string]bool, len(s.counted)+1)
+		for k := range s.counted {
+			counted[k] = true
+		}
+		counted[e.DeliveryID] = true
+		s.counted = counted
 	case *FailuresReset:
-		s.ConsecutiveFailures = 0
+		s.ConsecutiveFailures, s.counted = 0, nil
 	}
 	return s
 }
@@ -276,6 +283,9 @@ func RecordOutcome(s State, deliveryID string, succeeded bool, now time.Time) []
 			return nil
 		}
 		return []domain.Event{&FailuresReset{EndpointID: s.ID, DeliveryID: deliveryID, At: now}}
+	}
+	if s.counted[deliveryID] {
+		return nil // counted already
 	}
 	evs := []domain.Event{&EventExhausted{EndpointID: s.ID, DeliveryID: deliveryID, At: now}}
 	if s.ConsecutiveFailures+1 >= DisableAfterExhausted && s.Active {

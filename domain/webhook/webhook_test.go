@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,18 +50,22 @@ func TestCreateDefaultsAndValidation(t *testing.T) {
 func TestDisableAndResume(t *testing.T) {
 	s := created(t)
 	for i := 1; i < webhook.DisableAfterExhausted; i++ {
-		s = fold(s, webhook.RecordOutcome(s, "d", false, t0))
+		s = fold(s, webhook.RecordOutcome(s, fmt.Sprint("d", i), false, t0))
 		if !s.Active {
 			t.Fatalf("disabled after %d", i)
 		}
+	}
+	// The same delivery counts once.
+	if evs := webhook.RecordOutcome(s, "d1", false, t0); len(evs) != 0 {
+		t.Fatal("a delivery counted twice")
 	}
 	// A success in between resets the count.
 	s = fold(s, webhook.RecordOutcome(s, "d", true, t0))
 	if s.ConsecutiveFailures != 0 {
 		t.Fatal("success did not reset the count")
 	}
-	for range webhook.DisableAfterExhausted {
-		s = fold(s, webhook.RecordOutcome(s, "d", false, t0))
+	for i := range webhook.DisableAfterExhausted {
+		s = fold(s, webhook.RecordOutcome(s, fmt.Sprint("e", i), false, t0))
 	}
 	if s.Active || s.DisabledReason != webhook.ReasonFailures {
 		t.Fatalf("after 20: %+v", s)

@@ -311,8 +311,22 @@ func TestWebhookAutoDisable(t *testing.T) {
 		}
 	}
 	ep := func() map[string]any { return w.Do("GET", "/v1/webhooks/"+id, w.key, nil).JSON(t) }
+	// The endpoint hears of a finished delivery just after the delivery.
+	waitEP := func(what string, ok func(map[string]any) bool) map[string]any {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			e := ep()
+			if ok(e) {
+				return e
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v", what, e)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	exhaust(19)
-	if e := ep(); e["consecutive_failures"] != 19.0 || e["is_active"] != true {
+	if e := waitEP("after 19", func(e map[string]any) bool { return e["consecutive_failures"] == 19.0 }); e["is_active"] != true {
 		t.Fatalf("after 19: %v", e)
 	}
 	// One success resets the count.
@@ -320,24 +334,12 @@ func TestWebhookAutoDisable(t *testing.T) {
 	failing = false
 	mu.Unlock()
 	w.waitDelivery(t, id, w.test(t, id), "delivered")
-	deadline := time.Now().Add(10 * time.Second)
-	for ep()["consecutive_failures"] != 0.0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("success did not reset the count: %v", ep())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitEP("success did not reset the count", func(e map[string]any) bool { return e["consecutive_failures"] == 0.0 })
 	mu.Lock()
 	failing = true
 	mu.Unlock()
 	exhaust(20)
-	deadline = time.Now().Add(10 * time.Second)
-	for ep()["is_active"] != false {
-		if time.Now().After(deadline) {
-			t.Fatalf("not disabled after 20: %v", ep())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitEP("not disabled after 20", func(e map[string]any) bool { return e["is_active"] == false })
 	if e := ep(); e["disabled_reason"] != "consecutive_failures" || e["consecutive_failures"] != 20.0 {
 		t.Fatalf("disabled endpoint %v", e)
 	}
