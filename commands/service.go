@@ -93,18 +93,26 @@ const maxAttempts = 25
 // the decided events (none when the decision was a no-op).
 func execute[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
 	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, error) {
+	evs, _, err := executeAt(ctx, s, stream, evolve, decide, meta, projectors...)
+	return evs, err
+}
+
+// executeAt is execute that also tells where the events landed (zero when
+// nothing was appended).
+func executeAt[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
+	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, eventstore.Position, error) {
 	for attempt := 1; ; attempt++ {
 		state, expected, err := load(ctx, s.store, stream, evolve)
 		if err != nil {
-			return nil, err
+			return nil, eventstore.Position{}, err
 		}
 		evs, err := decide(state)
 		if err != nil || len(evs) == 0 {
-			return evs, err
+			return evs, eventstore.Position{}, err
 		}
 		data, err := codec.EncodeAll(evs, meta.metadata())
 		if err != nil {
-			return nil, err
+			return nil, eventstore.Position{}, err
 		}
 		res, err := s.store.Append(ctx, stream, expected, data...)
 		if eventstore.IsConflict(err) && attempt < maxAttempts {
@@ -113,10 +121,12 @@ func execute[S any](ctx context.Context, s *Service, stream string, evolve func(
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("append to %s: %w", stream, err)
+			return nil, eventstore.Position{}, fmt.Errorf("append to %s: %w", stream, err)
 		}
-		s.settle(ctx, res.Position, projectors...)
-		return evs, nil
+		if len(projectors) > 0 {
+			s.settle(ctx, res.Position, projectors...)
+		}
+		return evs, res.Position, nil
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/mailroom/mailroom/domain/delivery"
 	"github.com/mailroom/mailroom/domain/webhook"
 	"github.com/mailroom/mailroom/internal/credential"
+	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
 const webhooksProjection = "webhooks"
@@ -151,17 +152,22 @@ func (s *Service) TestWebhook(ctx context.Context, accountID, id string, meta Me
 		return "", err
 	}
 	deliveryID := uuid.NewString()
-	return deliveryID, s.CreateDelivery(ctx, delivery.Created{DeliveryID: deliveryID, EndpointID: id, AccountID: accountID,
+	pos, err := s.CreateDelivery(ctx, delivery.Created{DeliveryID: deliveryID, EndpointID: id, AccountID: accountID,
 		EmailID: emailID, Type: "email.delivered", Payload: string(payload), CreatedAt: now}, meta)
+	if err == nil {
+		s.settle(ctx, pos, webhooksProjection)
+	}
+	return deliveryID, err
 }
 
 // CreateDelivery records a delivery of an event to an endpoint; the same
-// delivery twice is recorded once.
-func (s *Service) CreateDelivery(ctx context.Context, c delivery.Created, meta Meta) error {
-	_, err := execute(ctx, s, delivery.Stream(c.DeliveryID), delivery.Evolve, func(st delivery.State) ([]domain.Event, error) {
+// delivery twice is recorded once. It does not wait for the read model;
+// the position lets the caller wait once for several.
+func (s *Service) CreateDelivery(ctx context.Context, c delivery.Created, meta Meta) (eventstore.Position, error) {
+	_, pos, err := executeAt(ctx, s, delivery.Stream(c.DeliveryID), delivery.Evolve, func(st delivery.State) ([]domain.Event, error) {
 		return delivery.Create(st, c), nil
-	}, meta, webhooksProjection)
-	return err
+	}, meta)
+	return pos, err
 }
 
 // Delivery returns a delivery's state from its stream.

@@ -99,16 +99,26 @@ func (f *Fanout) Handle(ctx context.Context, ev eventstore.RecordedEvent) error 
 	if err != nil {
 		return err
 	}
+	var last eventstore.Position
 	for _, ep := range endpoints {
 		// One delivery per (event, endpoint), whatever the redeliveries.
 		id := uuid.NewHash(sha1.New(), deliveryNamespace, []byte(ev.ID.String()+"/"+ep), 5).String()
-		if err := f.Commands.CreateDelivery(ctx, delivery.Created{DeliveryID: id, EndpointID: ep, AccountID: q.AccountID,
-			EmailID: q.EmailID, Type: typ, Payload: string(payload), CreatedAt: at}, fanoutMeta); err != nil {
+		pos, err := f.Commands.CreateDelivery(ctx, delivery.Created{DeliveryID: id, EndpointID: ep, AccountID: q.AccountID,
+			EmailID: q.EmailID, Type: typ, Payload: string(payload), CreatedAt: at}, fanoutMeta)
+		if err != nil {
 			return Transient(err)
+		}
+		if last.Less(pos) {
+			last = pos
 		}
 	}
 	if f.Wake != nil {
-		f.Wake()
+		// Wake the dispatcher once the rows it polls exist, without holding
+		// up the next event.
+		go func() {
+			f.Settle(context.WithoutCancel(ctx), last, "webhooks")
+			f.Wake()
+		}()
 	}
 	return nil
 }
@@ -222,7 +232,11 @@ func (d *Dispatcher) dispatch(ctx context.Context, wg *sync.WaitGroup) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-d.slots; d.release(w) }()
+			defer func() {
+				<-d.slots
+				d.release(w)
+				d.Wake() // a slot is free: look for more
+			}()
 			if err := d.attempt(context.WithoutCancel(ctx), w); err != nil {
 				d.Log.Warn("webhook attempt", "delivery_id", w.id, "err", err)
 			}

@@ -274,7 +274,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	}
 	router.Handle("domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box))
 	dispatcher := a.dispatcher()
-	router.Handle("webhook-fanout", (&processmanagers.Fanout{
+	fanout := &processmanagers.Fanout{
 		Commands: a.Commands, Settle: a.Waiter.WaitFor, Wake: dispatcher.Wake,
 		Endpoints: func(ctx context.Context, accountID, eventType string) ([]string, error) {
 			rows, err := a.Pool.Query(ctx, `SELECT id FROM webhook_endpoints
@@ -284,11 +284,12 @@ func (a *App) RunWorkers(ctx context.Context) error {
 			}
 			return pgx.CollectRows(rows, pgx.RowTo[string])
 		},
-	}).Handle)
+	}
 	pipeline := a.pipeline()
 	n := a.Config.SendConcurrency
 	for i := range n {
 		router.Handle(fmt.Sprintf("email-pipeline-%d-of-%d", i, n), processmanagers.Shard(i, n, pipeline.Handle))
+		router.Handle(fmt.Sprintf("webhook-fanout-%d-of-%d", i, n), processmanagers.Shard(i, n, fanout.Handle))
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return router.Run(ctx) })

@@ -2,8 +2,10 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -11,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain/delivery"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/codec"
@@ -159,6 +165,142 @@ func BenchmarkSendToDelivered(b *testing.B) {
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("only %d of %d emails delivered", len(lat), b.N)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.ReportMetric(float64(percentile(lat, .5).Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(percentile(lat, .99).Microseconds())/1000, "p99_ms")
+}
+
+// hookSink counts webhook requests and remembers when each email's
+// email.delivered arrived.
+type hookSink struct {
+	mu        sync.Mutex
+	n         int
+	delivered map[string]time.Time
+}
+
+func (h *hookSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var ev struct {
+		Type string
+		Data struct {
+			EmailID string `json:"email_id"`
+		}
+	}
+	json.NewDecoder(r.Body).Decode(&ev)
+	h.mu.Lock()
+	h.n++
+	if ev.Type == "email.delivered" {
+		h.delivered[ev.Data.EmailID] = time.Now()
+	}
+	h.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *hookSink) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+func hookBench(b *testing.B) (*apptest.Server, string, *hookSink) {
+	s := apptest.Start(b, func(c *config.Config) { c.EgressAllowCIDRs = "127.0.0.0/8"; c.WebhookAllowHTTP = true })
+	_, _, key := s.Sender("acme.test")
+	sink := &hookSink{delivered: map[string]time.Time{}}
+	srv := httptest.NewServer(sink)
+	b.Cleanup(srv.Close)
+	r := s.Do("POST", "/v1/webhooks", key, map[string]any{"url": srv.URL})
+	if r.Status != 201 {
+		b.Fatalf("endpoint: %d %s", r.Status, r.Body)
+	}
+	return s, key, sink
+}
+
+// BenchmarkWebhookDeliveries measures deliveries/s to a local receiver:
+// b.N deliveries are created at once and the dispatcher drains them.
+func BenchmarkWebhookDeliveries(b *testing.B) {
+	s, _, sink := hookBench(b)
+	var endpoint, account string
+	s.Pool.QueryRow(context.Background(), "SELECT id, account_id FROM webhook_endpoints").Scan(&endpoint, &account)
+	ctx := context.Background()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < b.N; i += 8 {
+				payload := fmt.Sprintf(`{"type":"email.delivered","created_at":"2026-11-22T10:00:00.000Z","data":{"email_id":"bench-%d"}}`, i)
+				if _, err := s.Commands.CreateDelivery(ctx, delivery.Created{DeliveryID: uuid.NewString(), EndpointID: endpoint, AccountID: account,
+					EmailID: fmt.Sprint("bench-", i), Type: "email.delivered", Payload: payload, CreatedAt: s.Clock.Now()}, commands.Meta{Actor: "bench"}); err != nil {
+					b.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(120 * time.Second)
+	for sink.count() < b.N {
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d deliveries arrived", sink.count(), b.N)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "deliveries/s")
+}
+
+// BenchmarkEventToWebhook sends at 200 emails/s and measures the time from
+// the send request to the email.delivered webhook reaching the receiver.
+func BenchmarkEventToWebhook(b *testing.B) {
+	s, key, sink := hookBench(b)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	var mu sync.Mutex
+	started := map[string]time.Time{}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for i := range b.N {
+		<-tick.C
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"from":"app@acme.test","to":"user%d@example.org","subject":"hook","text":"hello"}`, i)
+			req, _ := http.NewRequest("POST", s.URL+"/v1/emails/send", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			t0 := time.Now()
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			var out struct{ ID string }
+			decodeJSON(resp, &out)
+			mu.Lock()
+			started[out.ID] = t0
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	var lat []time.Duration
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		lat = lat[:0]
+		mu.Lock()
+		sink.mu.Lock()
+		for id, t0 := range started {
+			if t1, ok := sink.delivered[id]; ok {
+				lat = append(lat, t1.Sub(t0))
+			}
+		}
+		sink.mu.Unlock()
+		mu.Unlock()
+		if len(lat) == b.N {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d webhooks arrived", len(lat), b.N)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
