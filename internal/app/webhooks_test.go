@@ -519,3 +519,52 @@ func TestWebhooksOfAnotherAccount(t *testing.T) {
 	reader := w.Do("POST", "/api/auth/api-keys", w.admin, map[string]any{"name": "r", "permissions": []string{"emails:read"}}).JSON(t)["key"].(string)
 	wantProblem(t, w.Do("GET", "/v1/webhooks", reader, nil), 403, "permission_denied")
 }
+
+// A receiver that never answers holds only its own deliveries: another
+// endpoint's events still arrive.
+func TestSlowEndpointDelaysNoOther(t *testing.T) {
+	w := newHookWorld(t)
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	var mu sync.Mutex
+	held := 0
+	slow := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		held++
+		mu.Unlock()
+		<-release
+		rw.WriteHeader(204)
+	}))
+	defer slow.Close()
+	fast := newReceiver(t, always(204))
+	sid, _ := w.endpoint(t, map[string]any{"url": slow.URL})
+	fid, _ := w.endpoint(t, map[string]any{"url": fast.URL})
+	for range 30 {
+		w.test(t, sid)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		h := held
+		mu.Unlock()
+		if h > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow receiver got nothing")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	did := w.test(t, fid)
+	fast.waitFor(t, 1)
+	w.waitDelivery(t, fid, did, "delivered")
+	mu.Lock()
+	h := held
+	mu.Unlock()
+	if h > 16 {
+		t.Fatalf("the slow endpoint holds %d attempts at once, more than its share", h)
+	}
+	unblock()
+}
