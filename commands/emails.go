@@ -8,6 +8,7 @@ import (
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
 // Email returns an email's current state from its stream.
@@ -17,6 +18,16 @@ func (s *Service) Email(ctx context.Context, id string) (email.State, error) {
 	}
 	st, _, err := load(ctx, s.store, email.Stream(id), email.Evolve)
 	return st, err
+}
+
+// EmailSince is Email that also tells where the email was queued in the
+// global log.
+func (s *Service) EmailSince(ctx context.Context, id string) (email.State, eventstore.Position, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return email.State{}, eventstore.Position{}, domain.ErrNotFound
+	}
+	st, _, first, err := loadFrom(ctx, s.store, email.Stream(id), email.Evolve)
+	return st, first, err
 }
 
 // The pipeline's commands: they record what the content gateway, the

@@ -133,21 +133,31 @@ func executeAt[S any](ctx context.Context, s *Service, stream string, evolve fun
 // load folds a stream into its state and returns the expected version that
 // an append based on it must meet.
 func load[S any](ctx context.Context, store eventstore.Store, stream string, evolve func(S, domain.Event) S) (S, eventstore.ExpectedVersion, error) {
+	state, expected, _, err := loadFrom(ctx, store, stream, evolve)
+	return state, expected, err
+}
+
+// loadFrom is load that also tells where the stream's first event is.
+func loadFrom[S any](ctx context.Context, store eventstore.Store, stream string, evolve func(S, domain.Event) S) (S, eventstore.ExpectedVersion, eventstore.Position, error) {
 	var state S
+	var first eventstore.Position
 	expected := eventstore.NoStream
 	const page = 1000
 	for from := uint64(0); ; {
 		evs, err := store.ReadStream(ctx, stream, from, page)
 		if errors.Is(err, eventstore.ErrStreamNotFound) {
-			return state, expected, nil
+			return state, expected, first, nil
 		}
 		if err != nil {
-			return state, expected, err
+			return state, expected, first, err
+		}
+		if from == 0 && len(evs) > 0 {
+			first = evs[0].Position
 		}
 		for _, rec := range evs {
 			e, err := codec.Decode(rec)
 			if err != nil {
-				return state, expected, err
+				return state, expected, first, err
 			}
 			if e != nil {
 				state = evolve(state, e)
@@ -155,7 +165,7 @@ func load[S any](ctx context.Context, store eventstore.Store, stream string, evo
 			expected = eventstore.Exact(rec.StreamRevision)
 		}
 		if len(evs) < page {
-			return state, expected, nil
+			return state, expected, first, nil
 		}
 		from = evs[len(evs)-1].StreamRevision + 1
 	}

@@ -73,7 +73,7 @@ func (f *Fanout) Handle(ctx context.Context, ev eventstore.RecordedEvent) error 
 	if !ok {
 		return nil
 	}
-	st, err := f.Commands.Email(ctx, strings.TrimPrefix(ev.StreamID, "email-"))
+	st, queuedAt, err := f.Commands.EmailSince(ctx, strings.TrimPrefix(ev.StreamID, "email-"))
 	if err != nil {
 		return Transient(err)
 	}
@@ -81,8 +81,11 @@ func (f *Fanout) Handle(ctx context.Context, ev eventstore.RecordedEvent) error 
 		return nil
 	}
 	q := st.Queued
-	// Endpoints created before this event must be seen.
-	f.Settle(ctx, ev.Position, "webhooks")
+	// Endpoints created before the email was sent must be seen. (Waiting
+	// for this event's own position would hold every event up for a
+	// projection cycle; an endpoint created while the email is under way
+	// gets its later events only.)
+	f.Settle(ctx, queuedAt, "webhooks")
 	endpoints, err := f.Endpoints(ctx, q.AccountID, typ)
 	if err != nil || len(endpoints) == 0 {
 		return transient(err)
