@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/account"
+	"github.com/mailroom/mailroom/internal/app"
 	"github.com/mailroom/mailroom/internal/config"
 )
 
@@ -40,40 +43,12 @@ func accountsCmd(cfg *config.Config) *cobra.Command {
 	create.Flags().BoolVar(&asJSON, "json", false, `print {"account_id", "token"} as JSON`)
 	create.MarkFlagRequired("name")
 
-	suspend := &cobra.Command{
-		Use:   "suspend ID",
-		Short: "Suspend an account: its API keys get 403 on every /v1 route",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := openTool(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			if err := a.Commands.SuspendAccount(cmd.Context(), args[0], operator); err != nil {
-				return describe(err, "account", args[0])
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "account %s suspended\n", args[0])
-			return nil
-		},
-	}
-	reinstate := &cobra.Command{
-		Use:   "reinstate ID",
-		Short: "Lift an account's suspension",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := openTool(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			if err := a.Commands.ReinstateAccount(cmd.Context(), args[0], operator); err != nil {
-				return describe(err, "account", args[0])
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "account %s reinstated\n", args[0])
-			return nil
-		},
-	}
+	suspend := accountChange(cfg, "suspend", "Suspend an account: its API keys get 403 on every /v1 route", "suspended",
+		func(a *app.App) func(context.Context, string, commands.Meta) error { return a.Commands.SuspendAccount })
+	reinstate := accountChange(cfg, "reinstate", "Lift an account's suspension", "reinstated",
+		func(a *app.App) func(context.Context, string, commands.Meta) error {
+			return a.Commands.ReinstateAccount
+		})
 	cmd.AddCommand(create, suspend, reinstate)
 	return cmd
 }
@@ -109,4 +84,25 @@ func tokensCmd(cfg *config.Config) *cobra.Command {
 	create.MarkFlagRequired("account")
 	cmd.AddCommand(create)
 	return cmd
+}
+
+// accountChange is an operator command that changes one account's state.
+func accountChange(cfg *config.Config, verb, short, done string, op func(*app.App) func(context.Context, string, commands.Meta) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " ID",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := openTool(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			if err := op(a)(cmd.Context(), args[0], operator); err != nil {
+				return describe(err, "account", args[0])
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "account %s %s\n", args[0], done)
+			return nil
+		},
+	}
 }

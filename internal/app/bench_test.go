@@ -32,6 +32,29 @@ func percentile(d []time.Duration, p float64) time.Duration {
 	return d[int(float64(len(d)-1)*p)]
 }
 
+// arrivals waits until every started id has arrived and returns the
+// latencies, or fails after a minute.
+func arrivals(b *testing.B, mu sync.Locker, started map[string]time.Time, arrived func(id string) (time.Time, bool)) []time.Duration {
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		var lat []time.Duration
+		mu.Lock()
+		for id, t0 := range started {
+			if t1, ok := arrived(id); ok {
+				lat = append(lat, t1.Sub(t0))
+			}
+		}
+		mu.Unlock()
+		if len(lat) == b.N {
+			return lat
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d arrived", len(lat), b.N)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func benchSend(client *http.Client, url, key string, i int) (time.Duration, error) {
 	body := fmt.Sprintf(`{"from":"app@acme.test","to":"user%d@example.org","subject":"bench %d","text":"hello"}`, i, i)
 	req, _ := http.NewRequest("POST", url+"/v1/emails/send", strings.NewReader(body))
@@ -149,25 +172,7 @@ func BenchmarkSendToDelivered(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	var lat []time.Duration
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		mu.Lock()
-		lat = lat[:0]
-		for id, t0 := range started {
-			if t1, ok := delivered[id]; ok {
-				lat = append(lat, t1.Sub(t0))
-			}
-		}
-		mu.Unlock()
-		if len(lat) == b.N {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d emails delivered", len(lat), b.N)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	lat := arrivals(b, &mu, started, func(id string) (time.Time, bool) { t1, ok := delivered[id]; return t1, ok })
 	b.ReportMetric(float64(percentile(lat, .5).Microseconds())/1000, "p50_ms")
 	b.ReportMetric(float64(percentile(lat, .99).Microseconds())/1000, "p99_ms")
 }
@@ -283,27 +288,12 @@ func BenchmarkEventToWebhook(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	var lat []time.Duration
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		lat = lat[:0]
-		mu.Lock()
+	lat := arrivals(b, &mu, started, func(id string) (time.Time, bool) {
 		sink.mu.Lock()
-		for id, t0 := range started {
-			if t1, ok := sink.delivered[id]; ok {
-				lat = append(lat, t1.Sub(t0))
-			}
-		}
-		sink.mu.Unlock()
-		mu.Unlock()
-		if len(lat) == b.N {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d webhooks arrived", len(lat), b.N)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer sink.mu.Unlock()
+		t1, ok := sink.delivered[id]
+		return t1, ok
+	})
 	b.ReportMetric(float64(percentile(lat, .5).Microseconds())/1000, "p50_ms")
 	b.ReportMetric(float64(percentile(lat, .99).Microseconds())/1000, "p99_ms")
 }
