@@ -57,6 +57,7 @@ type Pipeline struct {
 	// Feedback, when set, gives the provider's feedback at the moment of
 	// sending (the sandbox's simulator); it is recorded with EmailSent.
 	Feedback func(st email.State, at time.Time) []domain.Event
+	Outcomes *Outcomes // may be nil
 }
 
 // MaxDownloadBytes caps one path attachment.
@@ -200,12 +201,16 @@ func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attach
 	var rejected *provider.RejectedError
 	switch {
 	case errors.As(err, &rejected):
+		p.Outcomes.send("failed", err, p.Now())
 		return p.fail(ctx, q.EmailID, email.ReasonProviderRejected, rejected.Reason)
 	case err != nil && p.Now().Sub(q.QueuedAt) > p.MaxAge:
+		p.Outcomes.send("failed", err, p.Now())
 		return p.fail(ctx, q.EmailID, email.ReasonProviderUnavailable, err.Error())
 	case err != nil:
+		p.Outcomes.send("retrying", err, p.Now())
 		return Transient(err)
 	}
+	p.Outcomes.send("sent", nil, p.Now())
 	if err := p.Commands.RecordEmailSent(ctx, q.EmailID, atts, msgID, p.Feedback, pipelineMeta); err != nil {
 		return Transient(err)
 	}

@@ -146,6 +146,7 @@ type Dispatcher struct {
 	MaxInFlight int
 	PerEndpoint int
 	UserAgent   string
+	Outcomes    *Outcomes // may be nil
 
 	once     sync.Once
 	wake     chan struct{}
@@ -347,6 +348,7 @@ func (d *Dispatcher) attempt(ctx context.Context, w due) error {
 		o.ResponseStatus = &code
 		o.Error = egress.DescribeStatus(code)
 	}
+	d.Outcomes.attempt(o.Succeeded())
 	final, err := d.Commands.RecordDeliveryAttempt(ctx, w.id, st.Attempts+1, o, d.Schedule, rand.Float64()*2-1, dispatchMeta)
 	if err != nil {
 		return err

@@ -49,6 +49,7 @@ type App struct {
 	Box        *secretbox.Box
 	DNS        commands.DNSChecker
 	Identities provider.Identities
+	Outcomes   *processmanagers.Outcomes
 	Sender     provider.Sender
 	Blobs      blob.Store
 	Scanner    *scan.Scanner
@@ -79,7 +80,8 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 	a := &App{Config: cfg, Log: log, Pool: pool, Store: meter(store, metrics.Registry()), Now: time.Now, Metrics: metrics}
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
 	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All()...)
-	metrics.Registry().MustRegister(newLagCollector(a.Runner))
+	metrics.Registry().MustRegister(newLagCollector(a.Runner), newStuckCollector(pool))
+	a.Outcomes = processmanagers.NewOutcomes(metrics.Registry())
 	masterKey, err := cfg.LoadMasterKey()
 	if err != nil {
 		a.Close()
@@ -175,6 +177,11 @@ func (a *App) Ready(ctx context.Context) error {
 	for _, s := range statuses {
 		if s.Lag > a.Config.ReadyMaxLag {
 			return fmt.Errorf("projection %s lags %d events (bound %d)", s.Name, s.Lag, a.Config.ReadyMaxLag)
+		}
+	}
+	if a.Config.Has("workers") {
+		if err := a.Outcomes.ProviderFailing(); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -91,6 +91,7 @@ func (a *App) pipeline() *processmanagers.Pipeline {
 		Download: 30 * time.Second,
 		Now:      a.clock,
 		Feedback: a.feedback(),
+		Outcomes: a.Outcomes,
 	}
 }
 
@@ -113,5 +114,6 @@ func (a *App) dispatcher() *processmanagers.Dispatcher {
 		Schedule: schedule, Now: a.clock, Log: a.Log,
 		Poll: 250 * time.Millisecond, MaxInFlight: 128, PerEndpoint: 16,
 		UserAgent: "Mailroom-Webhooks/" + Version,
+		Outcomes:  a.Outcomes,
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
@@ -74,4 +76,31 @@ func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range st {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.Lag), s.Name)
 	}
+}
+
+// stuckCollector counts emails accepted more than 15 minutes ago that have
+// not left the service: the first sign of a pipeline or provider problem.
+type stuckCollector struct {
+	pool interface {
+		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	}
+	desc *prometheus.Desc
+}
+
+func newStuckCollector(pool *pgxpool.Pool) *stuckCollector {
+	return &stuckCollector{pool: pool, desc: prometheus.NewDesc("mailroom_emails_stuck",
+		"Emails queued more than 15 minutes ago that have not left the service.", nil, nil)}
+}
+
+func (c *stuckCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *stuckCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var n int64
+	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM emails WHERE status = 'queued' AND created_at < now() - interval '15 minutes'`).Scan(&n); err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n))
 }

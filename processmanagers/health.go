@@ -1,0 +1,73 @@
+package processmanagers
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes counts what the workers do, for /metrics, and remembers whether
+// the provider has been failing, for /readyz.
+type Outcomes struct {
+	Sends    *prometheus.CounterVec // mailroom_emails_sent_total{outcome}
+	Attempts *prometheus.CounterVec // mailroom_webhook_attempts_total{outcome}
+
+	mu          sync.Mutex
+	failing     int // consecutive transient provider failures
+	lastFailure string
+	since       time.Time
+}
+
+// NewOutcomes registers the counters on reg.
+func NewOutcomes(reg prometheus.Registerer) *Outcomes {
+	o := &Outcomes{
+		Sends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_emails_sent_total",
+			Help: "Emails handed to the provider or failed, by outcome (sent, failed, retrying)."}, []string{"outcome"}),
+		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_webhook_attempts_total",
+			Help: "Webhook delivery attempts, by outcome (success, failure)."}, []string{"outcome"}),
+	}
+	reg.MustRegister(o.Sends, o.Attempts)
+	return o
+}
+
+func (o *Outcomes) send(outcome string, err error, now time.Time) {
+	if o == nil {
+		return
+	}
+	o.Sends.WithLabelValues(outcome).Inc()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if outcome != "retrying" {
+		o.failing = 0
+		return
+	}
+	if o.failing == 0 {
+		o.since = now
+	}
+	o.failing++
+	o.lastFailure = err.Error()
+}
+
+func (o *Outcomes) attempt(success bool) {
+	if o == nil {
+		return
+	}
+	outcome := "failure"
+	if success {
+		outcome = "success"
+	}
+	o.Attempts.WithLabelValues(outcome).Inc()
+}
+
+// ProviderFailing reports a provider whose last sends have all failed,
+// five or more in a row.
+func (o *Outcomes) ProviderFailing() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.failing >= 5 {
+		return fmt.Errorf("the mail provider has failed %d sends in a row since %s: %s", o.failing, o.since.UTC().Format(time.RFC3339), o.lastFailure)
+	}
+	return nil
+}
