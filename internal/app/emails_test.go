@@ -330,3 +330,40 @@ func decodeJSON(resp *http.Response, v any) {
 	defer resp.Body.Close()
 	json.NewDecoder(resp.Body).Decode(v)
 }
+
+// A provider that keeps failing is retried until MAILROOM_SEND_MAX_AGE,
+// then the email fails with provider_unavailable; meanwhile /readyz says so.
+func TestProviderOutage(t *testing.T) {
+	w := newSendWorld(t, func(c *config.Config) { c.SendMaxAge = 4 * time.Second })
+	outbox := w.Config.SandboxOutbox
+	// The outbox becomes unusable: every send fails, transiently.
+	if err := os.RemoveAll(outbox); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(outbox, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})["id"].(string)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := w.Do("GET", "/readyz", "", nil)
+		if r.Status == 503 && strings.Contains(string(r.Body), "provider") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never reported the failing provider: %d %s", r.Status, r.Body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e := w.waitFor(t, id, status("failed"))
+	if r := e["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)["reason"]; r != "provider_unavailable" {
+		t.Fatalf("reason %v", r)
+	}
+	// The provider recovers.
+	os.Remove(outbox)
+	os.MkdirAll(outbox, 0o755)
+	w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})["id"].(string), status("delivered"))
+	if r := w.Do("GET", "/readyz", "", nil); r.Status != 200 {
+		t.Fatalf("/readyz after recovery: %d %s", r.Status, r.Body)
+	}
+}
