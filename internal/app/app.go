@@ -25,6 +25,7 @@ import (
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/eventstore/esdb"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
 	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/internal/provider"
@@ -127,8 +128,9 @@ func openStore(cfg config.Config, pool *pgxpool.Pool) (eventstore.Store, error) 
 	switch {
 	case cfg.EventStore == "" || cfg.EventStore == "postgres":
 		return postgres.New(pool), nil
-	case strings.HasPrefix(cfg.EventStore, "esdb://"), strings.HasPrefix(cfg.EventStore, "kurrentdb://"):
-		return nil, errors.New("eventstore: the EventStoreDB adapter is not available in this build; use MAILROOM_EVENTSTORE=postgres")
+	case strings.HasPrefix(cfg.EventStore, "esdb://"), strings.HasPrefix(cfg.EventStore, "esdb+discover://"),
+		strings.HasPrefix(cfg.EventStore, "kurrentdb://"), strings.HasPrefix(cfg.EventStore, "kurrentdb+discover://"):
+		return esdb.New(cfg.EventStore)
 	default:
 		return nil, fmt.Errorf("eventstore: %q is neither postgres nor an esdb:// connection string", cfg.EventStore)
 	}
@@ -156,6 +158,14 @@ func (a *App) Handler() http.Handler {
 		},
 	}, api, v1)
 	readapi.Routes(a.Pool, a.RenderDomain, api, v1)
+	return e
+}
+
+// OpsHandler serves only /healthz, /readyz and /metrics, for processes
+// without the api role.
+func (a *App) OpsHandler() http.Handler {
+	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics})
+	httpserver.Health(e, a.Ready)
 	return e
 }
 
@@ -196,12 +206,19 @@ func (a *App) Serve(ctx context.Context) error {
 	if a.Config.Has("workers") {
 		g.Go(func() error { return a.RunWorkers(ctx) })
 	}
-	if a.Config.Has("api") {
+	{
+		// Every process listens: the API role serves the API; others serve
+		// /healthz, /readyz and /metrics only, so workers can be probed and
+		// scraped.
 		ln, err := net.Listen("tcp", a.Config.HTTPAddr)
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		handler := a.Handler()
+		if !a.Config.Has("api") {
+			handler = a.OpsHandler()
+		}
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		a.Log.Info("listening", "addr", ln.Addr().String())
 		g.Go(func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

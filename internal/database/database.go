@@ -51,10 +51,13 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 // EnsureExists creates the database named in url when it is missing, by
 // connecting to the server's "postgres" database.
 func EnsureExists(ctx context.Context, url string) error {
-	cfg, err := pgx.ParseConfig(url)
+	// Parse as a pool URL so pool settings (pool_max_conns, …) are taken
+	// out rather than sent to the server.
+	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return fmt.Errorf("database url: %w", err)
 	}
+	cfg := pcfg.ConnConfig
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err == nil {
 		return conn.Close(ctx)
