@@ -32,6 +32,37 @@ func percentile(d []time.Duration, p float64) time.Duration {
 	return d[int(float64(len(d)-1)*p)]
 }
 
+// sendAt200 sends b.N emails at 200 per second and records when each send
+// started, by email id.
+func sendAt200(b *testing.B, url, key string, mu sync.Locker, started map[string]time.Time) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	for i := range b.N {
+		<-tick.C
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"from":"app@acme.test","to":"user%d@example.org","subject":"latency","text":"hello"}`, i)
+			req, _ := http.NewRequest("POST", url+"/v1/emails/send", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			t0 := time.Now()
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			var out struct{ ID string }
+			decodeJSON(resp, &out)
+			mu.Lock()
+			started[out.ID] = t0
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+}
+
 // arrivals waits until every started id has arrived and returns the
 // latencies, or fails after a minute.
 func arrivals(b *testing.B, mu sync.Locker, started map[string]time.Time, arrived func(id string) (time.Time, bool)) []time.Duration {
@@ -145,33 +176,8 @@ func BenchmarkSendToDelivered(b *testing.B) {
 			mu.Unlock()
 		}
 	}()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	tick := time.NewTicker(5 * time.Millisecond) // 200/s
-	defer tick.Stop()
 	b.ResetTimer()
-	var wg sync.WaitGroup
-	for i := range b.N {
-		<-tick.C
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			body := fmt.Sprintf(`{"from":"app@acme.test","to":"user%d@example.org","subject":"latency","text":"hello"}`, i)
-			req, _ := http.NewRequest("POST", s.URL+"/v1/emails/send", strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+key)
-			t0 := time.Now()
-			resp, err := client.Do(req)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			var out struct{ ID string }
-			decodeJSON(resp, &out)
-			mu.Lock()
-			started[out.ID] = t0
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	sendAt200(b, s.URL, key, &mu, started)
 	lat := arrivals(b, &mu, started, func(id string) (time.Time, bool) { t1, ok := delivered[id]; return t1, ok })
 	b.ReportMetric(float64(percentile(lat, .5).Microseconds())/1000, "p50_ms")
 	b.ReportMetric(float64(percentile(lat, .99).Microseconds())/1000, "p99_ms")
@@ -259,35 +265,10 @@ func BenchmarkWebhookDeliveries(b *testing.B) {
 // the send request to the email.delivered webhook reaching the receiver.
 func BenchmarkEventToWebhook(b *testing.B) {
 	s, key, sink := hookBench(b)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var mu sync.Mutex
 	started := map[string]time.Time{}
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
 	b.ResetTimer()
-	var wg sync.WaitGroup
-	for i := range b.N {
-		<-tick.C
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			body := fmt.Sprintf(`{"from":"app@acme.test","to":"user%d@example.org","subject":"hook","text":"hello"}`, i)
-			req, _ := http.NewRequest("POST", s.URL+"/v1/emails/send", strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+key)
-			t0 := time.Now()
-			resp, err := client.Do(req)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			var out struct{ ID string }
-			decodeJSON(resp, &out)
-			mu.Lock()
-			started[out.ID] = t0
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	sendAt200(b, s.URL, key, &mu, started)
 	lat := arrivals(b, &mu, started, func(id string) (time.Time, bool) {
 		sink.mu.Lock()
 		defer sink.mu.Unlock()

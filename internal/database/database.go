@@ -35,7 +35,7 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if !strings.Contains(url, "pool_max_conns") {
 		// Projectors hold a transaction while reading events on a second
 		// connection; leave room for them beside the API's queries.
-		cfg.MaxConns = 32
+		cfg.MaxConns = 24
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
