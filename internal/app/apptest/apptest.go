@@ -68,7 +68,7 @@ func Config(t testing.TB, databaseURL string) config.Config {
 	cfg.SandboxOutbox = cfg.DataDir + "/outbox"
 	cfg.BlobDir = cfg.DataDir + "/blobs"
 	cfg.RateLimit = 0
-	cfg.SendConcurrency = 2 // each shard holds a connection; tests run several servers at once
+	cfg.SendConcurrency = 2          // each shard holds a connection; tests run several servers at once
 	cfg.DNSResolvers = "127.0.0.1:9" // nothing answers: tests that check DNS start their own servers
 	return cfg
 }
