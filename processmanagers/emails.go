@@ -47,6 +47,8 @@ type Pipeline struct {
 	Sender   provider.Sender
 	// CanSend reports whether the account may still send from the domain.
 	CanSend func(ctx context.Context, accountID, domainName string) (bool, error)
+	// SigningKey returns the domain's active DKIM key (nil for legacy).
+	SigningKey func(ctx context.Context, accountID, domainName string) (*provider.DKIMKey, error)
 	// Suppressed returns which of the addresses the account suppresses.
 	Suppressed func(ctx context.Context, accountID string, addresses []string) ([]string, error)
 	// Settle waits until the read models the checks use include pos.
@@ -197,7 +199,13 @@ func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attach
 		return p.fail(ctx, q.EmailID, email.ReasonRenderingFailed, err.Error())
 	}
 	recipients := addresses(st.Recipients())
-	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: q.FromEmail, Recipients: recipients, Raw: raw, Tags: q.Tags})
+	var key *provider.DKIMKey
+	if p.SigningKey != nil {
+		if key, err = p.SigningKey(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
+			return Transient(err)
+		}
+	}
+	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: q.FromEmail, Recipients: recipients, Raw: raw, Tags: q.Tags, DKIM: key})
 	var rejected *provider.RejectedError
 	switch {
 	case errors.As(err, &rejected):

@@ -12,7 +12,9 @@ import (
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/internal/dkimkey"
 	"github.com/mailroom/mailroom/internal/egress"
+	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/scan"
 	"github.com/mailroom/mailroom/processmanagers"
 	"github.com/mailroom/mailroom/readapi"
@@ -61,7 +63,7 @@ func (a *App) sendingDomain(ctx context.Context, accountID, name string) (sendin
 }
 
 func (a *App) pipeline() *processmanagers.Pipeline {
-	return &processmanagers.Pipeline{
+	p := &processmanagers.Pipeline{
 		Commands: a.Commands, Blobs: a.Blobs, Scanner: a.Scanner, Egress: a.Egress, Sender: a.Sender,
 		CanSend: func(ctx context.Context, accountID, name string) (bool, error) {
 			st, err := a.sendingDomain(ctx, accountID, name)
@@ -93,6 +95,23 @@ func (a *App) pipeline() *processmanagers.Pipeline {
 		Feedback: a.feedback(),
 		Outcomes: a.Outcomes,
 	}
+	if a.Config.Provider == "smtp" { // the only provider that signs itself
+		p.SigningKey = a.signingKey
+	}
+	return p
+}
+
+// signingKey opens the active DKIM key of an account's domain.
+func (a *App) signingKey(ctx context.Context, accountID, name string) (*provider.DKIMKey, error) {
+	st, err := a.sendingDomain(ctx, accountID, name)
+	if err != nil || st.Active == nil {
+		return nil, err
+	}
+	key, err := dkimkey.Open(a.Box, st.ID, *st.Active)
+	if err != nil {
+		return nil, err
+	}
+	return &provider.DKIMKey{Domain: st.Name, Selector: st.Active.Selector, PrivateKey: key}, nil
 }
 
 // feedback is the feedback known at sending: the sandbox's simulator.

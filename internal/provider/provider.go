@@ -32,6 +32,16 @@ type Outbound struct {
 	Recipients []string // to, cc and bcc
 	Raw        []byte   // the MIME message (mailmsg.Build)
 	Tags       map[string]string
+	// DKIM is the sending domain's active key, for providers that sign
+	// themselves (SMTP); nil for a legacy domain, whose key the provider holds.
+	DKIM *DKIMKey
+}
+
+// DKIMKey is a domain's signing key.
+type DKIMKey struct {
+	Domain     string
+	Selector   string
+	PrivateKey *rsa.PrivateKey
 }
 
 // Sender hands messages to the provider. Send returns the provider's
