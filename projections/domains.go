@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -45,30 +46,18 @@ func (Domains) ApplyTx(ctx context.Context, tx pgx.Tx, ev eventstore.RecordedEve
 	if err != nil || e == nil {
 		return err
 	}
-	var id string
-	switch e := e.(type) {
-	case *sendingdomain.Added:
-		id = e.DomainID
-	case *sendingdomain.Checked:
-		id = e.DomainID
-	case *sendingdomain.Verified:
-		id = e.DomainID
-	case *sendingdomain.VerificationExpired:
-		id = e.DomainID
-	case *sendingdomain.VerificationRestarted:
-		id = e.DomainID
-	case *sendingdomain.KeyChangeStarted:
-		id = e.DomainID
-	case *sendingdomain.KeyCutOver:
-		id = e.DomainID
-	case *sendingdomain.OldKeyRetired:
-		id = e.DomainID
-	case *sendingdomain.Removed:
-		_, err := tx.Exec(ctx, `DELETE FROM domains WHERE id = $1`, e.DomainID)
+	if rm, ok := e.(*sendingdomain.Removed); ok {
+		_, err := tx.Exec(ctx, `DELETE FROM domains WHERE id = $1`, rm.DomainID)
 		return err
-	default:
-		return nil
 	}
+	// Every domain event names its domain; claim events have no domain_id.
+	var ref struct {
+		DomainID string `json:"domain_id"`
+	}
+	if err := json.Unmarshal(ev.Data, &ref); err != nil || ref.DomainID == "" || !strings.HasPrefix(ev.StreamID, "domain-") {
+		return err
+	}
+	id := ref.DomainID
 	var st sendingdomain.State
 	var raw []byte
 	err = tx.QueryRow(ctx, `SELECT state FROM domains WHERE id = $1`, id).Scan(&raw)

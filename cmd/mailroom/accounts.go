@@ -22,12 +22,7 @@ func accountsCmd(cfg *config.Config) *cobra.Command {
 		Use:   "create",
 		Short: "Create an account and print its first org:admin token",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openTool(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
+		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 			acct, err := a.Commands.CreateAccount(cmd.Context(), name, operator)
 			if err != nil {
 				return err
@@ -37,7 +32,7 @@ func accountsCmd(cfg *config.Config) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "account %s\nadmin token %s (shown once)\n", acct.AccountID, acct.Token)
 			return nil
-		},
+		}),
 	}
 	create.Flags().StringVar(&name, "name", "", "account name")
 	create.Flags().BoolVar(&asJSON, "json", false, `print {"account_id", "token"} as JSON`)
@@ -61,12 +56,7 @@ func tokensCmd(cfg *config.Config) *cobra.Command {
 		Use:   "create",
 		Short: "Issue a management token with a role on an account",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openTool(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
+		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 			tok, err := a.Commands.IssueToken(cmd.Context(), accountID, account.Role(role), operator)
 			if err != nil {
 				return describe(err, "account", accountID)
@@ -76,7 +66,7 @@ func tokensCmd(cfg *config.Config) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "token %s (shown once)\n", tok)
 			return nil
-		},
+		}),
 	}
 	create.Flags().StringVar(&accountID, "account", "", "account id")
 	create.Flags().StringVar(&role, "role", string(account.RoleMember), "org:admin or org:member")
@@ -92,17 +82,12 @@ func accountChange(cfg *config.Config, verb, short, done string, op func(*app.Ap
 		Use:   verb + " ID",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := openTool(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
+		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, args []string) error {
 			if err := op(a)(cmd.Context(), args[0], operator); err != nil {
 				return describe(err, "account", args[0])
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "account %s %s\n", args[0], done)
 			return nil
-		},
+		}),
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mailroom/mailroom/internal/app"
 	"github.com/mailroom/mailroom/internal/config"
 )
 
@@ -19,12 +20,7 @@ func domainsCmd(cfg *config.Config) *cobra.Command {
 		Long: `Import a domain on legacy Easy DKIM, as domains created before BYODKIM were.
 POST /api/domains/:id/upgrade then moves it to a Mailroom-held key.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openTool(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
+		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 			st, err := a.Commands.ImportLegacyDomain(cmd.Context(), accountID, legacy, operator)
 			if err != nil {
 				return describe(err, "account", accountID)
@@ -37,7 +33,7 @@ POST /api/domains/:id/upgrade then moves it to a Mailroom-held key.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "  %-5s %s  %s\n", r.Type, r.Name, r.Value)
 			}
 			return nil
-		},
+		}),
 	}
 	imp.Flags().StringVar(&legacy, "legacy-dkim", "", "the domain to import")
 	imp.Flags().StringVar(&accountID, "account", "", "account id")

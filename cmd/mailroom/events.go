@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mailroom/mailroom/internal/app"
 	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
@@ -45,12 +46,7 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 		Use:   "verify",
 		Short: "Recompute every stream's hash chain and report any break",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openTool(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
+		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 			breaks := 0
 			checked, err := eventstore.Verify(cmd.Context(), a.Store, func(b eventstore.Break) {
 				breaks++
@@ -64,7 +60,7 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "ok: %d events, every hash chain intact\n", checked)
 			return nil
-		},
+		}),
 	}
 	cmd.AddCommand(export, verify)
 	return cmd

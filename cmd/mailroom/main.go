@@ -83,3 +83,15 @@ func openTool(ctx context.Context, cfg *config.Config) (*app.App, error) {
 	a.SettleInline()
 	return a, nil
 }
+
+// withApp opens the app for an operator command, runs it, and closes the app.
+func withApp(cfg *config.Config, run func(cmd *cobra.Command, a *app.App, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		a, err := openTool(cmd.Context(), cfg)
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		return run(cmd, a, args)
+	}
+}

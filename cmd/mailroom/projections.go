@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mailroom/mailroom/internal/apitime"
+	"github.com/mailroom/mailroom/internal/app"
 	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/projections"
@@ -22,12 +23,7 @@ func projectionsCmd(cfg *config.Config) *cobra.Command {
 		Use:   "status",
 		Short: "Show each projection's position and lag",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openTool(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
+		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 			st, err := a.Runner.Status(cmd.Context())
 			if err != nil {
 				return err
@@ -41,7 +37,7 @@ func projectionsCmd(cfg *config.Config) *cobra.Command {
 				fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\n", s.Name, s.Version, s.Position, s.Lag, apitime.Format(s.UpdatedAt))
 			}
 			return w.Flush()
-		},
+		}),
 	}
 	status.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 
