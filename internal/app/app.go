@@ -83,45 +83,44 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All()...)
 	metrics.Registry().MustRegister(newLagCollector(a.Runner), newStuckCollector(pool))
 	a.Outcomes = processmanagers.NewOutcomes(metrics.Registry())
-	masterKey, err := cfg.LoadMasterKey()
-	if err != nil {
+	if err := a.open(ctx); err != nil {
 		a.Close()
 		return nil, err
 	}
+	return a, nil
+}
+
+// open builds the rest of the app on its stores.
+func (a *App) open(ctx context.Context) error {
+	cfg := a.Config
+	masterKey, err := cfg.LoadMasterKey()
+	if err != nil {
+		return err
+	}
 	if a.Box, err = secretbox.New(masterKey); err != nil {
-		a.Close()
-		return nil, err
+		return err
 	}
 	resolvers, err := dnscheck.ParseResolvers(cfg.DNSResolvers)
 	if err != nil {
-		a.Close()
-		return nil, fmt.Errorf("dns-resolvers: %w", err)
+		return fmt.Errorf("dns-resolvers: %w", err)
 	}
 	a.DNS = dnscheck.New(resolvers, cfg.DNSTimeout)
 	if err := a.openMail(ctx); err != nil {
-		a.Close()
-		return nil, err
+		return err
 	}
 	switch cfg.Provider {
 	case "sandbox":
 		a.Identities = sandbox.NewIdentities()
 		if a.Sender, err = sandbox.NewOutbox(cfg.SandboxOutbox); err != nil {
-			a.Close()
-			return nil, err
+			return err
 		}
 	case "ses", "smtp":
-		a.Close()
-		return nil, fmt.Errorf("provider: %q is not available in this build; use MAILROOM_PROVIDER=sandbox", cfg.Provider)
+		return fmt.Errorf("provider: %q is not available in this build; use MAILROOM_PROVIDER=sandbox", cfg.Provider)
 	default:
-		a.Close()
-		return nil, fmt.Errorf("provider: %q is not one of sandbox, ses, smtp", cfg.Provider)
+		return fmt.Errorf("provider: %q is not one of sandbox, ses, smtp", cfg.Provider)
 	}
 	a.Commands = a.newCommands(a.Waiter.WaitFor)
-	if err := a.Runner.Prepare(ctx); err != nil {
-		a.Close()
-		return nil, err
-	}
-	return a, nil
+	return a.Runner.Prepare(ctx)
 }
 
 func openStore(cfg config.Config, pool *pgxpool.Pool) (eventstore.Store, error) {
