@@ -21,6 +21,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/mailmsg"
 )
 
@@ -150,6 +151,19 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 		q.Attachments = append(q.Attachments, att)
 	}
 
+	if idempotencyKey == "" {
+		// A fresh id: nothing to load, the stream must not exist.
+		data, err := encodeOne(&q, meta)
+		if err != nil {
+			return Accepted{}, err
+		}
+		res, err := s.store.Append(ctx, email.Stream(id), eventstore.NoStream, data)
+		if err != nil {
+			return Accepted{}, err
+		}
+		s.settle(ctx, res.Position, "emails")
+		return acceptedOf(q), nil
+	}
 	var accepted email.Queued
 	_, err = execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
 		if st.Exists() {
@@ -166,11 +180,15 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 	if err != nil {
 		return Accepted{}, err
 	}
+	return acceptedOf(accepted), nil
+}
+
+func acceptedOf(q email.Queued) Accepted {
 	return Accepted{
-		ID: accepted.EmailID, CreatedAt: accepted.QueuedAt,
-		Recipients:  len(accepted.To) + len(accepted.Cc) + len(accepted.Bcc),
-		Attachments: len(accepted.Attachments),
-	}, nil
+		ID: q.EmailID, CreatedAt: q.QueuedAt,
+		Recipients:  len(q.To) + len(q.Cc) + len(q.Bcc),
+		Attachments: len(q.Attachments),
+	}
 }
 
 // idempotencyNamespace derives email ids from idempotency keys, so that
