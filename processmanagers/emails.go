@@ -325,6 +325,12 @@ func SandboxFeedback(st email.State, at time.Time) []domain.Event {
 	return fb
 }
 
+// RelayFeedback is the feedback of an SMTP relay: accepted means delivered.
+func RelayFeedback(st email.State, at time.Time) []domain.Event {
+	id := st.Queued.EmailID
+	return []domain.Event{&email.Delivered{EmailID: id, FeedbackID: "relay-delivery-" + id, Recipients: addresses(st.Recipients()), OccurredAt: at.Add(time.Millisecond)}}
+}
+
 // addresses reduces recipients to their lower-case addresses.
 func addresses(list []string) []string {
 	out := make([]string, 0, len(list))

@@ -30,6 +30,7 @@ import (
 	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/provider/sandbox"
+	"github.com/mailroom/mailroom/internal/provider/smtp"
 	"github.com/mailroom/mailroom/internal/scan"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	"github.com/mailroom/mailroom/processmanagers"
@@ -114,8 +115,13 @@ func (a *App) open(ctx context.Context) error {
 		if a.Sender, err = sandbox.NewOutbox(cfg.SandboxOutbox); err != nil {
 			return err
 		}
-	case "ses", "smtp":
-		return fmt.Errorf("provider: %q is not available in this build; use MAILROOM_PROVIDER=sandbox", cfg.Provider)
+	case "smtp":
+		a.Identities = provider.NoIdentities{}
+		if a.Sender, err = smtp.New(cfg.SMTPURL); err != nil {
+			return fmt.Errorf("smtp-url: %w", err)
+		}
+	case "ses":
+		return fmt.Errorf("provider: %q is not available in this build; use MAILROOM_PROVIDER=sandbox or smtp", cfg.Provider)
 	default:
 		return fmt.Errorf("provider: %q is not one of sandbox, ses, smtp", cfg.Provider)
 	}

@@ -114,10 +114,14 @@ func (a *App) signingKey(ctx context.Context, accountID, name string) (*provider
 	return &provider.DKIMKey{Domain: st.Name, Selector: st.Active.Selector, PrivateKey: key}, nil
 }
 
-// feedback is the feedback known at sending: the sandbox's simulator.
+// feedback is the feedback known at sending: the sandbox's simulator; for
+// an SMTP relay, acceptance is delivery.
 func (a *App) feedback() func(email.State, time.Time) []domain.Event {
-	if a.Config.Provider == "sandbox" {
+	switch a.Config.Provider {
+	case "sandbox":
 		return processmanagers.SandboxFeedback
+	case "smtp":
+		return processmanagers.RelayFeedback
 	}
 	return nil
 }

@@ -55,3 +55,11 @@ type Sender interface {
 type RejectedError struct{ Reason string }
 
 func (e *RejectedError) Error() string { return "provider rejected the message: " + e.Reason }
+
+// NoIdentities is the identity port of providers that keep no sending
+// identities (an SMTP relay: Mailroom signs each message itself).
+type NoIdentities struct{}
+
+func (NoIdentities) CreateIdentity(context.Context, Identity) error                       { return nil }
+func (NoIdentities) SetSigningKey(context.Context, string, string, *rsa.PrivateKey) error { return nil }
+func (NoIdentities) DeleteIdentity(context.Context, string) error                         { return nil }

@@ -1,0 +1,79 @@
+// Package smtptest runs an in-process SMTP relay (a real go-smtp server on
+// loopback, plain, without authentication) that keeps what it accepts, for
+// tests that send through the smtp provider.
+package smtptest
+
+import (
+	"io"
+	"log"
+	"net"
+	"sync"
+	"testing"
+
+	gosmtp "github.com/emersion/go-smtp"
+)
+
+// Message is one accepted message.
+type Message struct {
+	From string
+	To   []string
+	Data []byte
+}
+
+// Relay is a running relay.
+type Relay struct {
+	Addr string
+	mu   sync.Mutex
+	msgs []Message
+}
+
+// Start runs a relay until t ends.
+func Start(t testing.TB) *Relay {
+	t.Helper()
+	r := &Relay{}
+	s := gosmtp.NewServer(r)
+	s.Domain = "relay.test"
+	s.ErrorLog = log.New(io.Discard, "", 0)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Addr = ln.Addr().String()
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Close() })
+	return r
+}
+
+// Messages returns what the relay accepted so far.
+func (r *Relay) Messages() []Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Message(nil), r.msgs...)
+}
+
+// NewSession implements gosmtp.Backend.
+func (r *Relay) NewSession(*gosmtp.Conn) (gosmtp.Session, error) { return &session{r: r}, nil }
+
+type session struct {
+	r    *Relay
+	from string
+	to   []string
+}
+
+func (s *session) Mail(from string, _ *gosmtp.MailOptions) error { s.from = from; return nil }
+func (s *session) Rcpt(to string, _ *gosmtp.RcptOptions) error {
+	s.to = append(s.to, to)
+	return nil
+}
+func (s *session) Data(rd io.Reader) error {
+	data, err := io.ReadAll(rd)
+	if err != nil {
+		return err
+	}
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	s.r.msgs = append(s.r.msgs, Message{From: s.from, To: s.to, Data: data})
+	return nil
+}
+func (s *session) Reset()        { s.from, s.to = "", nil }
+func (s *session) Logout() error { return nil }
