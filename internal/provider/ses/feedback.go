@@ -1,0 +1,255 @@
+package ses
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/email"
+)
+
+// Feedback is one SES event mapped onto Mailroom.
+type Feedback struct {
+	// EmailID comes from the mailroom_email_id message tag; empty when the
+	// event carries no such tag (e.g. identity feedback notifications, which
+	// SES publishes without tags). MessageID can then be matched against the
+	// provider message id recorded in EmailSent.
+	EmailID string
+	// MessageID is the SES message id (mail.messageId).
+	MessageID string
+	// EventType is SES's eventType (or notificationType).
+	EventType string
+	// Event is email.Delivered, Bounced, Complained, Opened or Clicked;
+	// nil when Reject is set or Ignored is true. Its FeedbackID is derived
+	// from the SES message id, the event type, the event's timestamp and
+	// its recipients (and link, for clicks), so an SQS redelivery of the same
+	// document yields the same id.
+	Event domain.Event
+	// Reject is SES's reason for a Reject or Rendering Failure event: SES did
+	// not deliver the message, and the caller fails the email with it.
+	Reject *string
+	// Ignored marks events that change nothing in Mailroom (Send,
+	// DeliveryDelay, Subscription, SNS subscription messages and unknown
+	// event types).
+	Ignored bool
+}
+
+// snsEnvelope is the part of an SNS notification ParseFeedback reads.
+type snsEnvelope struct {
+	Type    string `json:"Type"`
+	Message string `json:"Message"`
+}
+
+type sesEvent struct {
+	EventType        string `json:"eventType"`
+	NotificationType string `json:"notificationType"`
+	Mail             struct {
+		Timestamp   string              `json:"timestamp"`
+		MessageID   string              `json:"messageId"`
+		Destination []string            `json:"destination"`
+		Tags        map[string][]string `json:"tags"`
+	} `json:"mail"`
+	Bounce *struct {
+		BounceType        string      `json:"bounceType"`
+		BounceSubType     string      `json:"bounceSubType"`
+		BouncedRecipients []recipient `json:"bouncedRecipients"`
+		Timestamp         string      `json:"timestamp"`
+		FeedbackID        string      `json:"feedbackId"`
+	} `json:"bounce"`
+	Complaint *struct {
+		ComplainedRecipients  []recipient `json:"complainedRecipients"`
+		ComplaintFeedbackType string      `json:"complaintFeedbackType"`
+		Timestamp             string      `json:"timestamp"`
+		FeedbackID            string      `json:"feedbackId"`
+	} `json:"complaint"`
+	Delivery *struct {
+		Timestamp  string   `json:"timestamp"`
+		Recipients []string `json:"recipients"`
+	} `json:"delivery"`
+	Open *struct {
+		Timestamp string `json:"timestamp"`
+		UserAgent string `json:"userAgent"`
+		IPAddress string `json:"ipAddress"`
+	} `json:"open"`
+	Click *struct {
+		Timestamp string `json:"timestamp"`
+		Link      string `json:"link"`
+		IPAddress string `json:"ipAddress"`
+	} `json:"click"`
+	Reject *struct {
+		Reason string `json:"reason"`
+	} `json:"reject"`
+	Failure *struct {
+		ErrorMessage string `json:"errorMessage"`
+		TemplateName string `json:"templateName"`
+	} `json:"failure"`
+}
+
+type recipient struct {
+	EmailAddress string `json:"emailAddress"`
+}
+
+// ParseFeedback parses an SQS message body from the events queue: an SNS
+// notification ({"Type":"Notification","Message":"<SES event JSON>"}) or,
+// with SNS raw message delivery, the SES event itself (configuration-set
+// event publishing format; the identity notification format with
+// notificationType is read the same way). It returns one Feedback per SES
+// event. An error means the body can never be parsed (redelivery won't help).
+func ParseFeedback(body []byte) ([]Feedback, error) {
+	var probe struct {
+		snsEnvelope
+		EventType        string `json:"eventType"`
+		NotificationType string `json:"notificationType"`
+	}
+	if err := json.Unmarshal(body, &probe); err != nil {
+		return nil, fmt.Errorf("ses: feedback is not JSON: %w", err)
+	}
+	switch {
+	case probe.EventType != "" || probe.NotificationType != "":
+		// A raw SES event (raw message delivery).
+	case probe.Type == "Notification":
+		body = []byte(probe.Message)
+	case probe.Type == "SubscriptionConfirmation" || probe.Type == "UnsubscribeConfirmation":
+		return []Feedback{{EventType: "SNS " + probe.Type, Ignored: true}}, nil
+	default:
+		return nil, errors.New("ses: feedback is neither an SNS notification nor an SES event")
+	}
+	var ev sesEvent
+	if err := json.Unmarshal(body, &ev); err != nil {
+		return nil, fmt.Errorf("ses: SES event is not JSON: %w", err)
+	}
+	f, err := mapEvent(&ev)
+	if err != nil {
+		return nil, err
+	}
+	return []Feedback{f}, nil
+}
+
+func mapEvent(ev *sesEvent) (Feedback, error) {
+	typ := ev.EventType
+	if typ == "" {
+		typ = ev.NotificationType
+	}
+	if typ == "" {
+		return Feedback{}, errors.New("ses: SES event without eventType")
+	}
+	f := Feedback{EventType: typ, MessageID: ev.Mail.MessageID}
+	if tags := ev.Mail.Tags[EmailIDTag]; len(tags) > 0 {
+		f.EmailID = tags[0]
+	}
+	if f.MessageID == "" && typ != "Subscription" {
+		return Feedback{}, fmt.Errorf("ses: %s event without mail.messageId", typ)
+	}
+	switch typ {
+	case "Delivery":
+		if ev.Delivery == nil {
+			return Feedback{}, errors.New("ses: Delivery event without delivery object")
+		}
+		at := eventTime(ev.Delivery.Timestamp, ev.Mail.Timestamp)
+		rcpts := sorted(ev.Delivery.Recipients)
+		f.Event = email.Delivered{
+			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, rcpts),
+			Recipients: rcpts, OccurredAt: at,
+		}
+	case "Bounce":
+		if ev.Bounce == nil {
+			return Feedback{}, errors.New("ses: Bounce event without bounce object")
+		}
+		at := eventTime(ev.Bounce.Timestamp, ev.Mail.Timestamp)
+		rcpts := addresses(ev.Bounce.BouncedRecipients)
+		f.Event = email.Bounced{
+			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, rcpts),
+			BounceType: ev.Bounce.BounceType, BounceSubtype: ev.Bounce.BounceSubType,
+			Recipients: rcpts, OccurredAt: at,
+		}
+	case "Complaint":
+		if ev.Complaint == nil {
+			return Feedback{}, errors.New("ses: Complaint event without complaint object")
+		}
+		at := eventTime(ev.Complaint.Timestamp, ev.Mail.Timestamp)
+		rcpts := addresses(ev.Complaint.ComplainedRecipients)
+		f.Event = email.Complained{
+			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, rcpts),
+			FeedbackType: ev.Complaint.ComplaintFeedbackType, Recipients: rcpts, OccurredAt: at,
+		}
+	case "Open":
+		if ev.Open == nil {
+			return Feedback{}, errors.New("ses: Open event without open object")
+		}
+		at := eventTime(ev.Open.Timestamp, ev.Mail.Timestamp)
+		f.Event = email.Opened{
+			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, []string{ev.Open.IPAddress, ev.Open.UserAgent}),
+			UserAgent: ev.Open.UserAgent, OccurredAt: at,
+		}
+	case "Click":
+		if ev.Click == nil {
+			return Feedback{}, errors.New("ses: Click event without click object")
+		}
+		at := eventTime(ev.Click.Timestamp, ev.Mail.Timestamp)
+		f.Event = email.Clicked{
+			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, []string{ev.Click.Link, ev.Click.IPAddress}),
+			Link: ev.Click.Link, OccurredAt: at,
+		}
+	case "Reject":
+		reason := "rejected by SES"
+		if ev.Reject != nil && ev.Reject.Reason != "" {
+			reason = ev.Reject.Reason
+		}
+		f.Reject = &reason
+	case "Rendering Failure":
+		reason := "SES rendering failure"
+		if ev.Failure != nil && ev.Failure.ErrorMessage != "" {
+			reason = ev.Failure.ErrorMessage
+		}
+		f.Reject = &reason
+	default: // Send, DeliveryDelay, Subscription and anything new.
+		f.Ignored = true
+	}
+	return f, nil
+}
+
+// feedbackID is a stable id for one SES event: the same document always
+// gives the same id, different events of one message give different ids.
+func feedbackID(messageID, eventType string, at time.Time, parts []string) string {
+	h := sha256.New()
+	h.Write([]byte(messageID + "\x00" + eventType + "\x00" + at.UTC().Format(time.RFC3339Nano)))
+	for _, p := range parts {
+		h.Write([]byte("\x00" + p))
+	}
+	return "ses_" + hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+func eventTime(candidates ...string) time.Time {
+	for _, c := range candidates {
+		if c == "" {
+			continue
+		}
+		if t, err := time.Parse(time.RFC3339Nano, c); err == nil {
+			return t.UTC()
+		}
+	}
+	return time.Time{}
+}
+
+func addresses(rs []recipient) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.EmailAddress)
+	}
+	return sorted(out)
+}
+
+func sorted(ss []string) []string {
+	out := make([]string, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, strings.TrimSpace(s))
+	}
+	sort.Strings(out)
+	return out
+}

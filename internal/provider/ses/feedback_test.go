@@ -1,0 +1,302 @@
+package ses
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/domain/email"
+)
+
+// sesDoc loads a developer-guide example from testdata, adds the
+// mailroom_email_id tag SES would publish for a Mailroom send, applies edit
+// and returns the SES event JSON.
+func sesDoc(t *testing.T, name, emailID string, edit func(map[string]any)) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if emailID != "" {
+		tags := doc["mail"].(map[string]any)["tags"].(map[string]any)
+		tags[EmailIDTag] = []string{emailID}
+	}
+	if edit != nil {
+		edit(doc)
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// snsWrap wraps an SES event the way SNS delivers it to SQS without raw
+// message delivery.
+func snsWrap(t *testing.T, event []byte) []byte {
+	t.Helper()
+	out, err := json.Marshal(map[string]string{
+		"Type":      "Notification",
+		"MessageId": "22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324",
+		"TopicArn":  "arn:aws:sns:us-east-1:123456789012:mailroom-events",
+		"Message":   string(event),
+		"Timestamp": "2017-08-05T00:41:03.000Z",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func ts(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+func TestParseFeedbackDeveloperGuideExamples(t *testing.T) {
+	const id = "em_0123"
+	rcpt := []string{"recipient@example.com"}
+	softBounce := func(d map[string]any) {
+		d["bounce"].(map[string]any)["bounceType"] = "Transient"
+		d["bounce"].(map[string]any)["bounceSubType"] = "MailboxFull"
+	}
+	cases := []struct {
+		name, file string
+		edit       func(map[string]any)
+		check      func(t *testing.T, f Feedback)
+	}{
+		{"delivery", "delivery.json", nil, func(t *testing.T, f Feedback) {
+			ev, ok := f.Event.(email.Delivered)
+			if !ok || ev.EmailID != id || !slices.Equal(ev.Recipients, rcpt) || !ev.OccurredAt.Equal(ts("2016-10-19T23:21:04.133Z")) || ev.FeedbackID == "" {
+				t.Errorf("event = %#v", f.Event)
+			}
+		}},
+		{"hard bounce", "bounce.json", nil, func(t *testing.T, f Feedback) {
+			ev, ok := f.Event.(email.Bounced)
+			if !ok || ev.BounceType != "Permanent" || ev.BounceSubtype != "General" || !slices.Equal(ev.Recipients, rcpt) ||
+				!ev.OccurredAt.Equal(ts("2017-08-05T00:41:02.669Z")) || !email.Permanent(ev.BounceType) {
+				t.Errorf("event = %#v", f.Event)
+			}
+		}},
+		{"soft bounce", "bounce.json", softBounce, func(t *testing.T, f Feedback) {
+			ev, ok := f.Event.(email.Bounced)
+			if !ok || ev.BounceType != "Transient" || ev.BounceSubtype != "MailboxFull" || email.Permanent(ev.BounceType) {
+				t.Errorf("event = %#v", f.Event)
+			}
+		}},
+		{"complaint", "complaint.json", nil, func(t *testing.T, f Feedback) {
+			ev, ok := f.Event.(email.Complained)
+			if !ok || ev.FeedbackType != "abuse" || !slices.Equal(ev.Recipients, rcpt) || ev.EmailID != id {
+				t.Errorf("event = %#v", f.Event)
+			}
+		}},
+		{"open", "open.json", nil, func(t *testing.T, f Feedback) {
+			ev, ok := f.Event.(email.Opened)
+			if !ok || ev.OccurredAt != ts("2017-08-09T22:00:19.652Z") || ev.UserAgent == "" {
+				t.Errorf("event = %#v", f.Event)
+			}
+		}},
+		{"click", "click.json", nil, func(t *testing.T, f Feedback) {
+			ev, ok := f.Event.(email.Clicked)
+			if !ok || ev.Link != "http://docs.aws.amazon.com/ses/latest/DeveloperGuide/send-email-smtp.html" || ev.OccurredAt != ts("2017-08-09T23:51:25.570Z") {
+				t.Errorf("event = %#v", f.Event)
+			}
+		}},
+		{"reject", "reject.json", nil, func(t *testing.T, f Feedback) {
+			if f.Event != nil || f.Reject == nil || *f.Reject != "Bad content" || f.Ignored {
+				t.Errorf("feedback = %#v", f)
+			}
+		}},
+		{"rendering failure", "rendering-failure.json", nil, func(t *testing.T, f Feedback) {
+			if f.Event != nil || f.Reject == nil || *f.Reject != "Attribute 'attributeName' is not present in the rendering data." {
+				t.Errorf("feedback = %#v", f)
+			}
+		}},
+		{"send", "send.json", nil, func(t *testing.T, f Feedback) {
+			if !f.Ignored || f.Event != nil || f.Reject != nil {
+				t.Errorf("feedback = %#v", f)
+			}
+		}},
+		{"delivery delay", "delivery-delay.json", nil, func(t *testing.T, f Feedback) {
+			if !f.Ignored || f.Event != nil {
+				t.Errorf("feedback = %#v", f)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			doc := sesDoc(t, c.file, id, c.edit)
+			for _, body := range [][]byte{snsWrap(t, doc), doc} { // SNS envelope and raw delivery
+				fbs, err := ParseFeedback(body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(fbs) != 1 {
+					t.Fatalf("got %d feedbacks", len(fbs))
+				}
+				f := fbs[0]
+				if f.EmailID != id || f.MessageID != "EXAMPLE7c191be45-e9aedb9a-02f9-4d12-a87d-dd0099a07f8a-000000" {
+					t.Errorf("ids = %q, %q", f.EmailID, f.MessageID)
+				}
+				c.check(t, f)
+				// The same SQS message again maps onto the same feedback id.
+				again, err := ParseFeedback(body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if feedbackIDOf(again[0]) != feedbackIDOf(f) {
+					t.Errorf("redelivery changed the feedback id: %q vs %q", feedbackIDOf(again[0]), feedbackIDOf(f))
+				}
+			}
+		})
+	}
+}
+
+func feedbackIDOf(f Feedback) string {
+	switch ev := f.Event.(type) {
+	case email.Delivered:
+		return ev.FeedbackID
+	case email.Bounced:
+		return ev.FeedbackID
+	case email.Complained:
+		return ev.FeedbackID
+	case email.Opened:
+		return ev.FeedbackID
+	case email.Clicked:
+		return ev.FeedbackID
+	}
+	return ""
+}
+
+func TestFeedbackIDsDifferAcrossEvents(t *testing.T) {
+	seen := map[string]string{}
+	for _, file := range []string{"delivery.json", "bounce.json", "complaint.json", "open.json", "click.json"} {
+		fbs, err := ParseFeedback(sesDoc(t, file, "em_1", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := feedbackIDOf(fbs[0])
+		if other, dup := seen[id]; dup {
+			t.Errorf("%s and %s share feedback id %s", file, other, id)
+		}
+		seen[id] = file
+	}
+	// A second open of the same message (another timestamp) is a new event.
+	a, _ := ParseFeedback(sesDoc(t, "open.json", "em_1", nil))
+	b, _ := ParseFeedback(sesDoc(t, "open.json", "em_1", func(d map[string]any) {
+		d["open"].(map[string]any)["timestamp"] = "2017-08-10T08:00:00.000Z"
+	}))
+	if feedbackIDOf(a[0]) == feedbackIDOf(b[0]) {
+		t.Error("two opens share a feedback id")
+	}
+}
+
+func TestParseFeedbackWithoutTagKeepsMessageID(t *testing.T) {
+	fbs, err := ParseFeedback(sesDoc(t, "delivery.json", "", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fbs[0].EmailID != "" || fbs[0].MessageID == "" || fbs[0].Event == nil {
+		t.Errorf("feedback = %#v", fbs[0])
+	}
+}
+
+func TestParseFeedbackRejectsGarbage(t *testing.T) {
+	for _, body := range []string{"not json", `{"foo":1}`, `{"Type":"Notification","Message":"nope"}`, `{"eventType":"Delivery","mail":{}}`} {
+		if _, err := ParseFeedback([]byte(body)); err == nil {
+			t.Errorf("ParseFeedback(%q) succeeded", body)
+		}
+	}
+	fbs, err := ParseFeedback([]byte(`{"Type":"SubscriptionConfirmation","Message":"You have chosen to subscribe"}`))
+	if err != nil || !fbs[0].Ignored {
+		t.Errorf("subscription confirmation: %#v, %v", fbs, err)
+	}
+}
+
+func TestPollFeedbackDeletesOnlyAfterHandleSucceeds(t *testing.T) {
+	f := newFakeAWS(t)
+	const queue = "https://sqs.us-east-1.amazonaws.com/123456789012/mailroom-events"
+	p := f.provider(queue)
+	good := f.enqueue(string(snsWrap(t, sesDoc(t, "delivery.json", "em_42", nil))))
+	bad := f.enqueue("this is not an SES event")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		calls int
+		got   []Feedback
+	)
+	done := make(chan error, 1)
+	go func() {
+		done <- p.PollFeedback(ctx, func(_ context.Context, fbs []Feedback) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			if calls == 1 {
+				return errors.New("event store unavailable")
+			}
+			got = append(got, fbs...)
+			cancel()
+			return nil
+		})
+	}()
+
+	// First round: handle fails, so the good message must not be deleted;
+	// the unparseable one is deleted.
+	waitFor(t, func() bool { return slices.Contains(f.log(), "delete "+bad) })
+	mu.Lock()
+	first := calls
+	mu.Unlock()
+	if first != 1 {
+		t.Fatalf("handle calls = %d", first)
+	}
+	if slices.Contains(f.log(), "delete "+good) {
+		t.Fatal("message deleted although handle failed")
+	}
+	// Visibility timeout runs out; the redelivery is handled and deleted.
+	f.expireVisibility()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return slices.Contains(f.log(), "delete "+good) })
+	log := f.log()
+	want := []string{"receive " + good, "receive " + bad, "delete " + bad, "receive " + good, "delete " + good}
+	if !slices.Equal(log, want) {
+		t.Errorf("queue log = %v, want %v", log, want)
+	}
+	if len(got) != 1 || got[0].EmailID != "em_42" {
+		t.Errorf("handled = %#v", got)
+	}
+	for _, r := range f.recorded() {
+		if r.Target == "AmazonSQS.ReceiveMessage" {
+			if r.Body["QueueUrl"] != queue || r.Body["WaitTimeSeconds"] != float64(20) || r.Body["MaxNumberOfMessages"] != float64(10) {
+				t.Errorf("receive request = %v", r.Body)
+			}
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,137 @@
+package ses
+
+import (
+	"context"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sesv2"
+	"github.com/aws/aws-sdk-go-v2/service/sesv2/types"
+
+	"github.com/mailroom/mailroom/internal/provider"
+)
+
+// CreateIdentity creates the domain identity at SES and sets its custom
+// MAIL FROM domain. With a key (BYODKIM) the identity signs with that
+// selector and key; without one (legacy) SES manages the key (Easy DKIM).
+//
+// Idempotent: an identity that already exists counts as created, and for a
+// BYODKIM identity its signing attributes are then set again
+// (PutEmailIdentityDkimSigningAttributes), so a retry after a partial
+// failure converges on the key Mailroom holds. The MAIL FROM call is a PUT
+// and may be repeated.
+func (p *Provider) CreateIdentity(ctx context.Context, id provider.Identity) error {
+	in := &sesv2.CreateEmailIdentityInput{EmailIdentity: aws.String(id.Domain)}
+	byodkim := id.PrivateKey != nil
+	if byodkim {
+		attrs, err := signingAttributes(id.Selector, id.PrivateKey)
+		if err != nil {
+			return err
+		}
+		in.DkimSigningAttributes = attrs
+	}
+	_, err := p.ses.CreateEmailIdentity(ctx, in)
+	var exists *types.AlreadyExistsException
+	switch {
+	case errors.As(err, &exists):
+		if byodkim {
+			if err := p.SetSigningKey(ctx, id.Domain, id.Selector, id.PrivateKey); err != nil {
+				return err
+			}
+		}
+	case err != nil:
+		return fmt.Errorf("ses: create identity %s: %w", id.Domain, err)
+	}
+	if id.MailFromDomain != "" {
+		_, err := p.ses.PutEmailIdentityMailFromAttributes(ctx, &sesv2.PutEmailIdentityMailFromAttributesInput{
+			EmailIdentity:       aws.String(id.Domain),
+			MailFromDomain:      aws.String(id.MailFromDomain),
+			BehaviorOnMxFailure: types.BehaviorOnMxFailureUseDefaultValue,
+		})
+		if err != nil {
+			return fmt.Errorf("ses: set MAIL FROM of %s: %w", id.Domain, err)
+		}
+	}
+	return nil
+}
+
+// SetSigningKey makes SES sign the domain's mail with selector and key
+// (BYODKIM, origin EXTERNAL). Used at rotation/upgrade cutover; repeating it
+// with the same key is harmless.
+func (p *Provider) SetSigningKey(ctx context.Context, domain, selector string, key *rsa.PrivateKey) error {
+	attrs, err := signingAttributes(selector, key)
+	if err != nil {
+		return err
+	}
+	_, err = p.ses.PutEmailIdentityDkimSigningAttributes(ctx, &sesv2.PutEmailIdentityDkimSigningAttributesInput{
+		EmailIdentity:           aws.String(domain),
+		SigningAttributesOrigin: types.DkimSigningAttributesOriginExternal,
+		SigningAttributes:       attrs,
+	})
+	if err != nil {
+		return fmt.Errorf("ses: set signing key of %s: %w", domain, err)
+	}
+	return nil
+}
+
+// DeleteIdentity removes the domain identity; one that does not exist
+// counts as deleted.
+func (p *Provider) DeleteIdentity(ctx context.Context, domain string) error {
+	_, err := p.ses.DeleteEmailIdentity(ctx, &sesv2.DeleteEmailIdentityInput{EmailIdentity: aws.String(domain)})
+	var notFound *types.NotFoundException
+	if err != nil && !errors.As(err, &notFound) {
+		return fmt.Errorf("ses: delete identity %s: %w", domain, err)
+	}
+	return nil
+}
+
+// IdentityStatus is SES's own view of a domain identity.
+type IdentityStatus struct {
+	Exists           bool
+	VerifiedForSend  bool
+	DkimStatus       string // PENDING, SUCCESS, FAILED, TEMPORARY_FAILURE, NOT_STARTED
+	MailFromStatus   string // PENDING, SUCCESS, FAILED, TEMPORARY_FAILURE
+	VerificationInfo string // SES's last error type, if any
+}
+
+// GetIdentityStatus reads the identity's verification state
+// (GetEmailIdentity). A missing identity is not an error: Exists is false.
+func (p *Provider) GetIdentityStatus(ctx context.Context, domain string) (IdentityStatus, error) {
+	out, err := p.ses.GetEmailIdentity(ctx, &sesv2.GetEmailIdentityInput{EmailIdentity: aws.String(domain)})
+	var notFound *types.NotFoundException
+	if errors.As(err, &notFound) {
+		return IdentityStatus{}, nil
+	}
+	if err != nil {
+		return IdentityStatus{}, fmt.Errorf("ses: get identity %s: %w", domain, err)
+	}
+	st := IdentityStatus{Exists: true, VerifiedForSend: out.VerifiedForSendingStatus}
+	if out.DkimAttributes != nil {
+		st.DkimStatus = string(out.DkimAttributes.Status)
+	}
+	if out.MailFromAttributes != nil {
+		st.MailFromStatus = string(out.MailFromAttributes.MailFromDomainStatus)
+	}
+	if out.VerificationInfo != nil {
+		st.VerificationInfo = string(out.VerificationInfo.ErrorType)
+	}
+	return st, nil
+}
+
+// signingAttributes encodes a BYODKIM key the way SES expects it: the
+// base64 of the key's DER, without PEM armour or line breaks. SES accepts
+// PKCS #1 or PKCS #8; this sends PKCS #1 (what `openssl genrsa` writes).
+func signingAttributes(selector string, key *rsa.PrivateKey) (*types.DkimSigningAttributes, error) {
+	if selector == "" || key == nil {
+		return nil, errors.New("ses: BYODKIM needs a selector and a private key")
+	}
+	der := x509.MarshalPKCS1PrivateKey(key)
+	return &types.DkimSigningAttributes{
+		DomainSigningSelector:   aws.String(selector),
+		DomainSigningPrivateKey: aws.String(base64.StdEncoding.EncodeToString(der)),
+	}, nil
+}
