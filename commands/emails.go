@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,3 +70,29 @@ func (s *Service) FailEmail(ctx context.Context, id, reason, detail string, meta
 	}, meta)
 	return err
 }
+
+// RecordEmailFeedback records provider feedback, each once; a reject after
+// sending fails the email.
+func (s *Service) RecordEmailFeedback(ctx context.Context, id string, feedback []domain.Event, reject *string, meta Meta) error {
+	_, err := execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
+		if st.Exists() && st.Sent == nil && st.Failed == nil {
+			return nil, ErrNotSentYet
+		}
+		var out []domain.Event
+		if reject != nil {
+			out = email.RejectAfterSend(st, *reject, s.now())
+		}
+		for _, fb := range feedback {
+			if evs := email.RecordFeedback(st, fb); len(evs) > 0 {
+				out = append(out, evs...)
+				st = email.Evolve(st, fb)
+			}
+		}
+		return out, nil
+	}, meta)
+	return err
+}
+
+// ErrNotSentYet: feedback arrived before the email's EmailSent was
+// recorded; the caller keeps the feedback and tries again later.
+var ErrNotSentYet = errors.New("feedback for an email not recorded as sent yet")

@@ -184,53 +184,8 @@ const dispatcherLock = 7261003
 // ends.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	d.init()
-	for {
-		if err := d.lead(ctx); err != nil && ctx.Err() == nil {
-			d.Log.Warn("webhook dispatcher", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// lead takes the dispatcher lock if it is free and dispatches for as long
-// as the lock's connection lives.
-func (d *Dispatcher) lead(ctx context.Context) error {
-	conn, err := d.Pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	var mine bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", dispatcherLock).Scan(&mine); err != nil || !mine {
-		return err
-	}
-	lctx, cancel := context.WithCancel(ctx)
-	watch := make(chan struct{})
-	go func() { // losing the connection loses the lock: stop at once
-		defer close(watch)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-lctx.Done():
-				return
-			case <-t.C:
-				if err := conn.Ping(lctx); err != nil && lctx.Err() == nil {
-					cancel()
-					return
-				}
-			}
-		}
-	}()
-	d.loop(lctx)
-	cancel()
-	<-watch
-	_, err = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", dispatcherLock)
-	return err
+	Exclusive(ctx, d.Pool, dispatcherLock, d.Log, "webhook-dispatcher", d.loop)
+	return nil
 }
 
 // loop dispatches until ctx ends, then waits for attempts under way.

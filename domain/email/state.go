@@ -136,3 +136,13 @@ func RecordFeedback(s State, fb domain.Event) []domain.Event {
 	}
 	return []domain.Event{fb}
 }
+
+// RejectAfterSend decides a provider's late refusal of an email it had
+// accepted (SES Reject, Rendering Failure): the email fails, unless the
+// provider has reported anything else about it already.
+func RejectAfterSend(s State, reason string, now time.Time) []domain.Event {
+	if s.Sent == nil || s.Failed != nil || len(s.Feedback) > 0 {
+		return nil
+	}
+	return []domain.Event{&Failed{EmailID: s.Queued.EmailID, Reason: ReasonProviderRejected, Detail: reason, FailedAt: now}}
+}

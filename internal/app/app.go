@@ -30,6 +30,7 @@ import (
 	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/provider/sandbox"
+	"github.com/mailroom/mailroom/internal/provider/ses"
 	"github.com/mailroom/mailroom/internal/provider/smtp"
 	"github.com/mailroom/mailroom/internal/scan"
 	"github.com/mailroom/mailroom/internal/secretbox"
@@ -52,6 +53,7 @@ type App struct {
 	DNS        commands.DNSChecker
 	Identities provider.Identities
 	Outcomes   *processmanagers.Outcomes
+	ses        *ses.Provider // when MAILROOM_PROVIDER=ses
 	Sender     provider.Sender
 	Blobs      blob.Store
 	Scanner    *scan.Scanner
@@ -121,7 +123,12 @@ func (a *App) open(ctx context.Context) error {
 			return fmt.Errorf("smtp-url: %w", err)
 		}
 	case "ses":
-		return fmt.Errorf("provider: %q is not available in this build; use MAILROOM_PROVIDER=sandbox or smtp", cfg.Provider)
+		p, err := ses.New(ctx, ses.Config{Region: cfg.Region, Endpoint: cfg.SESEndpoint,
+			ConfigurationSet: cfg.SESConfigSet, EventsQueueURL: cfg.SESEventsQueueURL, Logger: a.Log})
+		if err != nil {
+			return fmt.Errorf("ses: %w", err)
+		}
+		a.Sender, a.Identities, a.ses = p, p, p
 	default:
 		return fmt.Errorf("provider: %q is not one of sandbox, ses, smtp", cfg.Provider)
 	}
@@ -325,5 +332,11 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	poller := a.DomainPoller()
 	g.Go(func() error { return poller.Run(ctx) })
 	g.Go(func() error { return dispatcher.Run(ctx) })
+	if a.ses != nil && a.Config.SESEventsQueueURL != "" {
+		g.Go(func() error {
+			processmanagers.SESFeedback(ctx, a.ses, a.Commands, a.Pool, a.Log)
+			return nil
+		})
+	}
 	return g.Wait()
 }
