@@ -2,74 +2,27 @@ package ses
 
 import (
 	"context"
-	"crypto/md5"
-	"encoding/hex"
-	"encoding/json"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/mailroom/mailroom/internal/provider/ses/sesfake"
 )
 
-// fakeAWS is a protocol-level FAKE of the two AWS APIs the provider uses,
-// served from one httptest server (the provider points both clients at
-// Config.Endpoint):
-//
-//   - SES v2 (REST-JSON: method + /v2/email/... path, JSON bodies, errors as
-//     an HTTP status with an X-Amzn-ErrorType header and {"message": ...});
-//   - SQS (AWS JSON 1.0: POST /, X-Amz-Target AmazonSQS.ReceiveMessage or
-//     AmazonSQS.DeleteMessage, Content-Type application/x-amz-json-1.0).
-//
-// It is not AWS: it records every request and answers from canned
-// responses and an in-memory queue. It checks no signatures.
+// fakeAWS adapts the protocol-level fake (package sesfake) to these tests.
 type fakeAWS struct {
-	t   *testing.T
-	srv *httptest.Server
-
-	mu       sync.Mutex
-	requests []fakeRequest
-	// errors maps "METHOD /path" (SES) or "AmazonSQS.Op" (SQS) to a canned
-	// error answer, used once per entry in the slice.
-	errors map[string][]fakeError
-
-	// SQS queue state.
-	messages []*fakeMessage
-	nextID   int
-	events   []string // "receive <id>", "delete <id>", appended in order
+	*sesfake.Server
+	t *testing.T
 }
 
-type fakeRequest struct {
-	Method string
-	Path   string
-	Target string
-	Body   map[string]any
-}
+type (
+	fakeError   = sesfake.Error
+	fakeRequest = sesfake.Request
+)
 
-type fakeError struct {
-	Status int
-	Code   string
-	Msg    string
-}
-
-type fakeMessage struct {
-	ID, Body, Receipt string
-	Visible, Deleted  bool
-}
-
-func newFakeAWS(t *testing.T) *fakeAWS {
-	f := &fakeAWS{t: t, errors: map[string][]fakeError{}}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
-	return f
-}
+func newFakeAWS(t *testing.T) *fakeAWS { return &fakeAWS{Server: sesfake.Start(t), t: t} }
 
 // provider returns a Provider pointed at the fake with static credentials
 // and no SDK retries (so error-mapping tests see the first answer).
@@ -77,7 +30,7 @@ func (f *fakeAWS) provider(queueURL string) *Provider {
 	f.t.Helper()
 	p, err := newProvider(context.Background(), Config{
 		Region:           "us-east-1",
-		Endpoint:         f.srv.URL,
+		Endpoint:         f.URL(),
 		ConfigurationSet: "mailroom-events",
 		EventsQueueURL:   queueURL,
 		Logger:           slog.New(slog.DiscardHandler),
@@ -91,167 +44,8 @@ func (f *fakeAWS) provider(queueURL string) *Provider {
 	return p
 }
 
-func (f *fakeAWS) failNext(key string, e fakeError) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.errors[key] = append(f.errors[key], e)
-}
-
-func (f *fakeAWS) recorded() []fakeRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]fakeRequest(nil), f.requests...)
-}
-
-func (f *fakeAWS) enqueue(body string) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.nextID++
-	id := "msg-" + strconv.Itoa(f.nextID)
-	f.messages = append(f.messages, &fakeMessage{ID: id, Body: body, Visible: true})
-	return id
-}
-
-// expireVisibility makes every received but undeleted message visible
-// again, as SQS does when the visibility timeout runs out.
-func (f *fakeAWS) expireVisibility() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, m := range f.messages {
-		if !m.Deleted {
-			m.Visible = true
-		}
-	}
-}
-
-func (f *fakeAWS) log() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.events...)
-}
-
-func (f *fakeAWS) serve(w http.ResponseWriter, r *http.Request) {
-	raw, _ := io.ReadAll(r.Body)
-	var body map[string]any
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &body); err != nil {
-			f.t.Errorf("fake: request body is not JSON: %v: %q", err, raw)
-		}
-	}
-	target := r.Header.Get("X-Amz-Target")
-	key := r.Method + " " + r.URL.EscapedPath()
-	if target != "" {
-		key = target
-	}
-	f.mu.Lock()
-	f.requests = append(f.requests, fakeRequest{Method: r.Method, Path: r.URL.EscapedPath(), Target: target, Body: body})
-	var canned *fakeError
-	if q := f.errors[key]; len(q) > 0 {
-		canned = &q[0]
-		f.errors[key] = q[1:]
-	}
-	f.mu.Unlock()
-
-	if strings.HasPrefix(target, "AmazonSQS.") {
-		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-		if canned != nil {
-			w.Header().Set("X-Amzn-ErrorType", canned.Code)
-			w.WriteHeader(canned.Status)
-			_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#" + canned.Code, "message": canned.Msg})
-			return
-		}
-		f.serveSQS(w, r, strings.TrimPrefix(target, "AmazonSQS."), body)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if canned != nil {
-		w.Header().Set("X-Amzn-ErrorType", canned.Code)
-		w.WriteHeader(canned.Status)
-		_ = json.NewEncoder(w).Encode(map[string]string{"message": canned.Msg})
-		return
-	}
-	switch {
-	case r.Method == http.MethodPost && r.URL.Path == "/v2/email/outbound-emails":
-		_ = json.NewEncoder(w).Encode(map[string]string{"MessageId": "0100018f-fake-ses-message-id-000000"})
-	case r.Method == http.MethodPost && r.URL.Path == "/v2/email/identities":
-		_ = json.NewEncoder(w).Encode(map[string]any{"IdentityType": "DOMAIN", "VerifiedForSendingStatus": false})
-	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v2/email/identities/"):
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"IdentityType": "DOMAIN", "VerifiedForSendingStatus": true,
-			"DkimAttributes":     map[string]any{"Status": "SUCCESS", "SigningAttributesOrigin": "EXTERNAL"},
-			"MailFromAttributes": map[string]any{"MailFromDomain": "send.example.com", "MailFromDomainStatus": "PENDING", "BehaviorOnMxFailure": "USE_DEFAULT_VALUE"},
-		})
-	case strings.HasPrefix(r.URL.Path, "/v2/email/identities/"):
-		_, _ = w.Write([]byte("{}"))
-	default:
-		w.Header().Set("X-Amzn-ErrorType", "UnknownOperationException")
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = w.Write([]byte(`{"message":"fake: no such operation"}`))
-	}
-}
-
-func (f *fakeAWS) serveSQS(w http.ResponseWriter, r *http.Request, op string, body map[string]any) {
-	switch op {
-	case "ReceiveMessage":
-		max := 1
-		if n, ok := body["MaxNumberOfMessages"].(float64); ok {
-			max = int(n)
-		}
-		// A short stand-in for the long poll: wait a little when empty.
-		for range 5 {
-			if out := f.receive(max); len(out) > 0 {
-				_ = json.NewEncoder(w).Encode(map[string]any{"Messages": out})
-				return
-			}
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		_, _ = w.Write([]byte("{}"))
-	case "DeleteMessage":
-		handle, _ := body["ReceiptHandle"].(string)
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, m := range f.messages {
-			if m.Receipt == handle && handle != "" {
-				m.Deleted = true
-				f.events = append(f.events, "delete "+m.ID)
-				_, _ = w.Write([]byte("{}"))
-				return
-			}
-		}
-		w.Header().Set("X-Amzn-ErrorType", "ReceiptHandleIsInvalid")
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = w.Write([]byte(`{"__type":"com.amazonaws.sqs#ReceiptHandleIsInvalid","message":"fake: unknown receipt handle"}`))
-	default:
-		w.Header().Set("X-Amzn-ErrorType", "UnsupportedOperation")
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = w.Write([]byte(`{"__type":"com.amazonaws.sqs#UnsupportedOperation","message":"fake: unsupported"}`))
-	}
-}
-
-func (f *fakeAWS) receive(max int) []map[string]string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []map[string]string
-	for _, m := range f.messages {
-		if len(out) == max {
-			break
-		}
-		if m.Deleted || !m.Visible {
-			continue
-		}
-		m.Visible = false
-		f.nextID++
-		m.Receipt = "rh-" + m.ID + "-" + strconv.Itoa(f.nextID)
-		sum := md5.Sum([]byte(m.Body))
-		out = append(out, map[string]string{
-			"MessageId": m.ID, "ReceiptHandle": m.Receipt,
-			"MD5OfBody": hex.EncodeToString(sum[:]), "Body": m.Body,
-		})
-		f.events = append(f.events, "receive "+m.ID)
-	}
-	return out
-}
+func (f *fakeAWS) failNext(key string, e fakeError) { f.FailNext(key, e) }
+func (f *fakeAWS) recorded() []fakeRequest          { return f.Recorded() }
+func (f *fakeAWS) enqueue(body string) string       { return f.Enqueue(body) }
+func (f *fakeAWS) expireVisibility()                { f.ExpireVisibility() }
+func (f *fakeAWS) log() []string                    { return f.Log() }

@@ -153,7 +153,7 @@ func mapEvent(ev *sesEvent) (Feedback, error) {
 		}
 		at := eventTime(ev.Delivery.Timestamp, ev.Mail.Timestamp)
 		rcpts := sorted(ev.Delivery.Recipients)
-		f.Event = email.Delivered{
+		f.Event = &email.Delivered{
 			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, rcpts),
 			Recipients: rcpts, OccurredAt: at,
 		}
@@ -163,7 +163,7 @@ func mapEvent(ev *sesEvent) (Feedback, error) {
 		}
 		at := eventTime(ev.Bounce.Timestamp, ev.Mail.Timestamp)
 		rcpts := addresses(ev.Bounce.BouncedRecipients)
-		f.Event = email.Bounced{
+		f.Event = &email.Bounced{
 			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, rcpts),
 			BounceType: ev.Bounce.BounceType, BounceSubtype: ev.Bounce.BounceSubType,
 			Recipients: rcpts, OccurredAt: at,
@@ -174,7 +174,7 @@ func mapEvent(ev *sesEvent) (Feedback, error) {
 		}
 		at := eventTime(ev.Complaint.Timestamp, ev.Mail.Timestamp)
 		rcpts := addresses(ev.Complaint.ComplainedRecipients)
-		f.Event = email.Complained{
+		f.Event = &email.Complained{
 			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, rcpts),
 			FeedbackType: ev.Complaint.ComplaintFeedbackType, Recipients: rcpts, OccurredAt: at,
 		}
@@ -183,7 +183,7 @@ func mapEvent(ev *sesEvent) (Feedback, error) {
 			return Feedback{}, errors.New("ses: Open event without open object")
 		}
 		at := eventTime(ev.Open.Timestamp, ev.Mail.Timestamp)
-		f.Event = email.Opened{
+		f.Event = &email.Opened{
 			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, []string{ev.Open.IPAddress, ev.Open.UserAgent}),
 			UserAgent: ev.Open.UserAgent, OccurredAt: at,
 		}
@@ -192,7 +192,7 @@ func mapEvent(ev *sesEvent) (Feedback, error) {
 			return Feedback{}, errors.New("ses: Click event without click object")
 		}
 		at := eventTime(ev.Click.Timestamp, ev.Mail.Timestamp)
-		f.Event = email.Clicked{
+		f.Event = &email.Clicked{
 			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, []string{ev.Click.Link, ev.Click.IPAddress}),
 			Link: ev.Click.Link, OccurredAt: at,
 		}

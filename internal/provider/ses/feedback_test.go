@@ -79,38 +79,38 @@ func TestParseFeedbackDeveloperGuideExamples(t *testing.T) {
 		check      func(t *testing.T, f Feedback)
 	}{
 		{"delivery", "delivery.json", nil, func(t *testing.T, f Feedback) {
-			ev, ok := f.Event.(email.Delivered)
+			ev, ok := f.Event.(*email.Delivered)
 			if !ok || ev.EmailID != id || !slices.Equal(ev.Recipients, rcpt) || !ev.OccurredAt.Equal(ts("2016-10-19T23:21:04.133Z")) || ev.FeedbackID == "" {
 				t.Errorf("event = %#v", f.Event)
 			}
 		}},
 		{"hard bounce", "bounce.json", nil, func(t *testing.T, f Feedback) {
-			ev, ok := f.Event.(email.Bounced)
+			ev, ok := f.Event.(*email.Bounced)
 			if !ok || ev.BounceType != "Permanent" || ev.BounceSubtype != "General" || !slices.Equal(ev.Recipients, rcpt) ||
 				!ev.OccurredAt.Equal(ts("2017-08-05T00:41:02.669Z")) || !email.Permanent(ev.BounceType) {
 				t.Errorf("event = %#v", f.Event)
 			}
 		}},
 		{"soft bounce", "bounce.json", softBounce, func(t *testing.T, f Feedback) {
-			ev, ok := f.Event.(email.Bounced)
+			ev, ok := f.Event.(*email.Bounced)
 			if !ok || ev.BounceType != "Transient" || ev.BounceSubtype != "MailboxFull" || email.Permanent(ev.BounceType) {
 				t.Errorf("event = %#v", f.Event)
 			}
 		}},
 		{"complaint", "complaint.json", nil, func(t *testing.T, f Feedback) {
-			ev, ok := f.Event.(email.Complained)
+			ev, ok := f.Event.(*email.Complained)
 			if !ok || ev.FeedbackType != "abuse" || !slices.Equal(ev.Recipients, rcpt) || ev.EmailID != id {
 				t.Errorf("event = %#v", f.Event)
 			}
 		}},
 		{"open", "open.json", nil, func(t *testing.T, f Feedback) {
-			ev, ok := f.Event.(email.Opened)
+			ev, ok := f.Event.(*email.Opened)
 			if !ok || ev.OccurredAt != ts("2017-08-09T22:00:19.652Z") || ev.UserAgent == "" {
 				t.Errorf("event = %#v", f.Event)
 			}
 		}},
 		{"click", "click.json", nil, func(t *testing.T, f Feedback) {
-			ev, ok := f.Event.(email.Clicked)
+			ev, ok := f.Event.(*email.Clicked)
 			if !ok || ev.Link != "http://docs.aws.amazon.com/ses/latest/DeveloperGuide/send-email-smtp.html" || ev.OccurredAt != ts("2017-08-09T23:51:25.570Z") {
 				t.Errorf("event = %#v", f.Event)
 			}
@@ -167,15 +167,15 @@ func TestParseFeedbackDeveloperGuideExamples(t *testing.T) {
 
 func feedbackIDOf(f Feedback) string {
 	switch ev := f.Event.(type) {
-	case email.Delivered:
+	case *email.Delivered:
 		return ev.FeedbackID
-	case email.Bounced:
+	case *email.Bounced:
 		return ev.FeedbackID
-	case email.Complained:
+	case *email.Complained:
 		return ev.FeedbackID
-	case email.Opened:
+	case *email.Opened:
 		return ev.FeedbackID
-	case email.Clicked:
+	case *email.Clicked:
 		return ev.FeedbackID
 	}
 	return ""

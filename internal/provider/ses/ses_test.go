@@ -120,7 +120,7 @@ func TestSendErrorMapping(t *testing.T) {
 func TestSendTransportFailureIsTransient(t *testing.T) {
 	f := newFakeAWS(t)
 	p := f.provider("")
-	f.srv.Close()
+	f.Close()
 	_, err := p.Send(context.Background(), provider.Outbound{EmailID: "em_1", From: "a@example.com", Recipients: []string{"b@example.net"}, Raw: []byte("x")})
 	var rej *provider.RejectedError
 	if err == nil || errors.As(err, &rej) {

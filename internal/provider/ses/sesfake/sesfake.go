@@ -1,0 +1,242 @@
+// Package sesfake is a protocol-level FAKE of the two AWS APIs the ses
+// provider uses (SES v2 and SQS), for tests that cannot reach AWS. It is not
+// AWS: it records requests and answers from canned responses and an
+// in-memory queue, and checks no signatures.
+package sesfake
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// URL is where the fake listens; point the provider's Endpoint at it.
+func (f *Server) URL() string { return f.srv.URL }
+
+// Close stops the fake, as an outage would.
+func (f *Server) Close() { f.srv.Close() }
+
+// Server is a protocol-level FAKE of the two AWS APIs the provider uses,
+// served from one httptest server (the provider points both clients at
+// Config.Endpoint):
+//
+//   - SES v2 (REST-JSON: method + /v2/email/... path, JSON bodies, errors as
+//     an HTTP status with an X-Amzn-ErrorType header and {"message": ...});
+//   - SQS (AWS JSON 1.0: POST /, X-Amz-Target AmazonSQS.ReceiveMessage or
+//     AmazonSQS.DeleteMessage, Content-Type application/x-amz-json-1.0).
+//
+// It is not AWS: it records every request and answers from canned
+// responses and an in-memory queue. It checks no signatures.
+type Server struct {
+	t   testing.TB
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	requests []Request
+	// errors maps "METHOD /path" (SES) or "AmazonSQS.Op" (SQS) to a canned
+	// error answer, used once per entry in the slice.
+	errors map[string][]Error
+
+	// SQS queue state.
+	messages []*message
+	nextID   int
+	events   []string // "receive <id>", "delete <id>", appended in order
+}
+
+type Request struct {
+	Method string
+	Path   string
+	Target string
+	Body   map[string]any
+}
+
+type Error struct {
+	Status int
+	Code   string
+	Msg    string
+}
+
+type message struct {
+	ID, Body, Receipt string
+	Visible, Deleted  bool
+}
+
+func Start(t testing.TB) *Server {
+	f := &Server{t: t, errors: map[string][]Error{}}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *Server) FailNext(key string, e Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.errors[key] = append(f.errors[key], e)
+}
+
+func (f *Server) Recorded() []Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Request(nil), f.requests...)
+}
+
+func (f *Server) Enqueue(body string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextID++
+	id := "msg-" + strconv.Itoa(f.nextID)
+	f.messages = append(f.messages, &message{ID: id, Body: body, Visible: true})
+	return id
+}
+
+// expireVisibility makes every received but undeleted message visible
+// again, as SQS does when the visibility timeout runs out.
+func (f *Server) ExpireVisibility() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range f.messages {
+		if !m.Deleted {
+			m.Visible = true
+		}
+	}
+}
+
+func (f *Server) Log() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.events...)
+}
+
+func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	var body map[string]any
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &body); err != nil {
+			f.t.Errorf("fake: request body is not JSON: %v: %q", err, raw)
+		}
+	}
+	target := r.Header.Get("X-Amz-Target")
+	key := r.Method + " " + r.URL.EscapedPath()
+	if target != "" {
+		key = target
+	}
+	f.mu.Lock()
+	f.requests = append(f.requests, Request{Method: r.Method, Path: r.URL.EscapedPath(), Target: target, Body: body})
+	var canned *Error
+	if q := f.errors[key]; len(q) > 0 {
+		canned = &q[0]
+		f.errors[key] = q[1:]
+	}
+	f.mu.Unlock()
+
+	if strings.HasPrefix(target, "AmazonSQS.") {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		if canned != nil {
+			w.Header().Set("X-Amzn-ErrorType", canned.Code)
+			w.WriteHeader(canned.Status)
+			_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#" + canned.Code, "message": canned.Msg})
+			return
+		}
+		f.serveSQS(w, r, strings.TrimPrefix(target, "AmazonSQS."), body)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if canned != nil {
+		w.Header().Set("X-Amzn-ErrorType", canned.Code)
+		w.WriteHeader(canned.Status)
+		_ = json.NewEncoder(w).Encode(map[string]string{"message": canned.Msg})
+		return
+	}
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v2/email/outbound-emails":
+		_ = json.NewEncoder(w).Encode(map[string]string{"MessageId": "0100018f-fake-ses-message-id-000000"})
+	case r.Method == http.MethodPost && r.URL.Path == "/v2/email/identities":
+		_ = json.NewEncoder(w).Encode(map[string]any{"IdentityType": "DOMAIN", "VerifiedForSendingStatus": false})
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v2/email/identities/"):
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"IdentityType": "DOMAIN", "VerifiedForSendingStatus": true,
+			"DkimAttributes":     map[string]any{"Status": "SUCCESS", "SigningAttributesOrigin": "EXTERNAL"},
+			"MailFromAttributes": map[string]any{"MailFromDomain": "send.example.com", "MailFromDomainStatus": "PENDING", "BehaviorOnMxFailure": "USE_DEFAULT_VALUE"},
+		})
+	case strings.HasPrefix(r.URL.Path, "/v2/email/identities/"):
+		_, _ = w.Write([]byte("{}"))
+	default:
+		w.Header().Set("X-Amzn-ErrorType", "UnknownOperationException")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"message":"fake: no such operation"}`))
+	}
+}
+
+func (f *Server) serveSQS(w http.ResponseWriter, r *http.Request, op string, body map[string]any) {
+	switch op {
+	case "ReceiveMessage":
+		max := 1
+		if n, ok := body["MaxNumberOfMessages"].(float64); ok {
+			max = int(n)
+		}
+		// A short stand-in for the long poll: wait a little when empty.
+		for range 5 {
+			if out := f.receive(max); len(out) > 0 {
+				_ = json.NewEncoder(w).Encode(map[string]any{"Messages": out})
+				return
+			}
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		_, _ = w.Write([]byte("{}"))
+	case "DeleteMessage":
+		handle, _ := body["ReceiptHandle"].(string)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, m := range f.messages {
+			if m.Receipt == handle && handle != "" {
+				m.Deleted = true
+				f.events = append(f.events, "delete "+m.ID)
+				_, _ = w.Write([]byte("{}"))
+				return
+			}
+		}
+		w.Header().Set("X-Amzn-ErrorType", "ReceiptHandleIsInvalid")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"__type":"com.amazonaws.sqs#ReceiptHandleIsInvalid","message":"fake: unknown receipt handle"}`))
+	default:
+		w.Header().Set("X-Amzn-ErrorType", "UnsupportedOperation")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"__type":"com.amazonaws.sqs#UnsupportedOperation","message":"fake: unsupported"}`))
+	}
+}
+
+func (f *Server) receive(max int) []map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []map[string]string
+	for _, m := range f.messages {
+		if len(out) == max {
+			break
+		}
+		if m.Deleted || !m.Visible {
+			continue
+		}
+		m.Visible = false
+		f.nextID++
+		m.Receipt = "rh-" + m.ID + "-" + strconv.Itoa(f.nextID)
+		sum := md5.Sum([]byte(m.Body))
+		out = append(out, map[string]string{
+			"MessageId": m.ID, "ReceiptHandle": m.Receipt,
+			"MD5OfBody": hex.EncodeToString(sum[:]), "Body": m.Body,
+		})
+		f.events = append(f.events, "receive "+m.ID)
+	}
+	return out
+}
