@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,14 +12,19 @@ import (
 	"time"
 
 	"github.com/mailroom/mailroom/commands"
-	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/internal/provider/ses/sesemulator"
 	"github.com/mailroom/mailroom/internal/provider/ses/sesfake"
 )
 
 // sesEvent loads an SES developer-guide event document, tagged with the
 // email it is about, wrapped in SNS as SQS receives it.
 func sesEvent(t *testing.T, name, emailID string) string {
+	return sesEventEdited(t, name, emailID, nil)
+}
+
+// sesEventEdited is sesEvent with a change to the document.
+func sesEventEdited(t *testing.T, name, emailID string, edit func(map[string]any)) string {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "provider", "ses", "testdata", name))
 	if err != nil {
@@ -37,6 +43,9 @@ func sesEvent(t *testing.T, name, emailID string) string {
 				obj["timestamp"] = now
 			}
 		}
+	}
+	if edit != nil {
+		edit(doc)
 	}
 	inner, _ := json.Marshal(doc)
 	outer, _ := json.Marshal(map[string]string{"Type": "Notification", "MessageId": "n-" + name, "Message": string(inner)})
@@ -154,6 +163,57 @@ func TestSESProvider(t *testing.T) {
 		t.Fatalf("bounce metadata %v", m)
 	}
 
+	// The other documents: each lands once on the timeline and as a webhook.
+	cases := []struct {
+		doc, status, last string
+		edit            func(map[string]any)
+	}{
+		{"complaint.json", "complained", "complained", nil},
+		{"open.json", "opened", "opened", nil},
+		{"reject.json", "failed", "failed", nil},
+		{"bounce.json", "bounced", "bounced", func(d map[string]any) { // a soft bounce
+			b := d["bounce"].(map[string]any)
+			b["bounceType"], b["bounceSubType"] = "Transient", "MailboxFull"
+		}},
+	}
+	for i, tc := range cases {
+		eid := w.send(t, map[string]any{"from": "a@acme.test", "to": fmt.Sprintf("r%d@example.com", i), "subject": tc.doc, "text": "t"})["id"].(string)
+		w.waitFor(t, eid, status("sent"))
+		before := len(rcv.requests())
+		doc := sesEventEdited(t, tc.doc, eid, tc.edit)
+		fake.Enqueue(doc)
+		fake.Enqueue(doc)
+		e := w.waitFor(t, eid, status(tc.status))
+		tl := timelineOf(e)
+		if tl[len(tl)-1] != tc.last || len(tl) != 2 {
+			t.Fatalf("%s: timeline %v", tc.doc, tl)
+		}
+		count := func() int {
+			n := 0
+			for _, r := range rcv.requests()[before:] {
+				var ev struct {
+					Type string
+					Data struct {
+						EmailID string `json:"email_id"`
+					}
+				}
+				json.Unmarshal(r.body, &ev)
+				if ev.Type == "email."+tc.last && ev.Data.EmailID == eid {
+					n++
+				}
+			}
+			return n
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for count() == 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond) // room for a duplicate to show
+		if n := count(); n != 1 {
+			t.Fatalf("%s: %d email.%s webhooks, want 1", tc.doc, n, tc.last)
+		}
+	}
+
 	// Removing the domain deletes the identity.
 	var domainID string
 	w.Pool.QueryRow(context.Background(), "SELECT id FROM domains WHERE name = 'acme.test'").Scan(&domainID)
@@ -163,5 +223,55 @@ func TestSESProvider(t *testing.T) {
 	waitRecorded(t, fake, "DeleteEmailIdentity", func(r sesfake.Request) bool {
 		return r.Method == "DELETE" && r.Path == "/v2/email/identities/acme.test"
 	})
-	_ = apptest.Config
+}
+
+// TestSESEmulator sends through the API with MAILROOM_PROVIDER=ses pointed
+// at aws-ses-v2-local: the message lands in the emulator's store with its
+// headers and parts, and the timeline reaches sent. (The emulator keeps no
+// message tags; the tag is checked against the fake in TestSESProvider.)
+func TestSESEmulator(t *testing.T) {
+	base := sesemulator.Start(t)
+	if base == "" {
+		return // not installed; sesemulator said so
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDFAKE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "fake-secret")
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_CA_BUNDLE", "")
+	w := newSendWorld(t, func(c *config.Config) { c.Provider = "ses"; c.SESEndpoint = base; c.SESConfigSet = "mailroom" })
+	id := w.send(t, map[string]any{"from": "Acme <hello@acme.test>", "to": "ann@example.org", "subject": "Through the emulator",
+		"html": "<p>Hello HTML</p>", "text": "Hello text"})["id"].(string)
+	e := w.waitFor(t, id, status("sent"))
+	resp, err := http.Get(base + "/store")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var store struct {
+		Emails []struct {
+			MessageID string `json:"messageId"`
+			From      string `json:"from"`
+			Subject   string `json:"subject"`
+			Body      struct {
+				Text string `json:"text"`
+				HTML string `json:"html"`
+			} `json:"body"`
+		} `json:"emails"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&store); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range store.Emails {
+		if m.MessageID == e["provider_message_id"] {
+			if !strings.Contains(m.From, "hello@acme.test") || m.Subject != "Through the emulator" ||
+				!strings.Contains(m.Body.Text, "Hello text") || !strings.Contains(m.Body.HTML, "Hello HTML") {
+				t.Fatalf("stored message %+v", m)
+			}
+			return
+		}
+	}
+	t.Fatalf("message %v not in the emulator's store (%d emails)", e["provider_message_id"], len(store.Emails))
 }
