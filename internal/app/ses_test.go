@@ -166,7 +166,7 @@ func TestSESProvider(t *testing.T) {
 	// The other documents: each lands once on the timeline and as a webhook.
 	cases := []struct {
 		doc, status, last string
-		edit            func(map[string]any)
+		edit              func(map[string]any)
 	}{
 		{"complaint.json", "complained", "complained", nil},
 		{"open.json", "opened", "opened", nil},
