@@ -13,6 +13,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
 	"github.com/mailroom/mailroom/internal/provider/ses/sesemulator"
 	"github.com/mailroom/mailroom/internal/provider/ses/sesfake"
 )
@@ -84,7 +85,9 @@ func TestSESProvider(t *testing.T) {
 	t.Setenv("AWS_CA_BUNDLE", "")
 	// An identity call fails once: the domain is unaffected and the call is retried.
 	fake.FailNext("POST /v2/email/identities", sesfake.Error{Status: 500, Code: "InternalFailure", Msg: "try again"})
+	dns := dnstest.Start(t)
 	w := &hookWorld{newSendWorld(t, func(c *config.Config) {
+		c.DNSResolvers = dns.Addr()
 		c.Provider = "ses"
 		c.SESEndpoint = fake.URL()
 		c.SESConfigSet = "mailroom"
@@ -214,9 +217,26 @@ func TestSESProvider(t *testing.T) {
 		}
 	}
 
-	// Removing the domain deletes the identity.
+	// A DKIM rotation's cutover hands SES the new key.
 	var domainID string
 	w.Pool.QueryRow(context.Background(), "SELECT id FROM domains WHERE name = 'acme.test'").Scan(&domainID)
+	rot := w.Do("POST", "/api/domains/"+domainID+"/rotate", w.admin, nil)
+	if rot.Status != 200 {
+		t.Fatalf("rotate: %d %s", rot.Status, rot.Body)
+	}
+	newSel := rot.JSON(t)["dkim_transition"].(map[string]any)["selector"].(string)
+	publish(t, rot.JSON(t), dns)
+	if err := w.DomainPoller().Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	swap := waitRecorded(t, fake, "the signing-key swap", func(r sesfake.Request) bool {
+		return r.Method == "PUT" && strings.HasSuffix(r.Path, "/dkim/signing")
+	})
+	if attrs, _ := swap.Body["SigningAttributes"].(map[string]any); attrs["DomainSigningSelector"] != newSel {
+		t.Fatalf("signing-key swap %v, want selector %s", swap.Body, newSel)
+	}
+
+	// Removing the domain deletes the identity.
 	if err := w.Commands.RemoveDomain(context.Background(), w.account, domainID, commands.Meta{Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
