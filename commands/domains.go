@@ -186,6 +186,13 @@ func (s *Service) checkDNS(ctx context.Context, st sendingdomain.State) sendingd
 	for _, srv := range res.Servers {
 		o.Servers = append(o.Servers, sendingdomain.ServerCheck{Server: srv.Server, OK: srv.SeenAll(required)})
 	}
+	if s.identity != nil && (o.DkimOK || o.MailFromOK) {
+		// The provider must see it too; if it cannot be asked, nothing is
+		// verified this time and the next check tries again.
+		dkimOK, mailFromOK, err := s.identity(ctx, st.Name)
+		o.DkimOK = o.DkimOK && err == nil && dkimOK
+		o.MailFromOK = o.MailFromOK && err == nil && mailFromOK
+	}
 	return o
 }
 

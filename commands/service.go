@@ -46,7 +46,12 @@ type Service struct {
 	egress  URLChecker
 
 	endpointCount func(ctx context.Context, accountID string) (int, error)
+	identity      IdentityCheck
 }
+
+// IdentityCheck asks the mail provider whether it sees a domain's DKIM and
+// MAIL FROM as verified (SES's own check, beside Mailroom's DNS check).
+type IdentityCheck func(ctx context.Context, domain string) (dkimOK, mailFromOK bool, err error)
 
 // URLChecker refuses URLs Mailroom must not fetch (egress.Policy).
 type URLChecker interface {
@@ -73,6 +78,8 @@ type Deps struct {
 	Egress  URLChecker
 	// EndpointCount counts an account's webhook endpoints (read model).
 	EndpointCount func(ctx context.Context, accountID string) (int, error)
+	// Identity, when set, must also see a domain verified.
+	Identity IdentityCheck
 }
 
 // New returns a Service.
@@ -81,7 +88,7 @@ func New(d Deps) *Service {
 		d.Settle = func(context.Context, eventstore.Position, ...string) bool { return true }
 	}
 	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
-		domains: d.Domains, blobs: d.Blobs, egress: d.Egress, endpointCount: d.EndpointCount}
+		domains: d.Domains, blobs: d.Blobs, egress: d.Egress, endpointCount: d.EndpointCount, identity: d.Identity}
 }
 
 // maxAttempts bounds retries after a concurrency conflict; busy streams

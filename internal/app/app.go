@@ -54,11 +54,13 @@ type App struct {
 	Identities provider.Identities
 	Outcomes   *processmanagers.Outcomes
 	ses        *ses.Provider // when MAILROOM_PROVIDER=ses
-	Sender     provider.Sender
-	Blobs      blob.Store
-	Scanner    *scan.Scanner
-	Egress     egress.Policy
-	Now        func() time.Time
+	// identityCheck asks the provider about a domain's verification.
+	identityCheck commands.IdentityCheck
+	Sender        provider.Sender
+	Blobs         blob.Store
+	Scanner       *scan.Scanner
+	Egress        egress.Policy
+	Now           func() time.Time
 }
 
 // Open connects to the database (creating and migrating it) and the event
@@ -129,6 +131,7 @@ func (a *App) open(ctx context.Context) error {
 			return fmt.Errorf("ses: %w", err)
 		}
 		a.Sender, a.Identities, a.ses = p, p, p
+		a.identityCheck = p.IdentityVerification
 	default:
 		return fmt.Errorf("provider: %q is not one of sandbox, ses, smtp", cfg.Provider)
 	}
@@ -260,6 +263,7 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 		Store: a.Store, Settle: settle, Now: func() time.Time { return a.Now() },
 		Box: a.Box, DNS: a.DNS, Region: a.Config.Region,
 		Domains: a.sendingDomain, Blobs: a.Blobs, Egress: a.Egress,
+		Identity: a.identityCheck,
 		EndpointCount: func(ctx context.Context, accountID string) (int, error) {
 			var n int
 			err := a.Pool.QueryRow(ctx, "SELECT count(*) FROM webhook_endpoints WHERE account_id = $1", accountID).Scan(&n)

@@ -217,6 +217,21 @@ func TestSESProvider(t *testing.T) {
 		}
 	}
 
+	// Verification also asks SES: the fake reports DKIM verified but MAIL FROM
+	// pending, so with every record in DNS the domain stays pending.
+	nd := w.Do("POST", "/api/domains", w.admin, map[string]any{"domain": "checked.example"})
+	if nd.Status != 201 {
+		t.Fatalf("add domain: %d %s", nd.Status, nd.Body)
+	}
+	publish(t, nd.JSON(t), dns)
+	v := w.Do("POST", "/api/domains/"+nd.JSON(t)["id"].(string)+"/verify", w.admin, nil).JSON(t)
+	if v["dns_check"].(map[string]any)["ok"] != true || v["dkim_status"] != "success" || v["mail_from_status"] != "pending" || v["status"] != "pending" {
+		t.Fatalf("verify with SES's own check: %s %v", statuses(v), v["dns_check"])
+	}
+	waitRecorded(t, fake, "GetEmailIdentity", func(r sesfake.Request) bool {
+		return r.Method == "GET" && r.Path == "/v2/email/identities/checked.example"
+	})
+
 	// A DKIM rotation's cutover hands SES the new key.
 	var domainID string
 	w.Pool.QueryRow(context.Background(), "SELECT id FROM domains WHERE name = 'acme.test'").Scan(&domainID)

@@ -135,3 +135,13 @@ func signingAttributes(selector string, key *rsa.PrivateKey) (*types.DkimSigning
 		DomainSigningPrivateKey: aws.String(base64.StdEncoding.EncodeToString(der)),
 	}, nil
 }
+
+// IdentityVerification reports whether SES itself sees the domain's DKIM
+// and MAIL FROM as verified.
+func (p *Provider) IdentityVerification(ctx context.Context, domain string) (dkimOK, mailFromOK bool, err error) {
+	st, err := p.GetIdentityStatus(ctx, domain)
+	if err != nil {
+		return false, false, err
+	}
+	return st.DkimStatus == "SUCCESS", st.MailFromStatus == "SUCCESS", nil
+}
