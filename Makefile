@@ -23,7 +23,7 @@ bench:
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.6.1 $(PKGS)
 
 vet:
 	$(GO) vet $(PKGS)

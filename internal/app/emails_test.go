@@ -318,14 +318,6 @@ func TestPathAttachment(t *testing.T) {
 	}
 }
 
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
-
 func decodeJSON(resp *http.Response, v any) {
 	defer resp.Body.Close()
 	json.NewDecoder(resp.Body).Decode(v)
