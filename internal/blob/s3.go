@@ -15,8 +15,10 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/mailroom/mailroom/internal/awsconf"
 )
 
 // S3Config selects the bucket and, optionally, an S3-compatible endpoint.
@@ -61,17 +63,9 @@ func newS3(ctx context.Context, cfg S3Config, extra ...func(*config.LoadOptions)
 	if cfg.Bucket == "" {
 		return nil, errors.New("blob: NewS3: bucket is required")
 	}
-	opts := []func(*config.LoadOptions) error{}
-	if cfg.Region != "" {
-		opts = append(opts, config.WithRegion(cfg.Region))
-	}
-	opts = append(opts, extra...)
-	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	awsCfg, err := awsconf.Load(ctx, cfg.Region, extra...)
 	if err != nil {
-		return nil, fmt.Errorf("blob: NewS3: load AWS config: %w", err)
-	}
-	if awsCfg.Region == "" {
-		return nil, errors.New("blob: NewS3: no region (set the S3 region or AWS_REGION)")
+		return nil, fmt.Errorf("blob: NewS3: %w", err)
 	}
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
 		if cfg.Endpoint != "" {

@@ -2,9 +2,7 @@ package ses
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -57,40 +55,12 @@ func TestSendToEmulator(t *testing.T) {
 	if id == "" {
 		t.Fatal("no message id")
 	}
-	resp, err := http.Get(base + "/store")
-	if err != nil {
-		t.Fatal(err)
+	e := sesemulator.Stored(t, base, id)
+	if e.Subject != subject || !strings.Contains(e.From, "sender@example.com") ||
+		len(e.Destination.To) != 1 || !strings.Contains(e.Destination.To[0], "rcpt@example.net") ||
+		!strings.Contains(e.Body.Text, "hello text") || !strings.Contains(e.Body.HTML, "hello html") {
+		t.Errorf("stored email = %+v", e)
 	}
-	defer resp.Body.Close()
-	var store struct {
-		Emails []struct {
-			MessageID   string `json:"messageId"`
-			From        string `json:"from"`
-			Subject     string `json:"subject"`
-			Destination struct {
-				To []string `json:"to"`
-			} `json:"destination"`
-			Body struct {
-				Text string `json:"text"`
-				HTML string `json:"html"`
-			} `json:"body"`
-		} `json:"emails"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&store); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range store.Emails {
-		if e.MessageID != id {
-			continue
-		}
-		if e.Subject != subject || !strings.Contains(e.From, "sender@example.com") ||
-			len(e.Destination.To) != 1 || !strings.Contains(e.Destination.To[0], "rcpt@example.net") ||
-			!strings.Contains(e.Body.Text, "hello text") || !strings.Contains(e.Body.HTML, "hello html") {
-			t.Errorf("stored email = %+v", e)
-		}
-		return
-	}
-	t.Fatalf("message %s not in the emulator's store (%d emails)", id, len(store.Emails))
 }
 
 func startEmulator(t *testing.T) string { return sesemulator.Start(t) }

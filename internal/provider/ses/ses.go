@@ -9,7 +9,6 @@ package ses
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
@@ -19,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/mailroom/mailroom/internal/provider"
+
+	"github.com/mailroom/mailroom/internal/awsconf"
 )
 
 // Config selects the region, the configuration set and the events queue.
@@ -60,17 +61,9 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 // newProvider is New with extra load options, which tests use for static
 // credentials and the live test for a named profile.
 func newProvider(ctx context.Context, cfg Config, extra ...func(*config.LoadOptions) error) (*Provider, error) {
-	opts := []func(*config.LoadOptions) error{}
-	if cfg.Region != "" {
-		opts = append(opts, config.WithRegion(cfg.Region))
-	}
-	opts = append(opts, extra...)
-	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	awsCfg, err := awsconf.Load(ctx, cfg.Region, extra...)
 	if err != nil {
-		return nil, fmt.Errorf("ses: load AWS config: %w", err)
-	}
-	if awsCfg.Region == "" {
-		return nil, errors.New("ses: no region (set MAILROOM_REGION or AWS_REGION)")
+		return nil, fmt.Errorf("ses: %w", err)
 	}
 	sesClient := sesv2.NewFromConfig(awsCfg, func(o *sesv2.Options) {
 		if cfg.Endpoint != "" {

@@ -6,8 +6,10 @@ package sesemulator
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -65,4 +67,42 @@ func Start(t testing.TB) string {
 		t.Fatal("aws-ses-v2-local did not start")
 	}
 	return fmt.Sprintf("http://127.0.0.1:%d", port)
+}
+
+// Email is a message as the emulator's GET /store shows it.
+type Email struct {
+	MessageID   string `json:"messageId"`
+	From        string `json:"from"`
+	Subject     string `json:"subject"`
+	Destination struct {
+		To []string `json:"to"`
+	} `json:"destination"`
+	Body struct {
+		Text string `json:"text"`
+		HTML string `json:"html"`
+	} `json:"body"`
+}
+
+// Stored returns the stored message with the SES message id, failing t
+// when the emulator does not have it.
+func Stored(t testing.TB, base, messageID string) Email {
+	t.Helper()
+	resp, err := http.Get(base + "/store")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var store struct {
+		Emails []Email `json:"emails"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&store); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range store.Emails {
+		if e.MessageID == messageID {
+			return e
+		}
+	}
+	t.Fatalf("message %s not in the emulator's store (%d emails)", messageID, len(store.Emails))
+	return Email{}
 }
