@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/google/uuid"
 
@@ -17,7 +18,18 @@ type NewAPIKey struct {
 }
 
 // CreateAPIKey creates a key for an account. permissions nil means both.
+// An account holds at most apikey.MaxActive active keys (counted on the read
+// model: two creates racing at the limit could both pass).
 func (s *Service) CreateAPIKey(ctx context.Context, accountID, name string, permissions []string, meta Meta) (NewAPIKey, error) {
+	if s.activeAPIKeys != nil {
+		n, err := s.activeAPIKeys(ctx, accountID)
+		if err != nil {
+			return NewAPIKey{}, err
+		}
+		if n >= apikey.MaxActive {
+			return NewAPIKey{}, &LimitError{Detail: fmt.Sprintf("an account may hold at most %d active API keys; revoke one first", apikey.MaxActive)}
+		}
+	}
 	id := uuid.NewString()
 	minted := credential.Mint(credential.APIKeyPrefix)
 	now := s.now()
@@ -31,13 +43,13 @@ func (s *Service) CreateAPIKey(ctx context.Context, accountID, name string, perm
 }
 
 // RevokeAPIKey revokes a key of the account. It returns once every
-// instance's authentication sees the revocation.
+// instance's authentication refuses the key, or ErrNotVisible.
 func (s *Service) RevokeAPIKey(ctx context.Context, accountID, keyID string, meta Meta) error {
 	if _, err := uuid.Parse(keyID); err != nil {
 		return domain.ErrNotFound
 	}
 	now := s.now()
-	_, err := execute(ctx, s, apikey.Stream(keyID), apikey.Evolve, func(st apikey.State) ([]domain.Event, error) {
+	_, err := executeConfirmed(ctx, s, apikey.Stream(keyID), apikey.Evolve, func(st apikey.State) ([]domain.Event, error) {
 		return apikey.Revoke(st, accountID, now)
 	}, meta, "api_keys")
 	return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -29,6 +30,7 @@ func Routes(s *Service, v Views, api, v1 *echo.Group) {
 	webhookRoutes(h, v1)
 	api.POST("/auth/api-keys", h.createAPIKey)
 	api.DELETE("/auth/api-keys/:id", h.revokeAPIKey)
+	api.DELETE("/auth/tokens/:id", h.revokeToken, authn.RequireAdmin())
 
 	v1.POST("/emails/send", h.sendEmail, authn.Require("emails:send"))
 
@@ -69,6 +71,10 @@ func problem(err error) error {
 		return httpserver.NotFound("no such resource")
 	case errors.As(err, &limit):
 		return httpserver.LimitExceeded(limit.Detail)
+	case errors.Is(err, ErrNotVisible):
+		p := httpserver.NewProblem(http.StatusServiceUnavailable, "not_yet_visible", err.Error())
+		p.RetryAfter = time.Second
+		return p
 	}
 	return err
 }
@@ -110,6 +116,13 @@ func (h handlers) createAPIKey(c echo.Context) error {
 
 func (h handlers) revokeAPIKey(c echo.Context) error {
 	if err := h.s.RevokeAPIKey(c.Request().Context(), authn.From(c).AccountID, c.Param("id"), meta(c)); err != nil {
+		return problem(err)
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (h handlers) revokeToken(c echo.Context) error {
+	if err := h.s.RevokeToken(c.Request().Context(), authn.From(c).AccountID, c.Param("id"), meta(c)); err != nil {
 		return problem(err)
 	}
 	return c.NoContent(http.StatusNoContent)

@@ -46,6 +46,7 @@ type Service struct {
 	egress  URLChecker
 
 	endpointCount func(ctx context.Context, accountID string) (int, error)
+	activeAPIKeys func(ctx context.Context, accountID string) (int, error)
 	identity      IdentityCheck
 }
 
@@ -78,6 +79,8 @@ type Deps struct {
 	Egress  URLChecker
 	// EndpointCount counts an account's webhook endpoints (read model).
 	EndpointCount func(ctx context.Context, accountID string) (int, error)
+	// ActiveAPIKeys counts an account's active API keys (read model).
+	ActiveAPIKeys func(ctx context.Context, accountID string) (int, error)
 	// Identity, when set, must also see a domain verified.
 	Identity IdentityCheck
 }
@@ -88,7 +91,7 @@ func New(d Deps) *Service {
 		d.Settle = func(context.Context, eventstore.Position, ...string) bool { return true }
 	}
 	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
-		domains: d.Domains, blobs: d.Blobs, egress: d.Egress, endpointCount: d.EndpointCount, identity: d.Identity}
+		domains: d.Domains, blobs: d.Blobs, egress: d.Egress, endpointCount: d.EndpointCount, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity}
 }
 
 // maxAttempts bounds retries after a concurrency conflict; busy streams
@@ -108,18 +111,56 @@ func execute[S any](ctx context.Context, s *Service, stream string, evolve func(
 // nothing was appended).
 func executeAt[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
 	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, eventstore.Position, error) {
+	evs, pos, _, err := decideAndAppend(ctx, s, stream, evolve, decide, meta)
+	if err == nil && len(evs) > 0 && len(projectors) > 0 {
+		s.settle(ctx, pos, projectors...)
+	}
+	return evs, pos, err
+}
+
+// ErrNotVisible means a write was recorded (or had been already) but the
+// read models did not show it within the consistency time-out: the caller
+// cannot claim it is in effect yet, and may retry.
+var ErrNotVisible = errors.New("the change is recorded but not yet visible; retry the request")
+
+// executeConfirmed is execute for writes whose effect must be visible when
+// the caller answers (revocations, suspension): it returns ErrNotVisible
+// unless the projectors show the stream up to its last event, whether this
+// call appended it or an earlier one did.
+func executeConfirmed[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
+	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, error) {
+	evs, pos, last, err := decideAndAppend(ctx, s, stream, evolve, decide, meta)
+	if err != nil {
+		return evs, err
+	}
+	if len(evs) == 0 {
+		pos = last
+	}
+	if pos != (eventstore.Position{}) && !s.settle(ctx, pos, projectors...) {
+		return evs, ErrNotVisible
+	}
+	return evs, nil
+}
+
+// decideAndAppend runs the load, decide, append cycle. It tells where the
+// events landed, or, when nothing was decided, where the stream's last
+// event is.
+func decideAndAppend[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
+	decide func(S) ([]domain.Event, error), meta Meta) (evs []domain.Event, pos, last eventstore.Position, err error) {
 	for attempt := 1; ; attempt++ {
-		state, expected, err := load(ctx, s.store, stream, evolve)
+		var state S
+		var expected eventstore.ExpectedVersion
+		state, expected, _, last, err = loadSpan(ctx, s.store, stream, evolve)
 		if err != nil {
-			return nil, eventstore.Position{}, err
+			return nil, pos, last, err
 		}
-		evs, err := decide(state)
+		evs, err = decide(state)
 		if err != nil || len(evs) == 0 {
-			return evs, eventstore.Position{}, err
+			return evs, pos, last, err
 		}
 		data, err := codec.EncodeAll(evs, meta.metadata())
 		if err != nil {
-			return nil, eventstore.Position{}, err
+			return nil, pos, last, err
 		}
 		res, err := s.store.Append(ctx, stream, expected, data...)
 		if eventstore.IsConflict(err) && attempt < maxAttempts {
@@ -128,35 +169,37 @@ func executeAt[S any](ctx context.Context, s *Service, stream string, evolve fun
 			continue
 		}
 		if err != nil {
-			return nil, eventstore.Position{}, fmt.Errorf("append to %s: %w", stream, err)
+			return nil, pos, last, fmt.Errorf("append to %s: %w", stream, err)
 		}
-		if len(projectors) > 0 {
-			s.settle(ctx, res.Position, projectors...)
-		}
-		return evs, res.Position, nil
+		return evs, res.Position, res.Position, nil
 	}
 }
 
 // load folds a stream into its state and returns the expected version that
 // an append based on it must meet.
 func load[S any](ctx context.Context, store eventstore.Store, stream string, evolve func(S, domain.Event) S) (S, eventstore.ExpectedVersion, error) {
-	state, expected, _, err := loadFrom(ctx, store, stream, evolve)
+	state, expected, _, _, err := loadSpan(ctx, store, stream, evolve)
 	return state, expected, err
 }
 
 // loadFrom is load that also tells where the stream's first event is.
 func loadFrom[S any](ctx context.Context, store eventstore.Store, stream string, evolve func(S, domain.Event) S) (S, eventstore.ExpectedVersion, eventstore.Position, error) {
-	var state S
-	var first eventstore.Position
-	expected := eventstore.NoStream
+	state, expected, first, _, err := loadSpan(ctx, store, stream, evolve)
+	return state, expected, first, err
+}
+
+// loadSpan is load that also tells where the stream's first and last
+// events are.
+func loadSpan[S any](ctx context.Context, store eventstore.Store, stream string, evolve func(S, domain.Event) S) (state S, expected eventstore.ExpectedVersion, first, last eventstore.Position, err error) {
+	expected = eventstore.NoStream
 	const page = 1000
 	for from := uint64(0); ; {
 		evs, err := store.ReadStream(ctx, stream, from, page)
 		if errors.Is(err, eventstore.ErrStreamNotFound) {
-			return state, expected, first, nil
+			return state, expected, first, last, nil
 		}
 		if err != nil {
-			return state, expected, first, err
+			return state, expected, first, last, err
 		}
 		if from == 0 && len(evs) > 0 {
 			first = evs[0].Position
@@ -164,15 +207,16 @@ func loadFrom[S any](ctx context.Context, store eventstore.Store, stream string,
 		for _, rec := range evs {
 			e, err := codec.Decode(rec)
 			if err != nil {
-				return state, expected, first, err
+				return state, expected, first, last, err
 			}
 			if e != nil {
 				state = evolve(state, e)
 			}
 			expected = eventstore.Exact(rec.StreamRevision)
+			last = rec.Position
 		}
 		if len(evs) < page {
-			return state, expected, first, nil
+			return state, expected, first, last, nil
 		}
 		from = evs[len(evs)-1].StreamRevision + 1
 	}

@@ -51,6 +51,8 @@ type Pipeline struct {
 	SigningKey func(ctx context.Context, accountID, domainName string) (*provider.DKIMKey, error)
 	// Suppressed returns which of the addresses the account suppresses.
 	Suppressed func(ctx context.Context, accountID string, addresses []string) ([]string, error)
+	// AccountSuspended reports whether the account is suspended (read model).
+	AccountSuspended func(ctx context.Context, accountID string) (bool, error)
 	// Settle waits until the read models the checks use include pos.
 	Settle   commands.Settle
 	MaxAge   time.Duration // transient provider failures are retried this long
@@ -67,22 +69,34 @@ const MaxDownloadBytes = 40 * 1024 * 1024
 
 var pipelineMeta = commands.Meta{Actor: "system:email-pipeline"}
 
-// Handle reacts to EmailQueued.
+// Handle reacts to EmailQueued, and to EmailReleased as if the email had
+// just been queued.
 func (p *Pipeline) Handle(ctx context.Context, ev eventstore.RecordedEvent) error {
-	if ev.Type != (email.Queued{}).EventType() {
+	if ev.Type != (email.Queued{}).EventType() && ev.Type != (email.Released{}).EventType() {
 		return nil
 	}
 	e, err := codec.Decode(ev)
 	if err != nil {
 		return err
 	}
-	id := e.(*email.Queued).EmailID
+	var id string
+	switch e := e.(type) {
+	case *email.Queued:
+		id = e.EmailID
+	case *email.Released:
+		id = e.EmailID
+	default:
+		return nil
+	}
 	st, err := p.Commands.Email(ctx, id)
 	if err != nil {
 		return Transient(err)
 	}
-	if !st.Exists() || st.Sent != nil || st.Failed != nil {
-		return nil // done already
+	if !st.Exists() || st.Sent != nil || st.Failed != nil || st.Held {
+		return nil // done already, or waiting for its release
+	}
+	if held, err := p.hold(ctx, ev, st); held || err != nil {
+		return err
 	}
 	atts := st.Attachments()
 	if st.Scanned == nil {
@@ -97,6 +111,17 @@ func (p *Pipeline) Handle(ctx context.Context, ev eventstore.RecordedEvent) erro
 		}
 	}
 	return p.send(ctx, st, atts)
+}
+
+// hold records that the email waits, without holding up the shard, when
+// its account is suspended; a reinstatement releases it (Releaser).
+func (p *Pipeline) hold(ctx context.Context, ev eventstore.RecordedEvent, st email.State) (bool, error) {
+	p.Settle(ctx, ev.Position, "accounts")
+	suspended, err := p.AccountSuspended(ctx, st.Queued.AccountID)
+	if err != nil || !suspended {
+		return false, Transient(err)
+	}
+	return true, Transient(p.Commands.HoldEmail(ctx, st.Queued.EmailID, pipelineMeta))
 }
 
 func (p *Pipeline) fail(ctx context.Context, id, reason, detail string) error {

@@ -210,9 +210,12 @@ func (d *Dispatcher) loop(ctx context.Context) {
 type due struct{ id, endpoint, url, sealed string }
 
 func (d *Dispatcher) dispatch(ctx context.Context, wg *sync.WaitGroup) error {
+	// A suspended account's deliveries wait, unattempted, so none of their
+	// retries is spent; they are due at once when it is reinstated.
 	rows, err := d.Pool.Query(ctx, `SELECT d.id, d.endpoint_id, e.url, e.sealed_secret
 		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
 		WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND e.is_active
+		AND NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id AND a.status = 'suspended')
 		ORDER BY d.next_attempt_at LIMIT 500`, d.Now())
 	if err != nil {
 		return err

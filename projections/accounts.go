@@ -1,20 +1,24 @@
 package projections
 
 import (
+	"strings"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/domain/account"
+	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
-// Accounts projects accounts and their management tokens, the rows that
-// authenticate /api requests and decide suspension.
+// Accounts projects accounts, their management tokens (the rows that
+// authenticate /api requests and decide suspension) and the emails their
+// suspension holds (what a reinstatement releases).
 type Accounts struct{}
 
 func (Accounts) Name() string     { return "accounts" }
-func (Accounts) Version() int     { return 1 }
-func (Accounts) Tables() []string { return []string{"accounts", "management_tokens"} }
+func (Accounts) Version() int     { return 2 }
+func (Accounts) Tables() []string { return []string{"accounts", "management_tokens", "held_emails"} }
 
 func (Accounts) Schema() string {
 	return `
@@ -30,11 +34,27 @@ CREATE TABLE IF NOT EXISTS management_tokens (
     account_id text NOT NULL,
     role       text NOT NULL,
     token_hash text NOT NULL UNIQUE,
-    created_at timestamptz NOT NULL
-);`
+    created_at timestamptz NOT NULL,
+    expires_at timestamptz,
+    revoked_at timestamptz
+);
+CREATE INDEX IF NOT EXISTS management_tokens_account_idx ON management_tokens (account_id, created_at);
+CREATE TABLE IF NOT EXISTS held_emails (
+    email_id   text PRIMARY KEY,
+    account_id text NOT NULL,
+    held_at    timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS held_emails_account_idx ON held_emails (account_id);`
 }
 
+// heldTypes are the events of other streams this projector reads; it skips
+// the rest without decoding them.
+var heldTypes = map[string]bool{(email.Held{}).EventType(): true, (email.Released{}).EventType(): true}
+
 func (Accounts) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
+	if !strings.HasPrefix(ev.StreamID, "account-") && !heldTypes[ev.Type] {
+		return nil
+	}
 	e, err := codec.Decode(ev)
 	if err != nil {
 		return err
@@ -48,8 +68,15 @@ func (Accounts) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	case *account.Reinstated:
 		b.Queue(`UPDATE accounts SET status = 'active', updated_at = $2 WHERE id = $1`, e.AccountID, e.ReinstatedAt)
 	case *account.TokenIssued:
-		b.Queue(`INSERT INTO management_tokens (id, account_id, role, token_hash, created_at) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (id) DO NOTHING`, e.TokenID, e.AccountID, string(e.Role), e.TokenHash, e.IssuedAt)
+		b.Queue(`INSERT INTO management_tokens (id, account_id, role, token_hash, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (id) DO NOTHING`, e.TokenID, e.AccountID, string(e.Role), e.TokenHash, e.IssuedAt, e.ExpiresAt)
+	case *account.TokenRevoked:
+		b.Queue(`UPDATE management_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, e.TokenID, e.RevokedAt)
+	case *email.Held:
+		b.Queue(`INSERT INTO held_emails (email_id, account_id, held_at) VALUES ($1, $2, $3)
+			ON CONFLICT (email_id) DO NOTHING`, e.EmailID, e.AccountID, e.HeldAt)
+	case *email.Released:
+		b.Queue(`DELETE FROM held_emails WHERE email_id = $1`, e.EmailID)
 	}
 	return nil
 }

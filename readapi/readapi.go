@@ -17,10 +17,11 @@ import (
 )
 
 // Routes mounts the read routes on the /api and /v1 groups. render shows a
-// domain as the API does.
-func Routes(pool *pgxpool.Pool, render func(sendingdomain.State) views.Domain, api, v1 *echo.Group) {
-	r := reader{pool: pool, domain: render}
+// domain as the API does; now is the clock that decides expiry.
+func Routes(pool *pgxpool.Pool, render func(sendingdomain.State) views.Domain, now func() time.Time, api, v1 *echo.Group) {
+	r := reader{pool: pool, domain: render, now: now}
 	api.GET("/auth/api-keys", r.listAPIKeys)
+	api.GET("/auth/tokens", r.listTokens, authn.RequireAdmin())
 	api.GET("/domains", r.listDomains)
 	api.GET("/domains/:id", r.getDomain)
 	v1.GET("/emails", r.listEmails, authn.Require("emails:read"))
@@ -34,6 +35,7 @@ func Routes(pool *pgxpool.Pool, render func(sendingdomain.State) views.Domain, a
 type reader struct {
 	pool   *pgxpool.Pool
 	domain func(sendingdomain.State) views.Domain
+	now    func() time.Time
 }
 
 // APIKey is a key as listed: never the secret.

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/account"
+	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/app"
 	"github.com/mailroom/mailroom/internal/config"
 )
@@ -38,9 +40,9 @@ func accountsCmd(cfg *config.Config) *cobra.Command {
 	create.Flags().BoolVar(&asJSON, "json", false, `print {"account_id", "token"} as JSON`)
 	create.MarkFlagRequired("name")
 
-	suspend := accountChange(cfg, "suspend", "Suspend an account: its API keys get 403 on every /v1 route", "suspended",
+	suspend := accountChange(cfg, "suspend", "Suspend an account: /v1 refused, /api read-only, emails and webhooks held", "suspended",
 		func(a *app.App) func(context.Context, string, commands.Meta) error { return a.Commands.SuspendAccount })
-	reinstate := accountChange(cfg, "reinstate", "Lift an account's suspension", "reinstated",
+	reinstate := accountChange(cfg, "reinstate", "Lift an account's suspension; held emails and webhooks go out", "reinstated",
 		func(a *app.App) func(context.Context, string, commands.Meta) error {
 			return a.Commands.ReinstateAccount
 		})
@@ -49,30 +51,62 @@ func accountsCmd(cfg *config.Config) *cobra.Command {
 }
 
 func tokensCmd(cfg *config.Config) *cobra.Command {
-	cmd := &cobra.Command{Use: "tokens", Short: "Issue management tokens for /api routes"}
+	cmd := &cobra.Command{Use: "tokens", Short: "Issue and revoke management tokens for /api routes"}
 	var accountID, role string
+	var expiresIn time.Duration
 	var asJSON bool
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Issue a management token with a role on an account",
 		Args:  cobra.NoArgs,
 		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
-			tok, err := a.Commands.IssueToken(cmd.Context(), accountID, account.Role(role), operator)
+			tok, err := a.Commands.IssueExpiringToken(cmd.Context(), accountID, account.Role(role), expiresIn, operator)
 			if err != nil {
 				return describe(err, "account", accountID)
 			}
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]string{"token": tok})
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+					Token     string       `json:"token"`
+					ID        string       `json:"id"`
+					ExpiresAt apitime.Time `json:"expires_at"`
+				}{tok.Token, tok.ID, apitime.Of(tok.ExpiresAt)})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "token %s (shown once)\n", tok)
+			fmt.Fprintf(cmd.OutOrStdout(), "token %s (shown once)\nid    %s\n", tok.Token, tok.ID)
+			if !tok.ExpiresAt.IsZero() {
+				fmt.Fprintf(cmd.OutOrStdout(), "expires %s\n", apitime.Format(tok.ExpiresAt))
+			}
 			return nil
 		}),
 	}
 	create.Flags().StringVar(&accountID, "account", "", "account id")
 	create.Flags().StringVar(&role, "role", string(account.RoleMember), "org:admin or org:member")
-	create.Flags().BoolVar(&asJSON, "json", false, `print {"token"} as JSON`)
+	create.Flags().DurationVar(&expiresIn, "expires-in", 0, "lifetime of the token, e.g. 720h (0: never expires)")
+	create.Flags().BoolVar(&asJSON, "json", false, `print {"token", "id", "expires_at"} as JSON`)
 	create.MarkFlagRequired("account")
-	cmd.AddCommand(create)
+
+	var revokeJSON bool
+	revoke := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke a management token: its next request on any instance gets 401",
+		Args:  cobra.ExactArgs(1),
+		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, args []string) error {
+			id := args[0]
+			acct, err := a.TokenAccount(cmd.Context(), id)
+			if err != nil {
+				return describe(err, "token", id)
+			}
+			if err := a.Commands.RevokeToken(cmd.Context(), acct, id, operator); err != nil {
+				return describe(err, "token", id)
+			}
+			if revokeJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]string{"id": id, "account_id": acct, "status": "revoked"})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "token %s revoked\n", id)
+			return nil
+		}),
+	}
+	revoke.Flags().BoolVar(&revokeJSON, "json", false, `print {"id", "account_id", "status"} as JSON`)
+	cmd.AddCommand(create, revoke)
 	return cmd
 }
 

@@ -1,6 +1,6 @@
 // Package account is the tenant aggregate: every resource belongs to one
 // account. The account stream also records the management tokens issued to
-// operate it.
+// operate it, and their revocation.
 package account
 
 import (
@@ -46,23 +46,30 @@ type (
 		ReinstatedAt time.Time `json:"reinstated_at"`
 	}
 	TokenIssued struct {
+		AccountID string     `json:"account_id"`
+		TokenID   string     `json:"token_id"`
+		Role      Role       `json:"role"`
+		TokenHash string     `json:"token_hash"`
+		IssuedAt  time.Time  `json:"issued_at"`
+		ExpiresAt *time.Time `json:"expires_at,omitempty"` // nil: never
+	}
+	TokenRevoked struct {
 		AccountID string    `json:"account_id"`
 		TokenID   string    `json:"token_id"`
-		Role      Role      `json:"role"`
-		TokenHash string    `json:"token_hash"`
-		IssuedAt  time.Time `json:"issued_at"`
+		RevokedAt time.Time `json:"revoked_at"`
 	}
 )
 
 func (Created) EventType() string     { return "AccountCreated" }
 func (Suspended) EventType() string   { return "AccountSuspended" }
 func (Reinstated) EventType() string  { return "AccountReinstated" }
-func (TokenIssued) EventType() string { return "ManagementTokenIssued" }
+func (TokenIssued) EventType() string  { return "ManagementTokenIssued" }
+func (TokenRevoked) EventType() string { return "ManagementTokenRevoked" }
 
 // Events lists a fresh value of every event type of this aggregate, for
 // decoding.
 func Events() []domain.Event {
-	return []domain.Event{&Created{}, &Suspended{}, &Reinstated{}, &TokenIssued{}}
+	return []domain.Event{&Created{}, &Suspended{}, &Reinstated{}, &TokenIssued{}, &TokenRevoked{}}
 }
 
 // Stream is the account's stream name.
@@ -73,6 +80,8 @@ type State struct {
 	ID     string
 	Name   string
 	Status Status
+	// Tokens maps each issued token's id to whether it is revoked.
+	Tokens map[string]bool
 }
 
 // Exists reports whether the account was created.
@@ -87,8 +96,23 @@ func Evolve(s State, e domain.Event) State {
 		s.Status = StatusSuspended
 	case *Reinstated:
 		s.Status = StatusActive
+	case *TokenIssued:
+		s.Tokens = withToken(s.Tokens, e.TokenID, false)
+	case *TokenRevoked:
+		s.Tokens = withToken(s.Tokens, e.TokenID, true)
 	}
 	return s
+}
+
+// withToken copies tokens with one entry set, so earlier states stay as
+// they were.
+func withToken(tokens map[string]bool, id string, revoked bool) map[string]bool {
+	out := make(map[string]bool, len(tokens)+1)
+	for k, v := range tokens {
+		out[k] = v
+	}
+	out[id] = revoked
+	return out
 }
 
 // Create decides the creation of an account named name.
@@ -109,17 +133,41 @@ func Create(s State, id, name string, now time.Time) ([]domain.Event, error) {
 	return []domain.Event{&Created{AccountID: id, Name: name, CreatedAt: now}}, nil
 }
 
-// IssueToken decides issuing a management token whose secret hashes to hash.
-func IssueToken(s State, tokenID string, role Role, hash string, now time.Time) ([]domain.Event, error) {
+// IssueToken decides issuing a management token whose secret hashes to
+// hash. A zero expiresAt means the token never expires.
+func IssueToken(s State, tokenID string, role Role, hash string, now, expiresAt time.Time) ([]domain.Event, error) {
 	if !s.Exists() {
 		return nil, domain.ErrNotFound
 	}
+	var v domain.ValidationError
 	if !role.Valid() {
-		var v domain.ValidationError
 		v.Add("role", "must be org:admin or org:member")
-		return nil, &v
 	}
-	return []domain.Event{&TokenIssued{AccountID: s.ID, TokenID: tokenID, Role: role, TokenHash: hash, IssuedAt: now}}, nil
+	if !expiresAt.IsZero() && !expiresAt.After(now) {
+		v.Add("expires_at", "must be in the future")
+	}
+	if err := v.OrNil(); err != nil {
+		return nil, err
+	}
+	e := &TokenIssued{AccountID: s.ID, TokenID: tokenID, Role: role, TokenHash: hash, IssuedAt: now}
+	if !expiresAt.IsZero() {
+		e.ExpiresAt = &expiresAt
+	}
+	return []domain.Event{e}, nil
+}
+
+// RevokeToken decides revoking one of the account's tokens. A token the
+// account never issued is not found; revoking a revoked token decides
+// nothing.
+func RevokeToken(s State, tokenID string, now time.Time) ([]domain.Event, error) {
+	revoked, issued := s.Tokens[tokenID]
+	if !s.Exists() || !issued {
+		return nil, domain.ErrNotFound
+	}
+	if revoked {
+		return nil, nil
+	}
+	return []domain.Event{&TokenRevoked{AccountID: s.ID, TokenID: tokenID, RevokedAt: now}}, nil
 }
 
 // Suspend decides suspending the account; suspending a suspended account

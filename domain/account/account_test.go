@@ -56,11 +56,44 @@ func TestValidationAndMissing(t *testing.T) {
 		t.Fatalf("suspend missing: %v", err)
 	}
 	s := replay(&account.Created{AccountID: "a1", Name: "x"})
-	if _, err := account.IssueToken(s, "t1", "org:owner", "h", now); !errors.As(err, &v) {
+	if _, err := account.IssueToken(s, "t1", "org:owner", "h", now, time.Time{}); !errors.As(err, &v) {
 		t.Fatalf("bad role: %v", err)
 	}
-	evs, err := account.IssueToken(s, "t1", account.RoleMember, "h", now)
-	if err != nil || evs[0].(*account.TokenIssued).Role != account.RoleMember {
+	evs, err := account.IssueToken(s, "t1", account.RoleMember, "h", now, time.Time{})
+	if err != nil || evs[0].(*account.TokenIssued).Role != account.RoleMember || evs[0].(*account.TokenIssued).ExpiresAt != nil {
 		t.Fatalf("issue: %v %v", evs, err)
+	}
+}
+
+func TestTokenExpiryAndRevocation(t *testing.T) {
+	s := replay(&account.Created{AccountID: "a1", Name: "x"})
+	var v *domain.ValidationError
+	if _, err := account.IssueToken(s, "t1", account.RoleAdmin, "h", now, now); !errors.As(err, &v) || v.Errors[0].Field != "expires_at" {
+		t.Fatalf("expiry at issuance: %v", err)
+	}
+	later := now.Add(time.Hour)
+	issued, err := account.IssueToken(s, "t1", account.RoleAdmin, "h", now, later)
+	if err != nil || !issued[0].(*account.TokenIssued).ExpiresAt.Equal(later) {
+		t.Fatalf("issue expiring: %v %v", issued, err)
+	}
+	s = replay(append([]domain.Event{&account.Created{AccountID: "a1", Name: "x"}}, issued...)...)
+
+	if _, err := account.RevokeToken(s, "t2", now); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("revoke unknown token: %v", err)
+	}
+	if _, err := account.RevokeToken(account.State{}, "t1", now); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("revoke on a missing account: %v", err)
+	}
+	revoked, err := account.RevokeToken(s, "t1", now)
+	if err != nil || len(revoked) != 1 || revoked[0].(*account.TokenRevoked).TokenID != "t1" {
+		t.Fatalf("revoke: %v %v", revoked, err)
+	}
+	before := s
+	s = account.Evolve(s, revoked[0])
+	if !s.Tokens["t1"] || before.Tokens["t1"] {
+		t.Fatalf("revocation must show in the new state only: %v %v", before.Tokens, s.Tokens)
+	}
+	if again, err := account.RevokeToken(s, "t1", now); err != nil || len(again) != 0 {
+		t.Fatalf("revoking twice: %v %v", again, err)
 	}
 }

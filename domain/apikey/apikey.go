@@ -18,6 +18,10 @@ const (
 	ReadEmails Permission = "emails:read"
 )
 
+// MaxActive bounds an account's active keys, so that an account cannot
+// multiply the per-credential rate limit with keys.
+const MaxActive = 100
+
 // AllPermissions is the default scope of a new key.
 var AllPermissions = []Permission{SendEmails, ReadEmails}
 

@@ -100,6 +100,17 @@ type (
 		Attachments []Attachment `json:"attachments,omitempty"`
 		ScannedAt   time.Time    `json:"scanned_at"`
 	}
+	// Held: the account is suspended; the email waits, still queued.
+	Held struct {
+		EmailID   string    `json:"email_id"`
+		AccountID string    `json:"account_id"`
+		HeldAt    time.Time `json:"held_at"`
+	}
+	// Released: the account was reinstated; the email goes on.
+	Released struct {
+		EmailID    string    `json:"email_id"`
+		ReleasedAt time.Time `json:"released_at"`
+	}
 	Sent struct {
 		EmailID           string    `json:"email_id"`
 		ProviderMessageID string    `json:"provider_message_id"`
@@ -148,6 +159,8 @@ type (
 
 func (Queued) EventType() string     { return "EmailQueued" }
 func (Scanned) EventType() string    { return "EmailScanned" }
+func (Held) EventType() string       { return "EmailHeld" }
+func (Released) EventType() string   { return "EmailReleased" }
 func (Sent) EventType() string       { return "EmailSent" }
 func (Failed) EventType() string     { return "EmailFailed" }
 func (Delivered) EventType() string  { return "EmailDelivered" }
@@ -158,7 +171,7 @@ func (Clicked) EventType() string    { return "EmailClicked" }
 
 // Events lists a fresh value of every event type of this aggregate.
 func Events() []domain.Event {
-	return []domain.Event{&Queued{}, &Scanned{}, &Sent{}, &Failed{}, &Delivered{}, &Bounced{}, &Complained{}, &Opened{}, &Clicked{}}
+	return []domain.Event{&Queued{}, &Held{}, &Released{}, &Scanned{}, &Sent{}, &Failed{}, &Delivered{}, &Bounced{}, &Complained{}, &Opened{}, &Clicked{}}
 }
 
 // Permanent reports whether a bounce type ends the email (and suppresses

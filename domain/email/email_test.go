@@ -92,3 +92,33 @@ func TestFailedStaysFailed(t *testing.T) {
 		t.Fatal("queued twice")
 	}
 }
+
+func TestHoldAndRelease(t *testing.T) {
+	s := queued()
+	if evs := email.Release(s, t0); len(evs) != 0 {
+		t.Fatalf("releasing an email never held: %v", evs)
+	}
+	held := email.Hold(s, t0)
+	if len(held) != 1 || held[0].(*email.Held).EmailID != "e1" {
+		t.Fatalf("hold: %v", held)
+	}
+	s = fold(s, held)
+	if !s.Held || len(email.Hold(s, t0)) != 0 {
+		t.Fatalf("a held email is held once: %+v", s)
+	}
+	released := email.Release(s, t0)
+	if len(released) != 1 {
+		t.Fatalf("release: %v", released)
+	}
+	s = fold(s, released)
+	if s.Held || len(email.Release(s, t0)) != 0 {
+		t.Fatalf("released once: %+v", s)
+	}
+	// A held email can still go on to be sent once released, and an email
+	// that has left is never held.
+	s = fold(s, email.MarkScanned(s, nil, t0))
+	s = fold(s, email.MarkSent(s, "m1", t0))
+	if s.Sent == nil || len(email.Hold(s, t0)) != 0 {
+		t.Fatalf("sent email held: %+v", s)
+	}
+}

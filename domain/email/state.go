@@ -12,6 +12,7 @@ type State struct {
 	Scanned  *Scanned
 	Sent     *Sent
 	Failed   *Failed
+	Held     bool            // waiting for its account's reinstatement
 	Feedback map[string]bool // feedback ids already recorded
 }
 
@@ -45,6 +46,10 @@ func Evolve(s State, e domain.Event) State {
 	switch e := e.(type) {
 	case *Queued:
 		s.Queued = e
+	case *Held:
+		s.Held = true
+	case *Released:
+		s.Held = false
 	case *Scanned:
 		s.Scanned = e
 	case *Sent:
@@ -85,6 +90,23 @@ func Queue(s State, q Queued) ([]domain.Event, error) {
 
 // pending reports whether the email is still inside the service.
 func (s State) pending() bool { return s.Exists() && s.Sent == nil && s.Failed == nil }
+
+// Hold decides that a pending email waits while its account is suspended;
+// holding a held email decides nothing.
+func Hold(s State, now time.Time) []domain.Event {
+	if !s.pending() || s.Held {
+		return nil
+	}
+	return []domain.Event{&Held{EmailID: s.Queued.EmailID, AccountID: s.Queued.AccountID, HeldAt: now}}
+}
+
+// Release decides that a held email goes on.
+func Release(s State, now time.Time) []domain.Event {
+	if !s.pending() || !s.Held {
+		return nil
+	}
+	return []domain.Event{&Released{EmailID: s.Queued.EmailID, ReleasedAt: now}}
+}
 
 // MarkScanned decides that the content gateway passed the email.
 func MarkScanned(s State, attachments []Attachment, now time.Time) []domain.Event {

@@ -172,7 +172,7 @@ func (a *App) Handler() http.Handler {
 			return readapi.Endpoint(ctx, a.Pool, accountID, id)
 		},
 	}, api, v1)
-	readapi.Routes(a.Pool, a.RenderDomain, api, v1)
+	readapi.Routes(a.Pool, a.RenderDomain, a.clock, api, v1)
 	return e
 }
 
@@ -263,7 +263,7 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 		Store: a.Store, Settle: settle, Now: func() time.Time { return a.Now() },
 		Box: a.Box, DNS: a.DNS, Region: a.Config.Region,
 		Domains: a.sendingDomain, Blobs: a.Blobs, Egress: a.Egress,
-		Identity: a.identityCheck,
+		Identity: a.identityCheck, ActiveAPIKeys: a.activeAPIKeys,
 		EndpointCount: func(ctx context.Context, accountID string) (int, error) {
 			var n int
 			err := a.Pool.QueryRow(ctx, "SELECT count(*) FROM webhook_endpoints WHERE account_id = $1", accountID).Scan(&n)
@@ -313,6 +313,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 		return err
 	}
 	router.Handle("domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box))
+	router.Handle("email-release", a.releaser().Handle)
 	dispatcher := a.dispatcher()
 	fanout := &processmanagers.Fanout{
 		Commands: a.Commands, Settle: a.Waiter.WaitFor, Wake: dispatcher.Wake,

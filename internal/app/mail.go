@@ -95,6 +95,7 @@ func (a *App) pipeline() *processmanagers.Pipeline {
 		Feedback: a.feedback(),
 		Outcomes: a.Outcomes,
 	}
+	p.AccountSuspended = a.accountSuspended
 	if a.Config.Provider == "smtp" { // the only provider that signs itself
 		p.SigningKey = a.signingKey
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -58,7 +59,7 @@ type Authenticator struct {
 	now  func() time.Time
 
 	mu       sync.Mutex
-	lastSeen map[string]time.Time // key id → last_used last written
+	lastSeen map[string]time.Time // key or token id → last_used last written
 }
 
 // New returns an Authenticator over the read models in pool.
@@ -87,7 +88,8 @@ func (a *Authenticator) token(ctx context.Context, secret string) (Principal, er
 	var status string
 	err := a.pool.QueryRow(ctx, `SELECT t.id, t.account_id, t.role, a.status
 		FROM management_tokens t JOIN accounts a ON a.id = t.account_id
-		WHERE t.token_hash = $1`, credential.Hash(secret)).
+		WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > $2)`,
+		credential.Hash(secret), a.now()).
 		Scan(&p.ID, &p.AccountID, &p.Role, &status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, errUnknown
@@ -96,16 +98,24 @@ func (a *Authenticator) token(ctx context.Context, secret string) (Principal, er
 	return p, err
 }
 
-// touch records that a key was used, at most about once a minute per key,
-// without holding up the request.
-func (a *Authenticator) touch(keyID string) {
+// usageTables are where each kind's last use is kept.
+var usageTables = map[Kind]string{
+	APIKey: `INSERT INTO api_key_usage (key_id, last_used) VALUES ($1, $2)
+		ON CONFLICT (key_id) DO UPDATE SET last_used = GREATEST(api_key_usage.last_used, $2)`,
+	Token: `INSERT INTO management_token_usage (token_id, last_used) VALUES ($1, $2)
+		ON CONFLICT (token_id) DO UPDATE SET last_used = GREATEST(management_token_usage.last_used, $2)`,
+}
+
+// touch records that a credential was used, at most about once a minute
+// per credential, without holding up the request.
+func (a *Authenticator) touch(p Principal) {
 	now := a.now()
 	a.mu.Lock()
-	if now.Sub(a.lastSeen[keyID]) < time.Minute {
+	if now.Sub(a.lastSeen[p.ID]) < time.Minute {
 		a.mu.Unlock()
 		return
 	}
-	a.lastSeen[keyID] = now
+	a.lastSeen[p.ID] = now
 	if len(a.lastSeen) > 100_000 { // bound memory; the worst case is an extra write
 		clear(a.lastSeen)
 	}
@@ -113,10 +123,8 @@ func (a *Authenticator) touch(keyID string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err := a.pool.Exec(ctx, `INSERT INTO api_key_usage (key_id, last_used) VALUES ($1, $2)
-			ON CONFLICT (key_id) DO UPDATE SET last_used = GREATEST(api_key_usage.last_used, $2)`, keyID, now)
-		if err != nil {
-			a.log.Warn("recording api key use", "key_id", keyID, "err", err)
+		if _, err := a.pool.Exec(ctx, usageTables[p.Kind], p.ID, now); err != nil {
+			a.log.Warn("recording credential use", "kind", p.Kind, "id", p.ID, "err", err)
 		}
 	}()
 }
@@ -168,7 +176,7 @@ func (a *Authenticator) APIKeys() echo.MiddlewareFunc {
 			if p.Suspended {
 				return httpserver.Forbidden("account_suspended", "the account is suspended")
 			}
-			a.touch(p.ID)
+			a.touch(p)
 			c.Set(principalKey, p)
 			return next(c)
 		}
@@ -176,7 +184,8 @@ func (a *Authenticator) APIKeys() echo.MiddlewareFunc {
 }
 
 // Tokens authenticates /api requests with management tokens. API keys are
-// refused there.
+// refused there, and so are revoked and expired tokens. A suspended account
+// may read but not write.
 func (a *Authenticator) Tokens() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -192,15 +201,23 @@ func (a *Authenticator) Tokens() echo.MiddlewareFunc {
 			}
 			p, err := a.token(c.Request().Context(), secret)
 			if errors.Is(err, errUnknown) {
-				return httpserver.Unauthorized("unknown management token")
+				return httpserver.Unauthorized("unknown, revoked or expired management token")
 			}
 			if err != nil {
 				return err
 			}
+			if p.Suspended && !readOnly(c.Request().Method) {
+				return httpserver.Forbidden("account_suspended", "the account is suspended; it may read but not change anything")
+			}
+			a.touch(p)
 			c.Set(principalKey, p)
 			return next(c)
 		}
 	}
+}
+
+func readOnly(method string) bool {
+	return method == http.MethodGet || method == http.MethodHead || method == http.MethodOptions
 }
 
 // Require lets through API keys holding every permission.

@@ -107,7 +107,11 @@ func StartWithClock(t testing.TB, cfg config.Config, clock *Clock) *Server {
 	}
 	a.Now = clock.Now
 	done := make(chan error, 2)
-	go func() { done <- a.Runner.Run(ctx) }()
+	if cfg.Has("projections") {
+		go func() { done <- a.Runner.Run(ctx) }()
+	} else {
+		done <- nil // an API-only instance: another process projects
+	}
 	if cfg.Has("workers") {
 		go func() { done <- a.RunWorkers(ctx) }()
 	} else {
