@@ -60,9 +60,9 @@ type (
 	}
 )
 
-func (Created) EventType() string     { return "AccountCreated" }
-func (Suspended) EventType() string   { return "AccountSuspended" }
-func (Reinstated) EventType() string  { return "AccountReinstated" }
+func (Created) EventType() string      { return "AccountCreated" }
+func (Suspended) EventType() string    { return "AccountSuspended" }
+func (Reinstated) EventType() string   { return "AccountReinstated" }
 func (TokenIssued) EventType() string  { return "ManagementTokenIssued" }
 func (TokenRevoked) EventType() string { return "ManagementTokenRevoked" }
 
