@@ -116,7 +116,8 @@ func (p *Pipeline) Handle(ctx context.Context, ev eventstore.RecordedEvent) erro
 // hold records that the email waits, without holding up the shard, when
 // its account is suspended; a reinstatement releases it (Releaser).
 func (p *Pipeline) hold(ctx context.Context, ev eventstore.RecordedEvent, st email.State) (bool, error) {
-	p.Settle(ctx, ev.Position, "accounts")
+	// One wait for every read model this email's checks consult.
+	p.Settle(ctx, ev.Position, "accounts", "domains", "emails")
 	suspended, err := p.AccountSuspended(ctx, st.Queued.AccountID)
 	if err != nil || !suspended {
 		return false, Transient(err)
