@@ -147,7 +147,11 @@ func openStore(cfg config.Config, pool *pgxpool.Pool) (eventstore.Store, error) 
 		strings.HasPrefix(cfg.EventStore, "kurrentdb://"), strings.HasPrefix(cfg.EventStore, "kurrentdb+discover://"):
 		return esdb.New(cfg.EventStore)
 	default:
-		return nil, fmt.Errorf("eventstore: %q is neither postgres nor an esdb:// connection string", cfg.EventStore)
+		// Name only the scheme: the value may carry credentials.
+		if scheme, _, ok := strings.Cut(cfg.EventStore, "://"); ok {
+			return nil, fmt.Errorf("eventstore: scheme %q is neither postgres nor esdb:// (or kurrentdb://)", scheme)
+		}
+		return nil, errors.New("eventstore: neither postgres nor an esdb:// connection string")
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -75,7 +76,12 @@ type client struct {
 func New(connectionString string) (*Store, error) {
 	cfg, err := esdb.ParseConnectionString(connectionString)
 	if err != nil {
-		return nil, fmt.Errorf("eventstore/esdb: connection string: %w", err)
+		// url.Error quotes the whole string, credentials included.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("eventstore/esdb: connection string: %v", err)
 	}
 	s := &Store{log: slog.Default().With("component", "eventstore/esdb"), subs: map[*subscription]struct{}{}}
 	cfg.Logger = clientLogger(s.log)
