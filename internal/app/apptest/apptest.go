@@ -116,7 +116,10 @@ func StartWithClock(t testing.TB, cfg config.Config, clock *Clock) *Server {
 	} else {
 		done <- nil
 	}
-	srv := httptest.NewServer(a.Handler())
+	// The server Serve uses, timeouts included.
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Config = a.HTTPServer(a.Handler())
+	srv.Start()
 	stopped := false
 	stop := func() {
 		if stopped {
