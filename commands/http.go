@@ -47,7 +47,8 @@ type handlers struct {
 }
 
 func meta(c echo.Context) Meta {
-	return Meta{Actor: authn.From(c).Actor(), RequestID: httpserver.RequestIDOf(c)}
+	ids := httpserver.RequestIDsOf(c)
+	return Meta{Actor: authn.From(c).Actor(), RequestID: ids.Server, ClientRequestID: ids.Client}
 }
 
 // problem translates a domain refusal into its HTTP problem.

@@ -672,6 +672,7 @@ func validateSettings(t *testing.T, source string, settings map[string]string) {
 	var cfg config.Config
 	fs := pflag.NewFlagSet("mailroom", pflag.ContinueOnError)
 	cfg.Flags(fs)
+	cfg.ApplyEnv(fs)
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("%s: Mailroom would refuse these settings: %v", source, err)
 	}

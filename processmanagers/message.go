@@ -27,6 +27,7 @@ const (
 	MetaCorrelationID = "correlation_id"
 	MetaCausationID   = "causation_id"
 	MetaRequestID     = "request_id"
+	MetaClientReqID   = "client_request_id"
 	MetaRecordedAt    = "recorded_at" // RFC 3339 with nanoseconds, UTC
 	MetaHash          = "hash"
 )
@@ -48,6 +49,9 @@ func newMessage(ctx context.Context, ev eventstore.RecordedEvent) *message.Messa
 	md.Set(MetaCorrelationID, ev.Metadata.CorrelationID)
 	md.Set(MetaCausationID, ev.Metadata.CausationID)
 	md.Set(MetaRequestID, ev.Metadata.RequestID)
+	if ev.Metadata.ClientRequestID != "" {
+		md.Set(MetaClientReqID, ev.Metadata.ClientRequestID)
+	}
 	md.Set(MetaRecordedAt, ev.RecordedAt.UTC().Format(time.RFC3339Nano))
 	md.Set(MetaHash, ev.Hash)
 	return msg
@@ -72,10 +76,11 @@ func EventOf(msg *message.Message) (eventstore.RecordedEvent, error) {
 		Type:     md.Get(MetaType),
 		Data:     json.RawMessage(append([]byte(nil), msg.Payload...)),
 		Metadata: eventstore.Metadata{
-			CorrelationID: md.Get(MetaCorrelationID),
-			CausationID:   md.Get(MetaCausationID),
-			Actor:         md.Get(MetaActor),
-			RequestID:     md.Get(MetaRequestID),
+			CorrelationID:   md.Get(MetaCorrelationID),
+			CausationID:     md.Get(MetaCausationID),
+			Actor:           md.Get(MetaActor),
+			RequestID:       md.Get(MetaRequestID),
+			ClientRequestID: md.Get(MetaClientReqID),
 		},
 		Hash: md.Get(MetaHash),
 	}

@@ -51,11 +51,14 @@ func freeAddr(t *testing.T) string {
 // startServe runs `mailroom serve` and waits until it answers /healthz.
 func startServe(t *testing.T, bin, addr, db, dataDir string, extra ...string) *process {
 	t.Helper()
-	args := append([]string{"serve", "--http-addr", addr, "--database-url", db + "&pool_max_conns=12", "--data-dir", dataDir,
+	args := append([]string{"serve", "--http-addr", addr, "--data-dir", dataDir,
 		"--sandbox-outbox", filepath.Join(dataDir, "outbox"), "--blob-dir", filepath.Join(dataDir, "blobs"),
 		"--dns-resolvers", "127.0.0.1:9", "--rate-limit", "0", "--log-level", "warn",
 		"--send-concurrency", "2"}, extra...)
 	cmd := exec.Command(bin, args...)
+	// Connection strings go through the environment, as in production: the
+	// command line is visible to every user of the machine.
+	cmd.Env = append(os.Environ(), "MAILROOM_DATABASE_URL="+db+"&pool_max_conns=12")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

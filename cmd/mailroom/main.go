@@ -44,6 +44,9 @@ func root() *cobra.Command {
 		SilenceErrors: true,
 	}
 	cfg.Flags(cmd.PersistentFlags())
+	// The environment is applied after parsing, never as flag defaults, so
+	// --help cannot print a secret taken from it.
+	cmd.PersistentPreRun = func(*cobra.Command, []string) { cfg.ApplyEnv(cmd.PersistentFlags()) }
 	cmd.AddCommand(
 		serveCmd(&cfg),
 		migrateCmd(&cfg),

@@ -17,7 +17,10 @@ func serveCmd(cfg *config.Config) *cobra.Command {
 		Use:   "serve",
 		Short: "Run the API, projections and workers (see --roles)",
 		Long: `Run Mailroom. Every setting is a flag or a MAILROOM_* environment variable;
-the flags below list both. The database is created if missing and migrated on start.`,
+the flags below list both, and a flag given on the command line wins. Give secrets
+(master key, URLs with passwords) through the environment: command-line values are
+visible to every user of the machine. The database is created if missing and
+migrated on start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

@@ -268,6 +268,9 @@ func TestRateLimit(t *testing.T) {
 		last = s.Do("GET", "/api/auth/api-keys", admin, nil)
 	}
 	wantProblem(t, last, 429, "rate_limited")
+	if !strings.Contains(problemDetail(t, last), "per credential") {
+		t.Fatalf("detail does not name the credential limit: %s", last.Body)
+	}
 	if last.Header.Get("Retry-After") == "" || last.Header.Get("RateLimit-Limit") != "3" || last.Header.Get("RateLimit-Remaining") != "0" {
 		t.Fatalf("rate limit headers: %v", last.Header)
 	}

@@ -10,11 +10,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mailroom/mailroom/commands"
@@ -61,6 +63,7 @@ type App struct {
 	Scanner       *scan.Scanner
 	Egress        egress.Policy
 	Now           func() time.Time
+	proxies       []netip.Prefix // MAILROOM_TRUSTED_PROXIES
 }
 
 // Open connects to the database (creating and migrating it) and the event
@@ -110,6 +113,9 @@ func (a *App) open(ctx context.Context) error {
 		return fmt.Errorf("dns-resolvers: %w", err)
 	}
 	a.DNS = dnscheck.New(resolvers, cfg.DNSTimeout)
+	if a.proxies, err = egress.ParseCIDRs(cfg.TrustedProxies); err != nil {
+		return fmt.Errorf("trusted-proxies: %w", err)
+	}
 	if err := a.openMail(ctx); err != nil {
 		return err
 	}
@@ -147,7 +153,11 @@ func openStore(cfg config.Config, pool *pgxpool.Pool) (eventstore.Store, error) 
 		strings.HasPrefix(cfg.EventStore, "kurrentdb://"), strings.HasPrefix(cfg.EventStore, "kurrentdb+discover://"):
 		return esdb.New(cfg.EventStore)
 	default:
-		return nil, fmt.Errorf("eventstore: %q is neither postgres nor an esdb:// connection string", cfg.EventStore)
+		// Name only the scheme: the value may carry credentials.
+		if scheme, _, ok := strings.Cut(cfg.EventStore, "://"); ok {
+			return nil, fmt.Errorf("eventstore: scheme %q is neither postgres nor esdb:// (or kurrentdb://)", scheme)
+		}
+		return nil, errors.New("eventstore: neither postgres nor an esdb:// connection string")
 	}
 }
 
@@ -159,13 +169,19 @@ func (a *App) Close() {
 
 // Handler is the HTTP API.
 func (a *App) Handler() http.Handler {
-	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics})
+	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics, TrustedProxies: a.proxies})
 	httpserver.Health(e, a.Ready)
 	auth := authn.New(a.Pool, a.Log, a.Now)
-	limiter := httpserver.NewRateLimiter(a.Config.RateLimit, a.Config.RateBurst)
+	// Per IP before authentication, so bad credentials are limited too; then
+	// per credential, then per account (a key refused on its own does not
+	// use up its account's allowance).
+	perIP := httpserver.NewRateLimiter("IP address", a.Config.IPRateLimit, a.Config.IPRateBurst).Middleware(httpserver.IPKey)
+	perCredential := httpserver.NewRateLimiter("credential", a.Config.RateLimit, a.Config.RateBurst).Middleware(authn.RateKey)
+	perAccount := httpserver.NewRateLimiter("account", a.Config.AccountRateLimit, a.Config.AccountRateBurst).
+		Middleware(func(c echo.Context) string { return authn.From(c).AccountID })
 
-	api := e.Group("/api", auth.Tokens(), limiter.Middleware(authn.RateKey))
-	v1 := e.Group("/v1", auth.APIKeys(), limiter.Middleware(authn.RateKey))
+	api := e.Group("/api", perIP, auth.Tokens(), perCredential, perAccount)
+	v1 := e.Group("/v1", perIP, auth.APIKeys(), perCredential, perAccount)
 	commands.Routes(a.Commands, commands.Views{
 		Domain: a.RenderDomain,
 		Endpoint: func(ctx context.Context, accountID, id string) (readapi.WebhookEndpoint, error) {
@@ -212,6 +228,14 @@ func (a *App) Ready(ctx context.Context) error {
 	return nil
 }
 
+// HTTPServer returns the server for h with the configured timeouts; every
+// listener uses it.
+func (a *App) HTTPServer(h http.Handler) *http.Server {
+	return httpserver.NewServer(h, httpserver.Timeouts{
+		Read: a.Config.HTTPReadTimeout, Write: a.Config.HTTPWriteTimeout, Idle: a.Config.HTTPIdleTimeout,
+	})
+}
+
 // Serve runs the roles of the configuration until ctx ends.
 func (a *App) Serve(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
@@ -233,7 +257,7 @@ func (a *App) Serve(ctx context.Context) error {
 		if !a.Config.Has("api") {
 			handler = a.OpsHandler()
 		}
-		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		srv := a.HTTPServer(handler)
 		a.Log.Info("listening", "addr", ln.Addr().String())
 		g.Go(func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

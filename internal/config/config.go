@@ -1,6 +1,8 @@
-// Package config holds Mailroom's settings. Every setting is a flag whose
-// default comes from a MAILROOM_* environment variable, so `mailroom serve
-// --help` lists them all together with their variables.
+// Package config holds Mailroom's settings. Every setting is a flag and a
+// MAILROOM_* environment variable, so `mailroom serve --help` lists them all
+// together with their variables. Flag defaults are the built-in ones; the
+// environment is applied after parsing (ApplyEnv), so help output never
+// shows a value taken from the environment, such as the master key.
 package config
 
 import (
@@ -10,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,14 @@ type Config struct {
 	LogLevel           string
 	RateLimit          float64
 	RateBurst          int
+	IPRateLimit        float64
+	IPRateBurst        int
+	AccountRateLimit   float64
+	AccountRateBurst   int
+	TrustedProxies     string
+	HTTPReadTimeout    time.Duration
+	HTTPWriteTimeout   time.Duration
+	HTTPIdleTimeout    time.Duration
 	ConsistencyTimeout time.Duration
 	ReadyMaxLag        int64
 	Roles              []string
@@ -59,12 +68,13 @@ type Config struct {
 	envErrors []error // MAILROOM_* values that did not parse
 }
 
-// Flags registers the settings on fs, each defaulting to its variable.
+// Flags registers the settings on fs with their built-in defaults; call
+// ApplyEnv after parsing to take the MAILROOM_* variables into account.
 func (c *Config) Flags(fs *pflag.FlagSet) {
-	str(fs, &c.DatabaseURL, "database-url", "MAILROOM_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mailroom?sslmode=disable", "PostgreSQL for read models (and events, with the postgres event store); created if missing")
-	str(fs, &c.EventStore, "eventstore", "MAILROOM_EVENTSTORE", "postgres", `event store: "postgres" (same database) or an esdb:// connection string`)
+	str(fs, &c.DatabaseURL, "database-url", "MAILROOM_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mailroom?sslmode=disable", "PostgreSQL for read models (and events, with the postgres event store); created if missing"+secretNote)
+	str(fs, &c.EventStore, "eventstore", "MAILROOM_EVENTSTORE", "postgres", `event store: "postgres" (same database) or an esdb:// connection string`+secretNote)
 	str(fs, &c.HTTPAddr, "http-addr", "MAILROOM_HTTP_ADDR", "127.0.0.1:8080", "address the HTTP API listens on")
-	str(fs, &c.MasterKey, "master-key", "MAILROOM_MASTER_KEY", "", "32-byte key as 64 hex characters that encrypts stored secrets; generated into <data-dir>/master.key in development")
+	str(fs, &c.MasterKey, "master-key", "MAILROOM_MASTER_KEY", "", "32-byte key as 64 hex characters that encrypts stored secrets; generated into <data-dir>/master.key in development"+secretNote)
 	str(fs, &c.DataDir, "data-dir", "MAILROOM_DATA_DIR", "./.mailroom", "local state for development: master key, outbox, blobs")
 	str(fs, &c.Environment, "env", "MAILROOM_ENV", "development", `"development" or "production" (production requires an explicit master key)`)
 	str(fs, &c.Provider, "provider", "MAILROOM_PROVIDER", "sandbox", "mail provider: sandbox, ses or smtp")
@@ -74,6 +84,14 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.LogLevel, "log-level", "MAILROOM_LOG_LEVEL", "info", "debug, info, warn or error")
 	c.float(fs, &c.RateLimit, "rate-limit", "MAILROOM_RATE_LIMIT", 50, "requests per second allowed per API key or token (0 disables)")
 	c.integer(fs, &c.RateBurst, "rate-burst", "MAILROOM_RATE_BURST", 100, "requests a credential may send in a burst")
+	c.float(fs, &c.IPRateLimit, "ip-rate-limit", "MAILROOM_IP_RATE_LIMIT", 200, "requests per second allowed per client IP address (IPv6: per /64), counted before authentication (0 disables)")
+	c.integer(fs, &c.IPRateBurst, "ip-rate-burst", "MAILROOM_IP_RATE_BURST", 400, "requests a client IP address may send in a burst")
+	c.float(fs, &c.AccountRateLimit, "account-rate-limit", "MAILROOM_ACCOUNT_RATE_LIMIT", 100, "requests per second allowed per account, all its API keys and tokens together (0 disables)")
+	c.integer(fs, &c.AccountRateBurst, "account-rate-burst", "MAILROOM_ACCOUNT_RATE_BURST", 200, "requests an account may send in a burst")
+	str(fs, &c.TrustedProxies, "trusted-proxies", "MAILROOM_TRUSTED_PROXIES", "", "proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client IP address; empty: the connection's address is the client's")
+	c.duration(fs, &c.HTTPReadTimeout, "http-read-timeout", "MAILROOM_HTTP_READ_TIMEOUT", 2*time.Minute, "time allowed to read a whole request, body included (0: none)")
+	c.duration(fs, &c.HTTPWriteTimeout, "http-write-timeout", "MAILROOM_HTTP_WRITE_TIMEOUT", 3*time.Minute, "time allowed from the end of a request's headers to the end of its response; keep it above http-read-timeout (0: none)")
+	c.duration(fs, &c.HTTPIdleTimeout, "http-idle-timeout", "MAILROOM_HTTP_IDLE_TIMEOUT", time.Minute, "how long an idle keep-alive connection is kept open (0: none)")
 	c.duration(fs, &c.ConsistencyTimeout, "consistency-timeout", "MAILROOM_CONSISTENCY_TIMEOUT", 2*time.Second, "how long a write waits for the read models to show it")
 	c.int64Flag(fs, &c.ReadyMaxLag, "ready-max-lag", "MAILROOM_READY_MAX_LAG", 10000, "events a projection may lag before /readyz fails")
 	list(fs, &c.Roles, "roles", "MAILROOM_ROLES", []string{"api", "projections", "workers"}, "roles this process runs: api, projections, workers")
@@ -87,7 +105,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.BlobS3Endpoint, "blob-s3-endpoint", "MAILROOM_BLOB_S3_ENDPOINT", "", "S3 endpoint override (MinIO, emulators); path-style addressing is used with it")
 	str(fs, &c.ClamdAddr, "clamd-addr", "MAILROOM_CLAMD_ADDR", "", "ClamAV daemon (host:port or unix:/path) that scans every email; empty: built-in checks only")
 	str(fs, &c.EgressAllowCIDRs, "egress-allow-cidrs", "MAILROOM_EGRESS_ALLOW_CIDRS", "", "development only: address ranges webhooks and attachment downloads may reach although not public, e.g. 127.0.0.0/8,::1/128")
-	str(fs, &c.SMTPURL, "smtp-url", "MAILROOM_SMTP_URL", "", "relay of the smtp provider: smtp://user:pass@host:587 (STARTTLS) or smtps://user:pass@host:465")
+	str(fs, &c.SMTPURL, "smtp-url", "MAILROOM_SMTP_URL", "", "relay of the smtp provider: smtp://user:pass@host:587 (STARTTLS) or smtps://user:pass@host:465"+secretNote)
 	str(fs, &c.SESConfigSet, "ses-configuration-set", "MAILROOM_SES_CONFIGURATION_SET", "", "SES configuration set whose event publishing feeds MAILROOM_SES_EVENTS_QUEUE_URL")
 	str(fs, &c.SESEventsQueueURL, "ses-events-queue-url", "MAILROOM_SES_EVENTS_QUEUE_URL", "", "SQS queue (fed by SNS from SES event publishing) that Mailroom long-polls for delivery feedback")
 	str(fs, &c.SESEndpoint, "ses-endpoint", "MAILROOM_SES_ENDPOINT", "", "endpoint override for SES and SQS (emulators)")
@@ -136,6 +154,15 @@ func (c *Config) Validate() error {
 	if _, err := c.RetrySchedule(); err != nil {
 		return err
 	}
+	if c.HTTPReadTimeout < 0 || c.HTTPWriteTimeout < 0 || c.HTTPIdleTimeout < 0 {
+		return errors.New("http-read-timeout, http-write-timeout and http-idle-timeout must not be negative")
+	}
+	if c.HTTPWriteTimeout > 0 && c.HTTPWriteTimeout < c.HTTPReadTimeout {
+		// The write deadline runs from the end of the headers, so it also
+		// covers reading the body: below the read timeout it would cut
+		// slow uploads short with no answer.
+		return errors.New("http-write-timeout must not be below http-read-timeout")
+	}
 	switch c.Environment {
 	case "development", "production":
 	default:
@@ -177,77 +204,73 @@ func decodeKey(s string) ([]byte, error) {
 	return b, nil
 }
 
-// check records a variable that did not parse; Validate reports it.
-func (c *Config) check(env string, err error) bool {
-	if err != nil {
-		c.envErrors = append(c.envErrors, fmt.Errorf("%s: %w", env, err))
-	}
-	return err == nil
-}
+// envAnnotation is the flag annotation naming a flag's variable.
+const envAnnotation = "mailroom_env"
+
+// secretNote ends the help of settings that may carry secrets.
+const secretNote = "; give it through the variable: command-line values are visible to every user of the machine (ps)"
 
 func usage(env, text string) string { return text + " [" + env + "]" }
 
+func bind(fs *pflag.FlagSet, name, env string) {
+	_ = fs.SetAnnotation(name, envAnnotation, []string{env}) // the flag was just defined
+}
+
 func str(fs *pflag.FlagSet, p *string, name, env, def, text string) {
-	if v, ok := os.LookupEnv(env); ok {
-		def = v
-	}
 	fs.StringVar(p, name, def, usage(env, text))
+	bind(fs, name, env)
 }
 
 func (c *Config) boolean(fs *pflag.FlagSet, p *bool, name, env string, def bool, text string) {
-	if v, ok := os.LookupEnv(env); ok {
-		b, err := strconv.ParseBool(v)
-		c.check(env, err)
-		def = b || (err != nil && def)
-	}
 	fs.BoolVar(p, name, def, usage(env, text))
+	bind(fs, name, env)
 }
 
 func (c *Config) integer(fs *pflag.FlagSet, p *int, name, env string, def int, text string) {
-	if v, ok := os.LookupEnv(env); ok {
-		n, err := strconv.Atoi(v)
-		if c.check(env, err) {
-			def = n
-		}
-	}
 	fs.IntVar(p, name, def, usage(env, text))
+	bind(fs, name, env)
 }
 
 func (c *Config) int64Flag(fs *pflag.FlagSet, p *int64, name, env string, def int64, text string) {
-	if v, ok := os.LookupEnv(env); ok {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if c.check(env, err) {
-			def = n
-		}
-	}
 	fs.Int64Var(p, name, def, usage(env, text))
+	bind(fs, name, env)
 }
 
 func (c *Config) float(fs *pflag.FlagSet, p *float64, name, env string, def float64, text string) {
-	if v, ok := os.LookupEnv(env); ok {
-		n, err := strconv.ParseFloat(v, 64)
-		if c.check(env, err) {
-			def = n
-		}
-	}
 	fs.Float64Var(p, name, def, usage(env, text))
+	bind(fs, name, env)
 }
 
 func (c *Config) duration(fs *pflag.FlagSet, p *time.Duration, name, env string, def time.Duration, text string) {
-	if v, ok := os.LookupEnv(env); ok {
-		d, err := time.ParseDuration(v)
-		if c.check(env, err) {
-			def = d
-		}
-	}
 	fs.DurationVar(p, name, def, usage(env, text))
+	bind(fs, name, env)
 }
 
 func list(fs *pflag.FlagSet, p *[]string, name, env string, def []string, text string) {
-	if v := os.Getenv(env); v != "" {
-		def = strings.Split(v, ",")
-	}
 	fs.StringSliceVar(p, name, def, usage(env, text))
+	bind(fs, name, env)
+}
+
+// ApplyEnv sets every flag of fs that the command line left unset from its
+// MAILROOM_* variable, so a flag given on the command line wins. A value
+// that does not parse leaves the default in place and is reported by
+// Validate. An empty list variable counts as unset.
+func (c *Config) ApplyEnv(fs *pflag.FlagSet) {
+	c.envErrors = nil
+	fs.VisitAll(func(f *pflag.Flag) {
+		names := f.Annotations[envAnnotation]
+		if len(names) != 1 || f.Changed {
+			return
+		}
+		v, ok := os.LookupEnv(names[0])
+		if !ok || (v == "" && f.Value.Type() == "stringSlice") {
+			return
+		}
+		// Value.Set, not fs.Set: the flag stays "not given on the command line".
+		if err := f.Value.Set(v); err != nil {
+			c.envErrors = append(c.envErrors, fmt.Errorf("%s: %w", names[0], err))
+		}
+	})
 }
 
 // RetrySchedule parses the webhook retry schedule.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -30,7 +31,7 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("database url: %w", err)
+		return nil, urlError(err)
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		// Projectors hold a transaction while reading events on a second
@@ -55,7 +56,7 @@ func EnsureExists(ctx context.Context, url string) error {
 	// out rather than sent to the server.
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return fmt.Errorf("database url: %w", err)
+		return urlError(err)
 	}
 	cfg := pcfg.ConnConfig
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -80,6 +81,21 @@ func EnsureExists(ctx context.Context, url string) error {
 	}
 	slog.Info("created database", "database", name)
 	return nil
+}
+
+// urlError reports a connection string that did not parse without quoting
+// it, as it may carry a password (pgx masks it only on a best-effort basis).
+func urlError(err error) error {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) || pe.Unwrap() == nil {
+		return errors.New("database url: not a valid PostgreSQL connection string")
+	}
+	inner := pe.Unwrap()
+	var ue *neturl.Error // quotes the whole URL
+	if errors.As(inner, &ue) {
+		inner = ue.Err
+	}
+	return fmt.Errorf("database url: not a valid PostgreSQL connection string: %v", inner)
 }
 
 func isDuplicateDatabase(err error) bool {

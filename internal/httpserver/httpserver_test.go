@@ -157,9 +157,12 @@ func TestPanicBecomesProblem(t *testing.T) {
 func TestRequestIDOnEveryResponse(t *testing.T) {
 	s := newServer(t, func(e *echo.Echo) {
 		e.GET("/ok", func(c echo.Context) error {
+			ids := RequestIDsOf(c)
 			return c.JSON(200, map[string]string{
-				"echo": RequestIDOf(c),
-				"ctx":  RequestIDFrom(c.Request().Context()),
+				"echo":   RequestIDOf(c),
+				"ctx":    RequestIDFrom(c.Request().Context()),
+				"server": ids.Server,
+				"client": ids.Client,
 			})
 		})
 		e.GET("/err", func(c echo.Context) error { return NotFound("nope") })
@@ -182,8 +185,25 @@ func TestRequestIDOnEveryResponse(t *testing.T) {
 	if got := res.header.Get(HeaderRequestID); got != "client-id_1.2" {
 		t.Errorf("incoming id not echoed: %q", got)
 	}
-	if want := `{"ctx":"client-id_1.2","echo":"client-id_1.2"}`; strings.TrimSpace(string(res.body)) != want {
-		t.Errorf("body = %s, want %s", res.body, want)
+	var got map[string]string
+	if err := jsonUnmarshal(res.body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["ctx"] != "client-id_1.2" || got["echo"] != "client-id_1.2" || got["client"] != "client-id_1.2" {
+		t.Errorf("body = %s, want the client's id echoed", res.body)
+	}
+	// The server still makes its own id, for logs and events.
+	if !strings.HasPrefix(got["server"], "req_") {
+		t.Errorf("server id = %q", got["server"])
+	}
+	// Without an incoming id, the server's is echoed and there is no client id.
+	res = s.get(t, "/ok")
+	got = nil
+	if err := jsonUnmarshal(res.body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["server"] != res.header.Get(HeaderRequestID) || got["echo"] != got["server"] || got["client"] != "" {
+		t.Errorf("body = %s, header %q", res.body, res.header.Get(HeaderRequestID))
 	}
 	res = s.do(t, "GET", "/err", nil, map[string]string{HeaderRequestID: "client-id_1.2"})
 	if p := res.problem(t); p.RequestID != "client-id_1.2" {
@@ -338,7 +358,7 @@ func TestRequestLogger(t *testing.T) {
 	}
 	l := reqLines[0]
 	if l["level"] != "INFO" || l["method"] != "GET" || l["route"] != "/v1/emails/:id" || l["status"] != float64(200) ||
-		l["request_id"] != "log-test-1" || l["bytes"] != float64(5) {
+		l["client_request_id"] != "log-test-1" || !strings.HasPrefix(fmt.Sprint(l["request_id"]), "req_") || l["bytes"] != float64(5) {
 		t.Errorf("log line = %v", l)
 	}
 	if _, ok := l["duration_ms"].(float64); !ok {

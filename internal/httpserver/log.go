@@ -32,15 +32,15 @@ func RequestLogger(logger *slog.Logger) echo.MiddlewareFunc {
 					return nil
 				}
 			}
-			logger.LogAttrs(context.Background(), slog.LevelInfo, "http request",
+			attrs := []slog.Attr{
 				slog.String("method", req.Method),
 				slog.String("route", routeLabel(c)),
 				slog.String("path", req.URL.Path),
 				slog.Int("status", res.Status),
 				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-				slog.String("request_id", RequestIDOf(c)),
 				slog.Int64("bytes", res.Size),
-			)
+			}
+			logger.LogAttrs(context.Background(), slog.LevelInfo, "http request", append(attrs, RequestIDsOf(c).logAttrs()...)...)
 			return nil
 		}
 	}

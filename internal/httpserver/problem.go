@@ -4,6 +4,7 @@
 package httpserver
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -157,25 +158,26 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		if err == nil {
 			return
 		}
-		reqID := RequestIDOf(c)
+		reqID := RequestIDOf(c) // the id the client sees
 		if errors.Is(err, echo.ErrNotFound) || errors.Is(err, echo.ErrMethodNotAllowed) {
 			// The router's sentinels: no route matched this request.
 			c.Set(unmatchedKey, true)
 		}
+		ids := RequestIDsOf(c).logAttrs()
 		if c.Response().Committed {
-			logger.Error("error after response was committed",
-				"request_id", reqID, "method", c.Request().Method, "route", c.Path(), "error", err)
+			logger.LogAttrs(context.Background(), slog.LevelError, "error after response was committed", append(ids,
+				slog.String("method", c.Request().Method), slog.String("route", c.Path()), slog.Any("error", err))...)
 			return
 		}
 
 		p := toProblem(err)
 		if p.Status >= 500 {
-			attrs := []any{"request_id", reqID, "method", c.Request().Method, "route", c.Path(), "error", err}
+			attrs := append(ids, slog.String("method", c.Request().Method), slog.String("route", c.Path()), slog.Any("error", err))
 			var pe *PanicError
 			if errors.As(err, &pe) {
-				attrs = append(attrs, "stack", string(pe.Stack))
+				attrs = append(attrs, slog.String("stack", string(pe.Stack)))
 			}
-			logger.Error("request failed", attrs...)
+			logger.LogAttrs(context.Background(), slog.LevelError, "request failed", attrs...)
 		}
 
 		// Copy so shared *Problem values are never mutated.
@@ -200,13 +202,13 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		}
 		body, merr := json.Marshal(&out)
 		if merr != nil { // cannot happen with these field types
-			logger.Error("encoding problem", "request_id", reqID, "error", merr)
+			logger.LogAttrs(context.Background(), slog.LevelError, "encoding problem", append(ids, slog.Any("error", merr))...)
 			c.Response().WriteHeader(http.StatusInternalServerError)
 			return
 		}
 		c.Response().WriteHeader(out.Status)
 		if _, werr := c.Response().Write(append(body, '\n')); werr != nil {
-			logger.Debug("writing problem", "request_id", reqID, "error", werr)
+			logger.LogAttrs(context.Background(), slog.LevelDebug, "writing problem", append(ids, slog.Any("error", werr))...)
 		}
 	}
 }

@@ -1,7 +1,9 @@
 package httpserver
 
 import (
+	"fmt"
 	"math"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -14,6 +16,7 @@ import (
 // Keys idle long enough for their bucket to refill are evicted, so memory is
 // bounded by the keys active within that window.
 type RateLimiter struct {
+	scope     string // what a key is, named in refusals
 	perSecond float64
 	burst     int
 	idleTTL   time.Duration // after this long unused, a bucket is full again
@@ -31,13 +34,15 @@ type bucket struct {
 	seen time.Time
 }
 
-// NewRateLimiter allows perSecond requests per key with bursts of burst.
-// perSecond <= 0 disables limiting.
-func NewRateLimiter(perSecond float64, burst int) *RateLimiter {
+// NewRateLimiter allows perSecond requests per key with bursts of burst;
+// scope names what a key is ("credential", "account", "IP address") in the
+// detail of a refusal. perSecond <= 0 disables limiting.
+func NewRateLimiter(scope string, perSecond float64, burst int) *RateLimiter {
 	if burst < 1 {
 		burst = 1
 	}
 	rl := &RateLimiter{
+		scope:     scope,
 		perSecond: perSecond,
 		burst:     burst,
 		buckets:   make(map[string]*bucket),
@@ -103,7 +108,10 @@ func secondsDuration(s float64) time.Duration {
 
 // Middleware limits requests by key(c); an empty key is not limited. Limited
 // responses carry RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset;
-// a refused request gets a 429 problem with Retry-After.
+// a refused request gets a 429 problem with Retry-After whose detail names
+// the scope. When several limiters pass a request, the headers describe the
+// one with the fewest requests remaining; a refusal's describe the limiter
+// that refused.
 func (rl *RateLimiter) Middleware(key func(echo.Context) string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		if !rl.enabled() {
@@ -116,15 +124,35 @@ func (rl *RateLimiter) Middleware(key func(echo.Context) string) echo.Middleware
 			}
 			d := rl.take(k)
 			h := c.Response().Header()
-			h.Set("RateLimit-Limit", strconv.Itoa(rl.burst))
-			h.Set("RateLimit-Remaining", strconv.Itoa(d.remaining))
-			h.Set("RateLimit-Reset", strconv.FormatInt(int64(math.Ceil(d.reset.Seconds())), 10))
+			if prev, err := strconv.Atoi(h.Get("RateLimit-Remaining")); !d.allowed || err != nil || d.remaining < prev {
+				h.Set("RateLimit-Limit", strconv.Itoa(rl.burst))
+				h.Set("RateLimit-Remaining", strconv.Itoa(d.remaining))
+				h.Set("RateLimit-Reset", strconv.FormatInt(int64(math.Ceil(d.reset.Seconds())), 10))
+			}
 			if !d.allowed {
-				return TooManyRequests(d.retryAfter)
+				p := TooManyRequests(d.retryAfter)
+				p.Detail = fmt.Sprintf("rate limit per %s exceeded; retry after %d second(s)", rl.scope, retryAfterSeconds(d.retryAfter))
+				return p
 			}
 			return next(c)
 		}
 	}
+}
+
+// IPKey keys a limiter by the client's address as the server's IP
+// extractor gives it (see Options.TrustedProxies). IPv6 clients are keyed
+// by their /64, the block one host usually holds.
+func IPKey(c echo.Context) string {
+	a, err := netip.ParseAddr(c.RealIP())
+	if err != nil {
+		return c.RealIP()
+	}
+	a = a.Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64) // cannot fail for a 128-bit address
+		return p.String()
+	}
+	return a.String()
 }
 
 // size reports the number of tracked keys (for tests).

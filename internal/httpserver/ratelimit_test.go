@@ -1,9 +1,12 @@
 package httpserver
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +33,7 @@ func limitedGet(e *echo.Echo, key string) *httptest.ResponseRecorder {
 
 func TestRateLimit(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	rl := NewRateLimiter(0.5, 2) // one token every 2 s, bursts of 2
+	rl := NewRateLimiter("key", 0.5, 2) // one token every 2 s, bursts of 2
 	rl.now = func() time.Time { return now }
 	e := limitedEcho(rl)
 
@@ -77,7 +80,7 @@ func TestRateLimit(t *testing.T) {
 
 func TestRateLimitEvictsIdleKeys(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	rl := NewRateLimiter(10, 5) // refills in 0.5 s; idle TTL 1 s
+	rl := NewRateLimiter("key", 10, 5) // refills in 0.5 s; idle TTL 1 s
 	rl.now = func() time.Time { return now }
 	e := limitedEcho(rl)
 	for _, k := range []string{"a", "b", "c"} {
@@ -94,7 +97,7 @@ func TestRateLimitEvictsIdleKeys(t *testing.T) {
 }
 
 func TestRateLimitDisabled(t *testing.T) {
-	for _, rl := range []*RateLimiter{NewRateLimiter(0, 1), nil} {
+	for _, rl := range []*RateLimiter{NewRateLimiter("key", 0, 1), nil} {
 		e := limitedEcho(rl)
 		for i := 0; i < 5; i++ {
 			rec := limitedGet(e, "k")
@@ -102,5 +105,107 @@ func TestRateLimitDisabled(t *testing.T) {
 				t.Fatalf("disabled limiter limited: %d %v", rec.Code, rec.Header())
 			}
 		}
+	}
+}
+
+// limitedServer serves GET /x behind per-IP limiting (burst 2, no refill
+// during the test) with the given trusted proxies.
+func limitedServer(t *testing.T, proxies ...netip.Prefix) *testServer {
+	t.Helper()
+	e := New(Options{Logger: slog.New(slog.DiscardHandler), TrustedProxies: proxies})
+	perIP := NewRateLimiter("IP address", 0.001, 2).Middleware(IPKey)
+	e.GET("/x", func(c echo.Context) error { return c.NoContent(204) }, perIP)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return &testServer{Server: srv, e: e}
+}
+
+func TestRateLimitPerIP(t *testing.T) {
+	s := limitedServer(t)
+	// Without trusted proxies X-Forwarded-For is ignored: a client cannot
+	// claim a fresh address with each request.
+	for i, want := range []int{204, 204, 429} {
+		res := s.do(t, "GET", "/x", nil, map[string]string{"X-Forwarded-For": fmt.Sprintf("203.0.113.%d", i)})
+		if res.status != want {
+			t.Fatalf("request %d: status %d, want %d", i+1, res.status, want)
+		}
+		if want == 429 {
+			p := res.problem(t)
+			if p.Code != "rate_limited" || !strings.Contains(p.Detail, "per IP address") || res.header.Get("Retry-After") == "" || res.header.Get("RateLimit-Limit") != "2" {
+				t.Errorf("refusal: %s %v", res.body, res.header)
+			}
+		}
+	}
+}
+
+func TestRateLimitTrustedProxies(t *testing.T) {
+	s := limitedServer(t, netip.MustParsePrefix("127.0.0.0/8"))
+	get := func(xff string) int {
+		t.Helper()
+		return s.do(t, "GET", "/x", nil, map[string]string{"X-Forwarded-For": xff}).status
+	}
+	// Behind a trusted proxy, the address it forwards is the client's.
+	if a, b, c := get("203.0.113.7"), get("203.0.113.7"), get("203.0.113.7"); a != 204 || b != 204 || c != 429 {
+		t.Fatalf("one forwarded client: %d %d %d", a, b, c)
+	}
+	if got := get("203.0.113.8"); got != 204 {
+		t.Fatalf("another forwarded client: %d", got)
+	}
+	// Addresses a client adds in front of the chain are not believed: the
+	// last untrusted hop is.
+	if got := get("198.51.100.1, 203.0.113.7"); got != 429 {
+		t.Fatalf("a client prepending an address escaped its limit: %d", got)
+	}
+	// IPv6 clients count per /64.
+	if a, b := get("2001:db8:1:2::1"), get("2001:db8:1:2::ffff"); a != 204 || b != 204 {
+		t.Fatalf("IPv6 client: %d %d", a, b)
+	}
+	if got := get("2001:db8:1:2:aaaa::1"); got != 429 {
+		t.Fatalf("another address of the same /64: %d", got)
+	}
+	if got := get("2001:db8:1:3::1"); got != 204 {
+		t.Fatalf("another /64: %d", got)
+	}
+}
+
+func TestRateLimitersInChain(t *testing.T) {
+	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
+	header := func(name string) func(echo.Context) string {
+		return func(c echo.Context) string { return c.Request().Header.Get(name) }
+	}
+	perCredential := NewRateLimiter("credential", 0.001, 3).Middleware(header("X-Key"))
+	perAccount := NewRateLimiter("account", 0.001, 4).Middleware(header("X-Account"))
+	e.GET("/x", func(c echo.Context) error { return c.NoContent(204) }, perCredential, perAccount)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	s := &testServer{Server: srv, e: e}
+	get := func(key string) response {
+		t.Helper()
+		return s.do(t, "GET", "/x", nil, map[string]string{"X-Key": key, "X-Account": "acct"})
+	}
+	check := func(res response, status int, limit, remaining string) {
+		t.Helper()
+		if res.status != status || res.header.Get("RateLimit-Limit") != limit || res.header.Get("RateLimit-Remaining") != remaining {
+			t.Fatalf("status %d Limit %q Remaining %q, want %d %s %s", res.status,
+				res.header.Get("RateLimit-Limit"), res.header.Get("RateLimit-Remaining"), status, limit, remaining)
+		}
+	}
+	// The headers describe the limit closest to refusing.
+	check(get("k1"), 204, "3", "2") // credential 2 left, account 3
+	check(get("k1"), 204, "3", "1") // credential 1, account 2
+	check(get("k2"), 204, "4", "1") // credential 2, account 1
+	check(get("k2"), 204, "4", "0") // credential 1, account 0
+	// The account refuses, with its own headers and scope.
+	res := get("k2")
+	check(res, 429, "4", "0")
+	if p := res.problem(t); !strings.Contains(p.Detail, "per account") {
+		t.Errorf("detail %q does not name the account limit", p.Detail)
+	}
+	// A credential out of tokens is refused by its own limit.
+	get("k1")
+	res = get("k1")
+	check(res, 429, "3", "0")
+	if p := res.problem(t); !strings.Contains(p.Detail, "per credential") {
+		t.Errorf("detail %q does not name the credential limit", p.Detail)
 	}
 }

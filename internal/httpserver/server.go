@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"runtime/debug"
 	"time"
 
@@ -15,6 +17,9 @@ import (
 type Options struct {
 	Logger  *slog.Logger // nil: slog.Default()
 	Metrics *Metrics     // nil: no metrics middleware and no /metrics
+	// TrustedProxies are the only peers whose X-Forwarded-For is believed
+	// about the client's address (echo's RealIP); none: the peer's address.
+	TrustedProxies []netip.Prefix
 }
 
 // New returns an echo instance with the problem ErrorHandler and the shared
@@ -30,8 +35,7 @@ func New(opts Options) *echo.Echo {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = ErrorHandler(logger)
-	// Slow-header clients must not hold connections forever.
-	e.Server.ReadHeaderTimeout = 10 * time.Second
+	e.IPExtractor = ipExtractor(opts.TrustedProxies)
 
 	e.Use(Recover(), RequestID())
 	if opts.Metrics != nil {
@@ -43,6 +47,42 @@ func New(opts Options) *echo.Echo {
 		e.GET("/metrics", echo.WrapHandler(opts.Metrics.Handler()))
 	}
 	return e
+}
+
+// ipExtractor believes X-Forwarded-For only from trusted proxies; echo
+// would otherwise trust any private or loopback peer.
+func ipExtractor(proxies []netip.Prefix) echo.IPExtractor {
+	if len(proxies) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, p := range proxies {
+		opts = append(opts, echo.TrustIPRange(&net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
+}
+
+// Timeouts bound how long one connection may hold the server; zero is no
+// bound.
+type Timeouts struct {
+	Read  time.Duration // a whole request, body included
+	Write time.Duration // from the end of a request's headers to the end of its response
+	Idle  time.Duration // a keep-alive connection between requests
+}
+
+// readHeaderTimeout bounds reading a request's headers.
+const readHeaderTimeout = 10 * time.Second
+
+// NewServer returns the server every listener uses, so that slow or idle
+// clients cannot hold connections forever.
+func NewServer(h http.Handler, t Timeouts) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
+	}
 }
 
 // PanicError is a recovered panic, returned as an error so it becomes a 500.

@@ -58,7 +58,8 @@ func (c *Clock) Advance(d time.Duration) {
 }
 
 // Config returns the default configuration pointed at databaseURL, with
-// local state under a temporary directory.
+// local state under a temporary directory. MAILROOM_* variables of the
+// environment are not applied: tests set what they need.
 func Config(t testing.TB, databaseURL string) config.Config {
 	var cfg config.Config
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
@@ -68,6 +69,8 @@ func Config(t testing.TB, databaseURL string) config.Config {
 	cfg.SandboxOutbox = cfg.DataDir + "/outbox"
 	cfg.BlobDir = cfg.DataDir + "/blobs"
 	cfg.RateLimit = 0
+	cfg.IPRateLimit = 0
+	cfg.AccountRateLimit = 0
 	cfg.SendConcurrency = 2          // each shard holds a connection; tests run several servers at once
 	cfg.DNSResolvers = "127.0.0.1:9" // nothing answers: tests that check DNS start their own servers
 	return cfg
@@ -117,7 +120,10 @@ func StartWithClock(t testing.TB, cfg config.Config, clock *Clock) *Server {
 	} else {
 		done <- nil
 	}
-	srv := httptest.NewServer(a.Handler())
+	// The server Serve uses, timeouts included.
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Config = a.HTTPServer(a.Handler())
+	srv.Start()
 	stopped := false
 	stop := func() {
 		if stopped {

@@ -340,6 +340,7 @@ func testRoundTrip(t *testing.T, s eventstore.Store) {
 		Data:          json.RawMessage(data),
 		Metadata: eventstore.Metadata{
 			CorrelationID: "corr-1", CausationID: "cause-1", Actor: "apikey:k_123", RequestID: "req-9",
+			ClientRequestID: "client-chosen-9",
 		},
 	}
 	before := time.Now()

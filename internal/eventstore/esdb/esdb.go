@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -75,7 +76,12 @@ type client struct {
 func New(connectionString string) (*Store, error) {
 	cfg, err := esdb.ParseConnectionString(connectionString)
 	if err != nil {
-		return nil, fmt.Errorf("eventstore/esdb: connection string: %w", err)
+		// url.Error quotes the whole string, credentials included.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("eventstore/esdb: connection string: %v", err)
 	}
 	s := &Store{log: slog.Default().With("component", "eventstore/esdb"), subs: map[*subscription]struct{}{}}
 	cfg.Logger = clientLogger(s.log)
@@ -218,12 +224,13 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // meta is the custom metadata of every event the adapter writes.
 type meta struct {
-	CorrelationID string `json:"correlation_id,omitempty"`
-	CausationID   string `json:"causation_id,omitempty"`
-	Actor         string `json:"actor,omitempty"`
-	RequestID     string `json:"request_id,omitempty"`
-	SchemaVersion int    `json:"schema_version"`
-	Hash          string `json:"hash"`
+	CorrelationID   string `json:"correlation_id,omitempty"`
+	CausationID     string `json:"causation_id,omitempty"`
+	Actor           string `json:"actor,omitempty"`
+	RequestID       string `json:"request_id,omitempty"`
+	ClientRequestID string `json:"client_request_id,omitempty"`
+	SchemaVersion   int    `json:"schema_version"`
+	Hash            string `json:"hash"`
 }
 
 // unknownPosition is what older servers report as the commit position of an
@@ -260,10 +267,11 @@ func recorded(e *esdb.RecordedEvent) eventstore.RecordedEvent {
 		SchemaVersion:  m.SchemaVersion,
 		Data:           json.RawMessage(e.Data),
 		Metadata: eventstore.Metadata{
-			CorrelationID: m.CorrelationID,
-			CausationID:   m.CausationID,
-			Actor:         m.Actor,
-			RequestID:     m.RequestID,
+			CorrelationID:   m.CorrelationID,
+			CausationID:     m.CausationID,
+			Actor:           m.Actor,
+			RequestID:       m.RequestID,
+			ClientRequestID: m.ClientRequestID,
 		},
 		RecordedAt: e.CreatedDate,
 		Hash:       m.Hash,
@@ -371,12 +379,13 @@ func (s *Store) appendAt(ctx context.Context, stream string, h head, events []ev
 	for i, ev := range events {
 		prev = eventstore.ChainHash(prev, stream, next+uint64(i), ev)
 		m, err := json.Marshal(meta{
-			CorrelationID: ev.Metadata.CorrelationID,
-			CausationID:   ev.Metadata.CausationID,
-			Actor:         ev.Metadata.Actor,
-			RequestID:     ev.Metadata.RequestID,
-			SchemaVersion: ev.SchemaVersion,
-			Hash:          prev,
+			CorrelationID:   ev.Metadata.CorrelationID,
+			CausationID:     ev.Metadata.CausationID,
+			Actor:           ev.Metadata.Actor,
+			RequestID:       ev.Metadata.RequestID,
+			ClientRequestID: ev.Metadata.ClientRequestID,
+			SchemaVersion:   ev.SchemaVersion,
+			Hash:            prev,
 		})
 		if err != nil {
 			return eventstore.AppendResult{}, err

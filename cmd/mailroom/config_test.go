@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailroom/mailroom/internal/pgtest"
+)
+
+const testMasterKey = "5f1c0e7a9b2d4c6e8f0a1b3c5d7e9f11223344556677889900aabbccddeeff01"
+
+// withPassword returns the database URL with a password added; the test
+// server trusts local connections, so the password is never checked.
+func withPassword(t *testing.T, db, password string) string {
+	t.Helper()
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), password)
+	return u.String()
+}
+
+// TestHelpShowsNoSecrets runs the binary's help with secrets in the
+// environment, as an operator's shell or a container would have them.
+func TestHelpShowsNoSecrets(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := map[string]string{
+		"MAILROOM_MASTER_KEY":   testMasterKey,
+		"MAILROOM_DATABASE_URL": "postgres://mailroom:db-pass-4471@db.internal:5432/mailroom",
+		"MAILROOM_SMTP_URL":     "smtps://relay-user:smtp-pass-9313@relay.internal:465",
+		"MAILROOM_EVENTSTORE":   "esdb://admin:esdb-pass-2208@kurrentdb:2113?tls=true",
+	}
+	env := os.Environ()
+	for k, v := range secrets {
+		env = append(env, k+"="+v)
+	}
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"accounts", "create", "--help"}, {"help", "serve"}} {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("mailroom %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		text := string(out)
+		for _, leak := range []string{testMasterKey, "db-pass-4471", "smtp-pass-9313", "esdb-pass-2208", "db.internal", "relay.internal"} {
+			if strings.Contains(text, leak) {
+				t.Errorf("mailroom %s prints %q from the environment:\n%s", strings.Join(args, " "), leak, text)
+			}
+		}
+		// The help still lists the settings, with their variables and the
+		// built-in defaults.
+		for _, want := range []string{"--master-key", "[MAILROOM_MASTER_KEY]", "visible to every user", `(default "postgres://postgres@127.0.0.1:5432/mailroom?sslmode=disable")`} {
+			if !strings.Contains(text, want) {
+				t.Errorf("mailroom %s does not show %q:\n%s", strings.Join(args, " "), want, text)
+			}
+		}
+	}
+}
+
+// TestSettingsFromEnvironment checks that the variables still take effect
+// when no flag is given, and that a flag given on the command line wins.
+func TestSettingsFromEnvironment(t *testing.T) {
+	db := pgtest.NewURL(t)
+	names := func() []string {
+		t.Helper()
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		rows, _ := conn.Query(ctx, "SELECT name FROM accounts ORDER BY name")
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	// Production refuses to start without a master key: given through the
+	// environment, it is applied.
+	t.Setenv("MAILROOM_DATA_DIR", t.TempDir())
+	t.Setenv("MAILROOM_ENV", "production")
+	t.Setenv("MAILROOM_DATABASE_URL", withPassword(t, db, "env-pass"))
+	t.Setenv("MAILROOM_MASTER_KEY", "")
+	if _, _, err := run(t, "accounts", "create", "--name", "Without key"); err == nil || !strings.Contains(err.Error(), "MAILROOM_MASTER_KEY is required") {
+		t.Fatalf("production without a master key: %v", err)
+	}
+	t.Setenv("MAILROOM_MASTER_KEY", testMasterKey)
+	if _, _, err := run(t, "accounts", "create", "--name", "From env", "--json"); err != nil {
+		t.Fatalf("accounts create with the environment's settings: %v", err)
+	}
+
+	// A flag wins over its variable: the variable names a server where
+	// nothing listens.
+	t.Setenv("MAILROOM_DATABASE_URL", "postgres://postgres:env-pass@127.0.0.1:9/nothing?connect_timeout=2")
+	if _, _, err := run(t, "accounts", "create", "--name", "From flag", "--database-url", db); err != nil {
+		t.Fatalf("accounts create with --database-url over the variable: %v", err)
+	}
+	if got := names(); strings.Join(got, ",") != "From env,From flag" {
+		t.Errorf("accounts in the database: %q", got)
+	}
+
+	// A variable that does not parse is reported by name.
+	t.Setenv("MAILROOM_DATABASE_URL", db)
+	t.Setenv("MAILROOM_RATE_LIMIT", "fast")
+	if _, _, err := run(t, "accounts", "create", "--name", "Bad rate"); err == nil || !strings.Contains(err.Error(), "MAILROOM_RATE_LIMIT") {
+		t.Fatalf("unparsable MAILROOM_RATE_LIMIT: %v", err)
+	}
+	// The flag given on the command line replaces the bad variable.
+	if _, _, err := run(t, "accounts", "create", "--name", "Good rate", "--rate-limit", "5"); err != nil {
+		t.Fatalf("--rate-limit over an unparsable variable: %v", err)
+	}
+}
+
+// TestErrorsHideURLPasswords checks that connection strings that do not
+// parse are reported without their passwords.
+func TestErrorsHideURLPasswords(t *testing.T) {
+	db := pgtest.NewURL(t)
+	t.Setenv("MAILROOM_DATA_DIR", t.TempDir())
+	for _, c := range []struct{ name, db, eventstore, secret string }{
+		{"bad database port", "postgres://postgres:db-leak-1@127.0.0.1:port/x", "", "db-leak-1"},
+		{"bad database host", "postgres://postgres:db-leak-2@[::1/x", "", "db-leak-2"},
+		{"bad esdb host", db, "esdb://admin:esdb-leak-1@[::1:2113", "esdb-leak-1"},
+		{"unknown event store scheme", db, "edsb://admin:esdb-leak-2@kurrentdb:2113", "esdb-leak-2"},
+		{"event store without scheme", db, "admin:esdb-leak-3@kurrentdb:2113", "esdb-leak-3"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("MAILROOM_DATABASE_URL", c.db)
+			t.Setenv("MAILROOM_EVENTSTORE", c.eventstore)
+			_, stderr, err := run(t, "projections", "status")
+			if err == nil {
+				t.Fatal("a bad connection string was accepted")
+			}
+			if strings.Contains(err.Error(), c.secret) || strings.Contains(stderr, c.secret) {
+				t.Errorf("the error shows the password: %v\n%s", err, stderr)
+			}
+			if !strings.Contains(err.Error(), "database url") && !strings.Contains(err.Error(), "eventstore") {
+				t.Errorf("the error does not say which setting is wrong: %v", err)
+			}
+		})
+	}
+}

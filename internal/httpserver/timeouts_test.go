@@ -1,0 +1,96 @@
+package httpserver
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// startWith serves e through NewServer(e, t) on a loopback listener.
+func startWith(t *testing.T, e *echo.Echo, timeouts Timeouts) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Config = NewServer(e, timeouts)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// dial opens a raw connection, as a client that keeps it open would.
+func dial(t *testing.T, srv *httptest.Server) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, bufio.NewReader(conn)
+}
+
+// closedByServer waits (at most a generous bound, so a server that never
+// closes fails the test instead of hanging it) for the server to close conn.
+func closedByServer(t *testing.T, conn net.Conn, r *bufio.Reader) {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.ReadAll(r)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("the server kept the connection open")
+	}
+	if err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("reading until the server closes: %v", err)
+	}
+}
+
+func TestIdleConnectionIsClosed(t *testing.T) {
+	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
+	Health(e, nil)
+	srv := startWith(t, e, Timeouts{Idle: 300 * time.Millisecond})
+	conn, r := dial(t, srv)
+
+	// Two requests on the connection: it is kept alive between them.
+	for range 2 {
+		if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: mailroom\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || res.Close {
+			t.Fatalf("status %d, close %v", res.StatusCode, res.Close)
+		}
+	}
+	// Then left idle: the server closes it.
+	closedByServer(t, conn, r)
+}
+
+func TestSlowBodyIsCutOff(t *testing.T) {
+	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
+	e.POST("/upload", func(c echo.Context) error {
+		_, err := io.Copy(io.Discard, c.Request().Body)
+		if err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
+	})
+	srv := startWith(t, e, Timeouts{Read: 300 * time.Millisecond, Write: time.Second, Idle: time.Minute})
+	conn, r := dial(t, srv)
+
+	// A client announces a body and sends a little of it, then stalls.
+	if _, err := io.WriteString(conn, "POST /upload HTTP/1.1\r\nHost: mailroom\r\nContent-Length: 1000\r\n\r\nonly a little"); err != nil {
+		t.Fatal(err)
+	}
+	closedByServer(t, conn, r)
+}
