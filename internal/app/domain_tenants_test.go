@@ -95,7 +95,7 @@ func TestSESIdentityStaysWithItsAccount(t *testing.T) {
 	fake.SetStatuses("SUCCESS", "SUCCESS")
 	ctx := context.Background()
 	acctA, adminA := s.Account("Victim")
-	acctB, adminB := s.Account("Intruder")
+	_, adminB := s.Account("Intruder")
 
 	r := s.Do("POST", "/api/domains", adminA, map[string]any{"domain": "victim.com"})
 	if r.Status != 201 {
@@ -153,7 +153,6 @@ func TestSESIdentityStaysWithItsAccount(t *testing.T) {
 	w := &sendWorld{Server: s, account: acctA, admin: adminA, key: key.Key}
 	id := w.send(t, map[string]any{"from": "hello@victim.com", "to": "ann@example.org", "subject": "still mine", "text": "t"})["id"].(string)
 	w.waitFor(t, id, status("sent"))
-	_ = acctB
 }
 
 // Domains added before names were claimed across accounts may share a name.
