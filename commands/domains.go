@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -55,35 +56,31 @@ func (s *Service) addDomain(ctx context.Context, accountID, rawName string, lega
 	if problem != "" {
 		return sendingdomain.State{}, &domain.ValidationError{Errors: []domain.FieldError{{Field: "domain", Message: problem}}}
 	}
+	// Counted on the read model: two adds racing at the cap could both pass.
+	n, err := s.domainCount(ctx, accountID)
+	if err != nil {
+		return sendingdomain.State{}, err
+	}
+	if n >= sendingdomain.MaxDomains {
+		return sendingdomain.State{}, &LimitError{Detail: fmt.Sprintf("an account may hold at most %d sending domains", sendingdomain.MaxDomains)}
+	}
+	// Claim the name before making a key: a name in use costs nothing, and
+	// two adds of one name cannot both succeed.
 	id := uuid.NewString()
+	if err := s.claimName(ctx, accountID, name, id, meta); err != nil {
+		return sendingdomain.State{}, err
+	}
 	now := s.now()
 	var key *sendingdomain.Key
 	var tokens []string
 	if legacy {
 		tokens = legacyTokens()
 	} else {
-		k, err := dkimkey.Generate(s.box, id, now)
+		k, err := s.newKey(id, now)
 		if err != nil {
 			return sendingdomain.State{}, err
 		}
 		key = &k
-	}
-
-	// Claim the name first, so two adds of one name cannot both succeed.
-	_, err := execute(ctx, s, sendingdomain.ClaimStream(accountID, name), sendingdomain.EvolveClaim,
-		func(c sendingdomain.Claim) ([]domain.Event, error) {
-			alive := false
-			if c.DomainID != "" {
-				holder, err := s.loadDomain(ctx, c.DomainID)
-				if err != nil {
-					return nil, err
-				}
-				alive = holder.Exists()
-			}
-			return sendingdomain.ClaimName(c, alive, accountID, name, id, now)
-		}, meta)
-	if err != nil {
-		return sendingdomain.State{}, err
 	}
 	evs, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
 		return sendingdomain.Add(st, id, accountID, name, s.region, key, tokens, now)
@@ -92,6 +89,38 @@ func (s *Service) addDomain(ctx context.Context, accountID, rawName string, lega
 		return sendingdomain.State{}, err
 	}
 	return fold(sendingdomain.State{}, sendingdomain.Evolve, evs), nil
+}
+
+// claimName claims name for domainID on the name's stream, shared by every
+// account. Domains the read model shows under that name are asked too: they
+// may predate the claim stream.
+func (s *Service) claimName(ctx context.Context, accountID, name, domainID string, meta Meta) error {
+	known, err := s.domainsNamed(ctx, name)
+	if err != nil {
+		return err
+	}
+	_, err = execute(ctx, s, sendingdomain.NameStream(name), sendingdomain.EvolveClaim,
+		func(c sendingdomain.Claim) ([]domain.Event, error) {
+			var holder sendingdomain.State
+			if c.DomainID != "" && c.DomainID != domainID {
+				h, err := s.loadDomain(ctx, c.DomainID)
+				if err != nil {
+					return nil, err
+				}
+				holder = h
+			}
+			return sendingdomain.ClaimName(c, holder, known, accountID, name, domainID, s.now())
+		}, meta)
+	return err
+}
+
+// newKey makes a DKIM key for domainID.
+func (s *Service) newKey(domainID string, now time.Time) (sendingdomain.Key, error) {
+	k, err := dkimkey.Generate(s.box, domainID, now)
+	if err == nil && s.keyGenerated != nil {
+		s.keyGenerated()
+	}
+	return k, err
 }
 
 // legacyTokens are the three Easy DKIM tokens of an imported domain.
@@ -124,6 +153,13 @@ func (s *Service) VerifyDomain(ctx context.Context, accountID, id string, meta M
 	}
 	if !st.Exists() || st.AccountID != accountID {
 		return st, DNSCheck{}, domain.ErrNotFound
+	}
+	if st.Status == sendingdomain.StatusFailed {
+		// An expired domain gave its name up; another account may hold it
+		// now. Claiming it again before restarting settles who has it.
+		if err := s.claimName(ctx, accountID, st.Name, st.ID, meta); err != nil {
+			return st, DNSCheck{}, err
+		}
 	}
 	outcome := s.checkDNS(ctx, st)
 	st, err = s.applyCheck(ctx, id, accountID, outcome, true, meta)
@@ -189,7 +225,7 @@ func (s *Service) checkDNS(ctx context.Context, st sendingdomain.State) sendingd
 	if s.identity != nil && (o.DkimOK || o.MailFromOK) {
 		// The provider must see it too; if it cannot be asked, nothing is
 		// verified this time and the next check tries again.
-		dkimOK, mailFromOK, err := s.identity(ctx, st.Name)
+		dkimOK, mailFromOK, err := s.identity(ctx, st.ID, st.Name)
 		o.DkimOK = o.DkimOK && err == nil && dkimOK
 		o.MailFromOK = o.MailFromOK && err == nil && mailFromOK
 	}
@@ -223,22 +259,28 @@ func (s *Service) VerifyDomainBySandbox(ctx context.Context, id string, meta Met
 
 // RotateDKIM publishes a new key beside the current one.
 func (s *Service) RotateDKIM(ctx context.Context, accountID, id string, meta Meta) (sendingdomain.State, error) {
-	return s.changeKey(ctx, accountID, id, sendingdomain.StartRotation, meta)
+	return s.changeKey(ctx, accountID, id, sendingdomain.CanRotate, sendingdomain.StartRotation, meta)
 }
 
 // UpgradeDKIM moves a legacy domain to BYODKIM.
 func (s *Service) UpgradeDKIM(ctx context.Context, accountID, id string, meta Meta) (sendingdomain.State, error) {
-	return s.changeKey(ctx, accountID, id, sendingdomain.StartUpgrade, meta)
+	return s.changeKey(ctx, accountID, id, sendingdomain.CanUpgrade, sendingdomain.StartUpgrade, meta)
 }
 
 type keyDecision func(sendingdomain.State, string, sendingdomain.Key, time.Time) ([]domain.Event, error)
 
-func (s *Service) changeKey(ctx context.Context, accountID, id string, decide keyDecision, meta Meta) (sendingdomain.State, error) {
-	if _, err := uuid.Parse(id); err != nil {
-		return sendingdomain.State{}, domain.ErrNotFound
+// changeKey makes a key only once the domain is known to be the caller's and
+// open to the change: an RSA key costs far more than the lookup.
+func (s *Service) changeKey(ctx context.Context, accountID, id string, check func(sendingdomain.State, string) error, decide keyDecision, meta Meta) (sendingdomain.State, error) {
+	st, err := s.loadDomain(ctx, id)
+	if err != nil {
+		return st, err
+	}
+	if err := check(st, accountID); err != nil {
+		return sendingdomain.State{}, err
 	}
 	now := s.now()
-	key, err := dkimkey.Generate(s.box, id, now)
+	key, err := s.newKey(id, now)
 	if err != nil {
 		return sendingdomain.State{}, err
 	}
@@ -270,7 +312,7 @@ func (s *Service) RemoveDomain(ctx context.Context, accountID, id string, meta M
 	// Free the name. This is best effort: a claim held by a removed domain
 	// counts as free anyway, so a failure here loses nothing.
 	if data, err := encodeOne(&sendingdomain.NameReleased{DomainID: id, ReleasedAt: s.now()}, meta); err == nil {
-		s.store.Append(ctx, sendingdomain.ClaimStream(removed.AccountID, removed.Name), eventstore.Any, data)
+		s.store.Append(ctx, sendingdomain.NameStream(removed.Name), eventstore.Any, data)
 	}
 	return nil
 }

@@ -52,11 +52,15 @@ type Service struct {
 	endpointCount func(ctx context.Context, accountID string) (int, error)
 	activeAPIKeys func(ctx context.Context, accountID string) (int, error)
 	identity      IdentityCheck
+	domainsNamed  func(ctx context.Context, name string) ([]sendingdomain.State, error)
+	domainCount   func(ctx context.Context, accountID string) (int, error)
+	keyGenerated  func()
 }
 
 // IdentityCheck asks the mail provider whether it sees a domain's DKIM and
-// MAIL FROM as verified (SES's own check, beside Mailroom's DNS check).
-type IdentityCheck func(ctx context.Context, domain string) (dkimOK, mailFromOK bool, err error)
+// MAIL FROM as verified (SES's own check, beside Mailroom's DNS check), on
+// the identity that domain domainID owns.
+type IdentityCheck func(ctx context.Context, domainID, domain string) (dkimOK, mailFromOK bool, err error)
 
 // URLChecker refuses URLs Mailroom must not fetch (egress.Policy).
 type URLChecker interface {
@@ -87,6 +91,12 @@ type Deps struct {
 	ActiveAPIKeys func(ctx context.Context, accountID string) (int, error)
 	// Identity, when set, must also see a domain verified.
 	Identity IdentityCheck
+	// DomainsNamed reads the domains of a name in every account (read model).
+	DomainsNamed func(ctx context.Context, name string) ([]sendingdomain.State, error)
+	// DomainCount counts an account's domains (read model).
+	DomainCount func(ctx context.Context, accountID string) (int, error)
+	// KeyGenerated, when set, is called for every DKIM key made.
+	KeyGenerated func()
 }
 
 // New returns a Service.
@@ -95,7 +105,8 @@ func New(d Deps) *Service {
 		d.Settle = func(context.Context, eventstore.Position, ...string) bool { return true }
 	}
 	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
-		domains: d.Domains, blobs: d.Blobs, egress: d.Egress, endpointCount: d.EndpointCount, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity}
+		domains: d.Domains, blobs: d.Blobs, egress: d.Egress, endpointCount: d.EndpointCount, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity,
+		domainsNamed: d.DomainsNamed, domainCount: d.DomainCount, keyGenerated: d.KeyGenerated}
 }
 
 // maxAttempts bounds retries after a concurrency conflict; busy streams

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS domains (
     state      jsonb NOT NULL
 );
 CREATE INDEX IF NOT EXISTS domains_account_idx ON domains (account_id, name);
-CREATE INDEX IF NOT EXISTS domains_status_idx ON domains (status);`
+CREATE INDEX IF NOT EXISTS domains_status_idx ON domains (status);
+CREATE INDEX IF NOT EXISTS domains_name_idx ON domains (name);`
 }
 
 // Apply is unused: Domains folds in Go (ApplyTx).

@@ -88,3 +88,22 @@ func SendingDomain(ctx context.Context, q Querier, accountID, name string) (send
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
+
+// DomainsNamed reads the domains of a name in every account, for claiming
+// the name.
+func DomainsNamed(ctx context.Context, q Querier, name string) ([]sendingdomain.State, error) {
+	rows, err := q.Query(ctx, `SELECT state FROM domains WHERE name = $1 ORDER BY created_at, id`, name)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanState)
+}
+
+// DomainCount counts an account's domains (removed ones leave the table).
+func DomainCount(ctx context.Context, q Querier, accountID string) (int, error) {
+	rows, err := q.Query(ctx, `SELECT count(*) FROM domains WHERE account_id = $1`, accountID)
+	if err != nil {
+		return 0, err
+	}
+	return pgx.CollectExactlyOneRow(rows, pgx.RowTo[int])
+}

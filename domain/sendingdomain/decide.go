@@ -93,30 +93,48 @@ func Expire(s State, now time.Time) ([]domain.Event, error) {
 	return []domain.Event{&VerificationExpired{DomainID: s.ID, ExpiredAt: now}}, nil
 }
 
-// StartRotation decides publishing a new key beside the current one.
-func StartRotation(s State, accountID string, key Key, now time.Time) ([]domain.Event, error) {
+// CanRotate reports why a rotation may not start. It is asked before a key
+// is made, so that refused requests cost nothing.
+func CanRotate(s State, accountID string) error {
 	if err := owned(s, accountID); err != nil {
-		return nil, err
+		return err
 	}
 	if s.Mode != BYODKIM {
-		return nil, &domain.ConflictError{Code: "legacy_dkim", Detail: "the domain uses legacy DKIM; upgrade it instead"}
+		return &domain.ConflictError{Code: "legacy_dkim", Detail: "the domain uses legacy DKIM; upgrade it instead"}
 	}
 	if s.Transition != nil {
-		return nil, &domain.ConflictError{Code: "transition_in_progress", Detail: "a DKIM key change is already under way"}
+		return &domain.ConflictError{Code: "transition_in_progress", Detail: "a DKIM key change is already under way"}
+	}
+	return nil
+}
+
+// StartRotation decides publishing a new key beside the current one.
+func StartRotation(s State, accountID string, key Key, now time.Time) ([]domain.Event, error) {
+	if err := CanRotate(s, accountID); err != nil {
+		return nil, err
 	}
 	return []domain.Event{&KeyChangeStarted{DomainID: s.ID, Kind: Rotation, Key: key, StartedAt: now}}, nil
 }
 
-// StartUpgrade decides moving a legacy domain to BYODKIM.
-func StartUpgrade(s State, accountID string, key Key, now time.Time) ([]domain.Event, error) {
+// CanUpgrade reports why an upgrade to BYODKIM may not start, before a key
+// is made.
+func CanUpgrade(s State, accountID string) error {
 	if err := owned(s, accountID); err != nil {
-		return nil, err
+		return err
 	}
 	if s.Mode != Legacy {
-		return nil, &domain.ConflictError{Code: "already_byodkim", Detail: "the domain already uses BYODKIM"}
+		return &domain.ConflictError{Code: "already_byodkim", Detail: "the domain already uses BYODKIM"}
 	}
 	if s.Transition != nil {
-		return nil, &domain.ConflictError{Code: "transition_in_progress", Detail: "a DKIM key change is already under way"}
+		return &domain.ConflictError{Code: "transition_in_progress", Detail: "a DKIM key change is already under way"}
+	}
+	return nil
+}
+
+// StartUpgrade decides moving a legacy domain to BYODKIM.
+func StartUpgrade(s State, accountID string, key Key, now time.Time) ([]domain.Event, error) {
+	if err := CanUpgrade(s, accountID); err != nil {
+		return nil, err
 	}
 	return []domain.Event{&KeyChangeStarted{DomainID: s.ID, Kind: Upgrade, Key: key, StartedAt: now}}, nil
 }

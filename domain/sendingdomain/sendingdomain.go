@@ -9,10 +9,13 @@ import (
 	"github.com/mailroom/mailroom/domain"
 )
 
-// Policy numbers of DESIGN §8.
+// Policy numbers.
 const (
 	VerificationWindow = 72 * time.Hour
 	OldKeyOverlap      = 7 * 24 * time.Hour
+	// MaxDomains is how many domains an account may hold; removed ones do
+	// not count, expired ones do until removed.
+	MaxDomains = 100
 )
 
 // DkimMode says who holds the signing key.
@@ -139,11 +142,12 @@ func Events() []domain.Event {
 		&KeyChangeStarted{}, &KeyCutOver{}, &OldKeyRetired{}, &Removed{}, &NameClaimed{}, &NameReleased{}}
 }
 
-// ClaimStream holds the claim that makes a domain name unique within an
-// account. A claim whose domain was removed, or never got added, is free.
-func ClaimStream(accountID, name string) string { return "domainclaim-" + accountID + "-" + name }
+// NameStream holds the claim that makes a domain name unique across all
+// accounts while its domain is pending or verified.
+func NameStream(name string) string { return "domainname-" + name }
 
-// Claim events.
+// Claim events. Streams written before names were claimed across accounts
+// (domainclaim-<account>-<name>) hold the same events.
 type (
 	NameClaimed struct {
 		AccountID string    `json:"account_id"`
@@ -161,26 +165,63 @@ func (NameClaimed) EventType() string  { return "DomainNameClaimed" }
 func (NameReleased) EventType() string { return "DomainNameReleased" }
 
 // Claim is the state of a name claim: the domain holding it, if any.
-type Claim struct{ DomainID string }
+type Claim struct {
+	DomainID  string
+	AccountID string
+	ClaimedAt time.Time
+}
 
 // EvolveClaim applies a claim event.
 func EvolveClaim(c Claim, e domain.Event) Claim {
 	switch e := e.(type) {
 	case *NameClaimed:
-		c.DomainID = e.DomainID
+		c = Claim{DomainID: e.DomainID, AccountID: e.AccountID, ClaimedAt: e.ClaimedAt}
 	case *NameReleased:
 		if c.DomainID == e.DomainID {
-			c.DomainID = ""
+			c = Claim{}
 		}
 	}
 	return c
 }
 
-// ClaimName decides claiming a name for domainID. holderAlive says whether
-// the domain currently holding the claim exists and is not removed.
-func ClaimName(c Claim, holderAlive bool, accountID, name, domainID string, now time.Time) ([]domain.Event, error) {
-	if c.DomainID != "" && holderAlive {
-		return nil, &domain.ConflictError{Code: "domain_exists", Detail: "the account already has the domain " + name}
+// ClaimGrace is how long a fresh claim holds its name whatever its domain
+// shows: the domain is appended just after its claim (or, for a verify of an
+// expired domain, restarted just after it). A claim whose add crashed frees
+// the name after this long.
+const ClaimGrace = time.Minute
+
+// ErrUnavailable refuses a name another account holds. It says nothing of
+// who holds it.
+var ErrUnavailable = &domain.ConflictError{Code: "domain_unavailable", Detail: "this domain is already in use"}
+
+// ClaimName decides claiming name for domainID of accountID. holder is the
+// domain the claim names (zero when there is none or it was never added);
+// known are the live domains of that name in the read model, in any account,
+// which covers domains added before names were claimed across accounts.
+//
+// A name is taken by a domain of the same account in any status (409
+// domain_exists), and by another account's pending or verified domain
+// (ErrUnavailable); an expired (failed) domain of another account frees it.
+// The decision always records a claim, so two claims of one name meet on the
+// claim stream and one of them is decided again.
+func ClaimName(c Claim, holder State, known []State, accountID, name, domainID string, now time.Time) ([]domain.Event, error) {
+	exists := &domain.ConflictError{Code: "domain_exists", Detail: "the account already has the domain " + name}
+	if c.DomainID != "" && c.DomainID != domainID && !holder.Removed && now.Sub(c.ClaimedAt) < ClaimGrace {
+		if c.AccountID == accountID {
+			return nil, exists
+		}
+		return nil, ErrUnavailable
+	}
+	for _, d := range append([]State{holder}, known...) {
+		if !d.Exists() || d.ID == domainID {
+			continue
+		}
+		if d.AccountID == accountID {
+			return nil, exists
+		}
+		if d.Status != StatusFailed {
+			return nil, ErrUnavailable
+		}
 	}
 	return []domain.Event{&NameClaimed{AccountID: accountID, Name: name, DomainID: domainID, ClaimedAt: now}}, nil
 }

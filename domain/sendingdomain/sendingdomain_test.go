@@ -189,12 +189,84 @@ func TestRemoveAndClaim(t *testing.T) {
 	if _, err := sd.RecordCheck(s, "a1", sd.Outcome{}, true, t0); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatal("verify of a removed domain")
 	}
-	c := sd.EvolveClaim(sd.Claim{}, &sd.NameClaimed{DomainID: "d1"})
-	var conflict *domain.ConflictError
-	if _, err := sd.ClaimName(c, true, "a1", "example.com", "d9", t0); !errors.As(err, &conflict) {
-		t.Fatal("a live claim must conflict")
+}
+
+func TestNameClaim(t *testing.T) {
+	code := func(evs []domain.Event, err error) string {
+		var conflict *domain.ConflictError
+		switch {
+		case errors.As(err, &conflict):
+			return conflict.Code
+		case err != nil:
+			return err.Error()
+		case len(evs) != 1:
+			return "no claim"
+		}
+		return "claimed"
 	}
-	if _, err := sd.ClaimName(c, false, "a1", "example.com", "d9", t0); err != nil {
-		t.Fatal("a claim on a removed domain must be free")
+	later := t0.Add(time.Hour)
+	a := added() // d1 of a1, pending, claimed at t0
+	c := sd.EvolveClaim(sd.Claim{}, &sd.NameClaimed{AccountID: "a1", DomainID: "d1", ClaimedAt: t0})
+	verified := apply(a)(sd.VerifyBySandbox(a, t0))
+	failed := apply(a)(sd.Expire(a, t0.Add(sd.VerificationWindow)))
+	removed := apply(a)(sd.Remove(a, "a1", t0))
+	cases := []struct {
+		name    string
+		c       sd.Claim
+		holder  sd.State
+		known   []sd.State
+		account string
+		now     time.Time
+		want    string
+	}{
+		{"free name", sd.Claim{}, sd.State{}, nil, "a2", t0, "claimed"},
+		{"pending elsewhere", c, a, nil, "a2", later, "domain_unavailable"},
+		{"verified elsewhere", c, verified, nil, "a2", later, "domain_unavailable"},
+		{"same account, any status", c, failed, nil, "a1", later, "domain_exists"},
+		{"expired elsewhere frees it", c, failed, nil, "a2", later, "claimed"},
+		{"removed frees it", c, removed, nil, "a2", t0, "claimed"},
+		{"removed frees it for the same account", c, removed, nil, "a1", t0, "claimed"},
+		{"released", sd.EvolveClaim(c, &sd.NameReleased{DomainID: "d1"}), sd.State{}, nil, "a2", t0, "claimed"},
+		// The domain is appended after its claim: a fresh claim holds the name.
+		{"fresh claim, domain not yet added", c, sd.State{}, nil, "a2", t0.Add(time.Second), "domain_unavailable"},
+		{"fresh claim of the same account", c, sd.State{}, nil, "a1", t0.Add(time.Second), "domain_exists"},
+		{"fresh re-claim of an expired domain", c, failed, nil, "a2", t0.Add(time.Second), "domain_unavailable"},
+		{"stale claim of a crashed add", c, sd.State{}, nil, "a2", t0.Add(sd.ClaimGrace), "claimed"},
+		// Domains from before names were claimed across accounts.
+		{"unclaimed domain elsewhere", sd.Claim{}, sd.State{}, []sd.State{verified}, "a2", later, "domain_unavailable"},
+		{"unclaimed expired domain elsewhere", sd.Claim{}, sd.State{}, []sd.State{failed}, "a2", later, "claimed"},
+		{"unclaimed domain of the same account", sd.Claim{}, sd.State{}, []sd.State{failed}, "a1", later, "domain_exists"},
+	}
+	for _, tc := range cases {
+		got := code(sd.ClaimName(tc.c, tc.holder, tc.known, tc.account, "example.com", "d9", tc.now))
+		if got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	// The domain itself re-claims its name (verify after expiry).
+	if got := code(sd.ClaimName(c, failed, []sd.State{failed}, "a1", "example.com", "d1", later)); got != "claimed" {
+		t.Errorf("re-claim by its own domain: %s", got)
+	}
+	// The refusal names no account.
+	_, err := sd.ClaimName(c, verified, nil, "a2", "example.com", "d9", later)
+	if strings.Contains(err.Error(), "a1") || strings.Contains(err.Error(), "d1") {
+		t.Errorf("refusal reveals the holder: %v", err)
+	}
+}
+
+func TestKeyChecksBeforeKeys(t *testing.T) {
+	legacy := apply(sd.State{})(sd.Add(sd.State{}, "d2", "a1", "legacy.com", "us-east-1", nil, []string{"t1", "t2", "t3"}, t0))
+	for name, err := range map[string]error{
+		"rotate unknown":        sd.CanRotate(sd.State{}, "a1"),
+		"rotate other account":  sd.CanRotate(added(), "a2"),
+		"upgrade unknown":       sd.CanUpgrade(sd.State{}, "a1"),
+		"upgrade other account": sd.CanUpgrade(legacy, "a2"),
+	} {
+		if !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("%s: %v, want not found", name, err)
+		}
+	}
+	if sd.CanRotate(added(), "a1") != nil || sd.CanUpgrade(legacy, "a1") != nil {
+		t.Error("allowed changes refused")
 	}
 }

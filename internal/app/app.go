@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/authn"
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/config"
@@ -59,6 +60,7 @@ type App struct {
 	// identityCheck asks the provider about a domain's verification.
 	identityCheck commands.IdentityCheck
 	Sender        provider.Sender
+	keysGenerated func() // counts DKIM keys made, for /metrics
 	Blobs         blob.Store
 	Scanner       *scan.Scanner
 	Egress        egress.Policy
@@ -91,6 +93,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All()...)
 	metrics.Registry().MustRegister(newLagCollector(a.Runner), newStuckCollector(pool))
 	a.Outcomes = processmanagers.NewOutcomes(metrics.Registry())
+	a.keysGenerated = newKeyCounter(metrics.Registry())
 	if err := a.open(ctx); err != nil {
 		a.Close()
 		return nil, err
@@ -287,7 +290,13 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 		Store: a.Store, Settle: settle, Now: func() time.Time { return a.Now() },
 		Box: a.Box, DNS: a.DNS, Region: a.Config.Region,
 		Domains: a.sendingDomain, Blobs: a.Blobs, Egress: a.Egress,
-		Identity: a.identityCheck, ActiveAPIKeys: a.activeAPIKeys,
+		Identity: a.identityCheck, KeyGenerated: a.keysGenerated, ActiveAPIKeys: a.activeAPIKeys,
+		DomainsNamed: func(ctx context.Context, name string) ([]sendingdomain.State, error) {
+			return readapi.DomainsNamed(ctx, a.Pool, name)
+		},
+		DomainCount: func(ctx context.Context, accountID string) (int, error) {
+			return readapi.DomainCount(ctx, a.Pool, accountID)
+		},
 		EndpointCount: func(ctx context.Context, accountID string) (int, error) {
 			var n int
 			err := a.Pool.QueryRow(ctx, "SELECT count(*) FROM webhook_endpoints WHERE account_id = $1", accountID).Scan(&n)
@@ -336,7 +345,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	router.Handle("domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box))
+	router.Handle("domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box, a.Log))
 	router.Handle("email-release", a.releaser().Handle)
 	dispatcher := a.dispatcher()
 	fanout := &processmanagers.Fanout{

@@ -453,10 +453,8 @@ func TestDomainsOfAnotherAccount(t *testing.T) {
 	if n := len(w.Do("GET", "/api/domains", other, nil).JSON(t)["data"].([]any)); n != 0 {
 		t.Fatalf("other account lists %d domains", n)
 	}
-	// The other account may add the same name for itself.
-	if r := w.Do("POST", "/api/domains", other, map[string]any{"domain": "mine.example"}); r.Status != 201 {
-		t.Fatalf("same name in another account: %d %s", r.Status, r.Body)
-	}
+	// Nor may it add the same name for itself while this one holds it.
+	wantProblem(t, w.Do("POST", "/api/domains", other, map[string]any{"domain": "mine.example"}), 409, "domain_unavailable")
 	if g := w.get(t, id); g["domain"] != "mine.example" {
 		t.Fatal("first account's domain changed")
 	}

@@ -104,3 +104,12 @@ func (c *stuckCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n))
 }
+
+// newKeyCounter counts the DKIM keys commands make: each is an RSA-2048
+// generation, the costliest thing a request can ask for.
+func newKeyCounter(reg prometheus.Registerer) func() {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "mailroom_dkim_keys_generated_total",
+		Help: "DKIM keys generated (domain adds, rotations, upgrades)."})
+	reg.MustRegister(c)
+	return c.Inc
+}

@@ -216,6 +216,7 @@ func TestSESProvider(t *testing.T) {
 	if nd.Status != 201 {
 		t.Fatalf("add domain: %d %s", nd.Status, nd.Body)
 	}
+	waitIdentity(t, fake, "checked.example")
 	publish(t, nd.JSON(t), dns)
 	v := w.Do("POST", "/api/domains/"+nd.JSON(t)["id"].(string)+"/verify", w.admin, nil).JSON(t)
 	if v["dns_check"].(map[string]any)["ok"] != true || v["dkim_status"] != "success" || v["mail_from_status"] != "pending" || v["status"] != "pending" {

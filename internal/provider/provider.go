@@ -4,10 +4,13 @@ package provider
 import (
 	"context"
 	"crypto/rsa"
+	"errors"
 )
 
 // Identity is a sending domain as the provider knows it.
 type Identity struct {
+	// DomainID is the Mailroom domain that creates, and so owns, the identity.
+	DomainID       string
 	Domain         string
 	MailFromDomain string
 	Region         string
@@ -19,11 +22,21 @@ type Identity struct {
 
 // Identities manages sending identities at the provider. Every call must be
 // idempotent: process managers retry after failures and may repeat a call.
+//
+// An identity belongs to the Mailroom domain id that created it: only that
+// domain may change its key or delete it. A call for another domain id
+// fails with ErrNotOwner and changes nothing. An identity the provider holds
+// without an owner (made before owners were recorded) is taken by the first
+// domain of its name that acts on it.
 type Identities interface {
 	CreateIdentity(ctx context.Context, id Identity) error
-	SetSigningKey(ctx context.Context, domain, selector string, key *rsa.PrivateKey) error
-	DeleteIdentity(ctx context.Context, domain string) error
+	SetSigningKey(ctx context.Context, domainID, domain, selector string, key *rsa.PrivateKey) error
+	DeleteIdentity(ctx context.Context, domainID, domain string) error
 }
+
+// ErrNotOwner refuses a change to an identity another domain owns. It is
+// permanent: repeating the call cannot succeed.
+var ErrNotOwner = errors.New("the identity belongs to another domain")
 
 // Outbound is a fully rendered message handed to a provider.
 type Outbound struct {
@@ -60,6 +73,8 @@ func (e *RejectedError) Error() string { return "provider rejected the message: 
 // identities (an SMTP relay: Mailroom signs each message itself).
 type NoIdentities struct{}
 
-func (NoIdentities) CreateIdentity(context.Context, Identity) error                       { return nil }
-func (NoIdentities) SetSigningKey(context.Context, string, string, *rsa.PrivateKey) error { return nil }
-func (NoIdentities) DeleteIdentity(context.Context, string) error                         { return nil }
+func (NoIdentities) CreateIdentity(context.Context, Identity) error { return nil }
+func (NoIdentities) SetSigningKey(context.Context, string, string, string, *rsa.PrivateKey) error {
+	return nil
+}
+func (NoIdentities) DeleteIdentity(context.Context, string, string) error { return nil }

@@ -5,19 +5,22 @@ package sandbox
 import (
 	"context"
 	"crypto/rsa"
+	"fmt"
 	"sync"
 
 	"github.com/mailroom/mailroom/internal/provider"
 )
 
-// Call is one recorded identity call.
+// Call is one identity call the recorder carried out (refused calls are
+// not recorded).
 type Call struct {
 	Op       string // "create", "set_signing_key", "delete"
 	Domain   string
 	Selector string
 }
 
-// Identities records identity calls in memory.
+// Identities records identity calls in memory, and keeps each identity's
+// owner as a provider would.
 type Identities struct {
 	mu    sync.Mutex
 	calls []Call
@@ -29,27 +32,45 @@ func NewIdentities() *Identities { return &Identities{live: map[string]provider.
 
 var _ provider.Identities = (*Identities)(nil)
 
+// owned refuses a call of domainID on an identity another domain owns.
+// The caller holds s.mu.
+func (s *Identities) owned(domainID, domain string) error {
+	if id, ok := s.live[domain]; ok && id.DomainID != "" && id.DomainID != domainID {
+		return fmt.Errorf("sandbox: %s: %w", domain, provider.ErrNotOwner)
+	}
+	return nil
+}
+
 func (s *Identities) CreateIdentity(_ context.Context, id provider.Identity) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.owned(id.DomainID, id.Domain); err != nil {
+		return err
+	}
 	s.calls = append(s.calls, Call{Op: "create", Domain: id.Domain, Selector: id.Selector})
 	s.live[id.Domain] = id
 	return nil
 }
 
-func (s *Identities) SetSigningKey(_ context.Context, domain, selector string, key *rsa.PrivateKey) error {
+func (s *Identities) SetSigningKey(_ context.Context, domainID, domain, selector string, key *rsa.PrivateKey) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.owned(domainID, domain); err != nil {
+		return err
+	}
 	s.calls = append(s.calls, Call{Op: "set_signing_key", Domain: domain, Selector: selector})
 	id := s.live[domain]
-	id.Domain, id.Selector, id.PrivateKey = domain, selector, key
+	id.DomainID, id.Domain, id.Selector, id.PrivateKey = domainID, domain, selector, key
 	s.live[domain] = id
 	return nil
 }
 
-func (s *Identities) DeleteIdentity(_ context.Context, domain string) error {
+func (s *Identities) DeleteIdentity(_ context.Context, domainID, domain string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.owned(domainID, domain); err != nil {
+		return err
+	}
 	s.calls = append(s.calls, Call{Op: "delete", Domain: domain})
 	delete(s.live, domain)
 	return nil

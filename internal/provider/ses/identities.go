@@ -15,17 +15,26 @@ import (
 	"github.com/mailroom/mailroom/internal/provider"
 )
 
-// CreateIdentity creates the domain identity at SES and sets its custom
-// MAIL FROM domain. With a key (BYODKIM) the identity signs with that
-// selector and key; without one (legacy) SES manages the key (Easy DKIM).
+// OwnerTag is the identity tag naming the Mailroom domain id that created
+// the identity; only that domain may change or delete it.
+const OwnerTag = "mailroom_domain_id"
+
+// CreateIdentity creates the domain identity at SES, tagged with its owner,
+// and sets its custom MAIL FROM domain. With a key (BYODKIM) the identity
+// signs with that selector and key; without one (legacy) SES manages the
+// key (Easy DKIM).
 //
-// Idempotent: an identity that already exists counts as created, and for a
-// BYODKIM identity its signing attributes are then set again
-// (PutEmailIdentityDkimSigningAttributes), so a retry after a partial
-// failure converges on the key Mailroom holds. The MAIL FROM call is a PUT
-// and may be repeated.
+// Idempotent: an identity of the same owner that already exists counts as
+// created, and for a BYODKIM identity its signing attributes are then set
+// again, so a retry after a partial failure converges on the key Mailroom
+// holds. An existing identity without an owner tag (made before owners were
+// recorded) is adopted the same way; one of another owner is left untouched
+// (provider.ErrNotOwner). The MAIL FROM call is a PUT and may be repeated.
 func (p *Provider) CreateIdentity(ctx context.Context, id provider.Identity) error {
 	in := &sesv2.CreateEmailIdentityInput{EmailIdentity: aws.String(id.Domain)}
+	if id.DomainID != "" {
+		in.Tags = []types.Tag{{Key: aws.String(OwnerTag), Value: aws.String(id.DomainID)}}
+	}
 	byodkim := id.PrivateKey != nil
 	if byodkim {
 		attrs, err := signingAttributes(id.Selector, id.PrivateKey)
@@ -39,9 +48,11 @@ func (p *Provider) CreateIdentity(ctx context.Context, id provider.Identity) err
 	switch {
 	case errors.As(err, &exists):
 		if byodkim {
-			if err := p.SetSigningKey(ctx, id.Domain, id.Selector, id.PrivateKey); err != nil {
+			if err := p.SetSigningKey(ctx, id.DomainID, id.Domain, id.Selector, id.PrivateKey); err != nil {
 				return err
 			}
+		} else if _, err := p.checkOwner(ctx, id.DomainID, id.Domain); err != nil {
+			return err
 		}
 	case err != nil:
 		return fmt.Errorf("ses: create identity %s: %w", id.Domain, err)
@@ -59,13 +70,34 @@ func (p *Provider) CreateIdentity(ctx context.Context, id provider.Identity) err
 	return nil
 }
 
+// checkOwner reads the identity's owner tag and refuses with
+// provider.ErrNotOwner when another domain owns it. It reports whether the
+// identity exists.
+func (p *Provider) checkOwner(ctx context.Context, domainID, domain string) (bool, error) {
+	st, err := p.GetIdentityStatus(ctx, domain)
+	if err != nil {
+		return false, err
+	}
+	if st.Owner != "" && st.Owner != domainID {
+		return st.Exists, fmt.Errorf("ses: identity %s is owned by domain %s, not %s: %w", domain, st.Owner, domainID, provider.ErrNotOwner)
+	}
+	return st.Exists, nil
+}
+
 // SetSigningKey makes SES sign the domain's mail with selector and key
-// (BYODKIM, origin EXTERNAL). Used at rotation/upgrade cutover; repeating it
-// with the same key is harmless.
-func (p *Provider) SetSigningKey(ctx context.Context, domain, selector string, key *rsa.PrivateKey) error {
+// (BYODKIM, origin EXTERNAL), when domainID owns the identity. Used at
+// rotation/upgrade cutover; repeating it with the same key is harmless.
+func (p *Provider) SetSigningKey(ctx context.Context, domainID, domain, selector string, key *rsa.PrivateKey) error {
 	attrs, err := signingAttributes(selector, key)
 	if err != nil {
 		return err
+	}
+	exists, err := p.checkOwner(ctx, domainID, domain)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("ses: set signing key of %s: the identity does not exist", domain)
 	}
 	_, err = p.ses.PutEmailIdentityDkimSigningAttributes(ctx, &sesv2.PutEmailIdentityDkimSigningAttributesInput{
 		EmailIdentity:           aws.String(domain),
@@ -78,10 +110,14 @@ func (p *Provider) SetSigningKey(ctx context.Context, domain, selector string, k
 	return nil
 }
 
-// DeleteIdentity removes the domain identity; one that does not exist
-// counts as deleted.
-func (p *Provider) DeleteIdentity(ctx context.Context, domain string) error {
-	_, err := p.ses.DeleteEmailIdentity(ctx, &sesv2.DeleteEmailIdentityInput{EmailIdentity: aws.String(domain)})
+// DeleteIdentity removes the domain identity when domainID owns it (or no
+// one does); one that does not exist counts as deleted.
+func (p *Provider) DeleteIdentity(ctx context.Context, domainID, domain string) error {
+	exists, err := p.checkOwner(ctx, domainID, domain)
+	if err != nil || !exists {
+		return err
+	}
+	_, err = p.ses.DeleteEmailIdentity(ctx, &sesv2.DeleteEmailIdentityInput{EmailIdentity: aws.String(domain)})
 	var notFound *types.NotFoundException
 	if err != nil && !errors.As(err, &notFound) {
 		return fmt.Errorf("ses: delete identity %s: %w", domain, err)
@@ -96,6 +132,7 @@ type IdentityStatus struct {
 	DkimStatus       string // PENDING, SUCCESS, FAILED, TEMPORARY_FAILURE, NOT_STARTED
 	MailFromStatus   string // PENDING, SUCCESS, FAILED, TEMPORARY_FAILURE
 	VerificationInfo string // SES's last error type, if any
+	Owner            string // the OwnerTag, "" on an identity made before owners were recorded
 }
 
 // GetIdentityStatus reads the identity's verification state
@@ -119,6 +156,11 @@ func (p *Provider) GetIdentityStatus(ctx context.Context, domain string) (Identi
 	if out.VerificationInfo != nil {
 		st.VerificationInfo = string(out.VerificationInfo.ErrorType)
 	}
+	for _, t := range out.Tags {
+		if aws.ToString(t.Key) == OwnerTag {
+			st.Owner = aws.ToString(t.Value)
+		}
+	}
 	return st, nil
 }
 
@@ -137,10 +179,11 @@ func signingAttributes(selector string, key *rsa.PrivateKey) (*types.DkimSigning
 }
 
 // IdentityVerification reports whether SES itself sees the domain's DKIM
-// and MAIL FROM as verified.
-func (p *Provider) IdentityVerification(ctx context.Context, domain string) (dkimOK, mailFromOK bool, err error) {
+// and MAIL FROM as verified, on an identity domainID owns (another domain's
+// identity verifies nothing for it).
+func (p *Provider) IdentityVerification(ctx context.Context, domainID, domain string) (dkimOK, mailFromOK bool, err error) {
 	st, err := p.GetIdentityStatus(ctx, domain)
-	if err != nil {
+	if err != nil || (st.Owner != "" && st.Owner != domainID) {
 		return false, false, err
 	}
 	return st.DkimStatus == "SUCCESS", st.MailFromStatus == "SUCCESS", nil

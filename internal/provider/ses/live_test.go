@@ -38,7 +38,7 @@ func TestLiveSES(t *testing.T) {
 	if err != nil || st.Exists {
 		t.Fatalf("GetIdentityStatus(%s) = %+v, %v", missing, st, err)
 	}
-	if err := p.DeleteIdentity(ctx, missing); err != nil {
+	if err := p.DeleteIdentity(ctx, "", missing); err != nil {
 		t.Fatalf("DeleteIdentity of a missing identity: %v", err)
 	}
 	from := os.Getenv("MAILROOM_TEST_SES_FROM")

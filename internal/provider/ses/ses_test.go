@@ -7,10 +7,12 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/mailroom/mailroom/internal/provider"
+	"github.com/mailroom/mailroom/internal/provider/ses/sesfake"
 )
 
 var (
@@ -144,7 +146,7 @@ func TestCreateIdentityBYODKIM(t *testing.T) {
 	f := newFakeAWS(t)
 	key := rsaKey(t)
 	err := f.provider("").CreateIdentity(context.Background(), provider.Identity{
-		Domain: "example.com", MailFromDomain: "send.example.com", Region: "us-east-1",
+		DomainID: "d1", Domain: "example.com", MailFromDomain: "send.example.com", Region: "us-east-1",
 		Selector: "mrabc123", PrivateKey: key,
 	})
 	if err != nil {
@@ -161,6 +163,10 @@ func TestCreateIdentityBYODKIM(t *testing.T) {
 	if reqs[1].Method != "PUT" || reqs[1].Path != "/v2/email/identities/example.com/mail-from" ||
 		reqs[1].Body["MailFromDomain"] != "send.example.com" || reqs[1].Body["BehaviorOnMxFailure"] != "USE_DEFAULT_VALUE" {
 		t.Errorf("mail from = %+v", reqs[1])
+	}
+	id, ok := f.Identity("example.com")
+	if !ok || id.Tags[OwnerTag] != "d1" || id.Selector != "mrabc123" || id.MailFromDomain != "send.example.com" {
+		t.Errorf("identity at SES = %+v", id)
 	}
 }
 
@@ -183,9 +189,23 @@ func checkSigningAttrs(t *testing.T, v any, selector string, key *rsa.PrivateKey
 	}
 }
 
+// keyOf is the key an identity at the fake signs with, as SES got it.
+func keyOf(t *testing.T, f *fakeAWS, domain string) string {
+	t.Helper()
+	id, ok := f.Identity(domain)
+	if !ok {
+		t.Fatalf("no identity %s at SES", domain)
+	}
+	return id.PrivateKey
+}
+
+func encodedKey(key *rsa.PrivateKey) string {
+	return base64.StdEncoding.EncodeToString(x509.MarshalPKCS1PrivateKey(key))
+}
+
 func TestCreateIdentityLegacyUsesEasyDKIM(t *testing.T) {
 	f := newFakeAWS(t)
-	if err := f.provider("").CreateIdentity(context.Background(), provider.Identity{Domain: "old.example", MailFromDomain: "send.old.example"}); err != nil {
+	if err := f.provider("").CreateIdentity(context.Background(), provider.Identity{DomainID: "d1", Domain: "old.example", MailFromDomain: "send.old.example"}); err != nil {
 		t.Fatal(err)
 	}
 	reqs := f.recorded()
@@ -197,25 +217,31 @@ func TestCreateIdentityLegacyUsesEasyDKIM(t *testing.T) {
 	}
 }
 
+// A retried create finds its own identity and sets its key again.
 func TestCreateIdentityAlreadyExistsIsSuccess(t *testing.T) {
 	f := newFakeAWS(t)
-	f.failNext("POST /v2/email/identities", fakeError{Status: 400, Code: "AlreadyExistsException", Msg: "Email identity example.com already exist."})
+	p := f.provider("")
 	key := rsaKey(t)
-	err := f.provider("").CreateIdentity(context.Background(), provider.Identity{Domain: "example.com", MailFromDomain: "send.example.com", Selector: "mrabc123", PrivateKey: key})
-	if err != nil {
-		t.Fatal(err)
+	id := provider.Identity{DomainID: "d1", Domain: "example.com", MailFromDomain: "send.example.com", Selector: "mrabc123", PrivateKey: key}
+	for range 2 {
+		if err := p.CreateIdentity(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	reqs := f.recorded()
-	if len(reqs) != 3 || reqs[1].Path != "/v2/email/identities/example.com/dkim/signing" || reqs[2].Path != "/v2/email/identities/example.com/mail-from" {
+	if len(reqs) != 6 || reqs[3].Method != "GET" || reqs[4].Path != "/v2/email/identities/example.com/dkim/signing" || reqs[5].Path != "/v2/email/identities/example.com/mail-from" {
 		t.Fatalf("requests = %+v", reqs)
 	}
-	checkSigningAttrs(t, reqs[1].Body["SigningAttributes"], "mrabc123", key)
+	checkSigningAttrs(t, reqs[4].Body["SigningAttributes"], "mrabc123", key)
+	if got := f.IdentityLog(); strings.Join(got, ",") != "create example.com,mail_from example.com,set_signing_key example.com,mail_from example.com" {
+		t.Errorf("identity changes = %v", got)
+	}
 }
 
 func TestCreateIdentityFailureIsReported(t *testing.T) {
 	f := newFakeAWS(t)
 	f.failNext("PUT /v2/email/identities/example.com/mail-from", fakeError{Status: 500, Code: "InternalFailure", Msg: "boom"})
-	err := f.provider("").CreateIdentity(context.Background(), provider.Identity{Domain: "example.com", MailFromDomain: "send.example.com", Selector: "s", PrivateKey: rsaKey(t)})
+	err := f.provider("").CreateIdentity(context.Background(), provider.Identity{DomainID: "d1", Domain: "example.com", MailFromDomain: "send.example.com", Selector: "s", PrivateKey: rsaKey(t)})
 	if err == nil {
 		t.Fatal("want an error")
 	}
@@ -223,52 +249,118 @@ func TestCreateIdentityFailureIsReported(t *testing.T) {
 
 func TestSetSigningKey(t *testing.T) {
 	f := newFakeAWS(t)
+	f.PutIdentity("example.com", sesfake.Identity{Tags: map[string]string{OwnerTag: "d1"}, Selector: "mrold000"})
 	key := rsaKey(t)
-	if err := f.provider("").SetSigningKey(context.Background(), "example.com", "mrnew456", key); err != nil {
+	if err := f.provider("").SetSigningKey(context.Background(), "d1", "example.com", "mrnew456", key); err != nil {
 		t.Fatal(err)
 	}
 	reqs := f.recorded()
-	if len(reqs) != 1 || reqs[0].Method != "PUT" || reqs[0].Path != "/v2/email/identities/example.com/dkim/signing" {
+	if len(reqs) != 2 || reqs[0].Method != "GET" || reqs[1].Method != "PUT" || reqs[1].Path != "/v2/email/identities/example.com/dkim/signing" {
 		t.Fatalf("requests = %+v", reqs)
 	}
-	if reqs[0].Body["SigningAttributesOrigin"] != "EXTERNAL" {
-		t.Errorf("origin = %v", reqs[0].Body["SigningAttributesOrigin"])
+	if reqs[1].Body["SigningAttributesOrigin"] != "EXTERNAL" {
+		t.Errorf("origin = %v", reqs[1].Body["SigningAttributesOrigin"])
 	}
-	checkSigningAttrs(t, reqs[0].Body["SigningAttributes"], "mrnew456", key)
+	checkSigningAttrs(t, reqs[1].Body["SigningAttributes"], "mrnew456", key)
+	if got := keyOf(t, f, "example.com"); got != encodedKey(key) {
+		t.Error("SES does not hold the new key")
+	}
 }
 
 func TestDeleteIdentity(t *testing.T) {
 	f := newFakeAWS(t)
 	p := f.provider("")
-	if err := p.DeleteIdentity(context.Background(), "example.com"); err != nil {
+	f.PutIdentity("example.com", sesfake.Identity{Tags: map[string]string{OwnerTag: "d1"}})
+	if err := p.DeleteIdentity(context.Background(), "d1", "example.com"); err != nil {
 		t.Fatal(err)
 	}
-	f.failNext("DELETE /v2/email/identities/example.com", fakeError{Status: 404, Code: "NotFoundException", Msg: "Email identity example.com does not exist."})
-	if err := p.DeleteIdentity(context.Background(), "example.com"); err != nil {
-		t.Fatalf("NotFound must count as deleted: %v", err)
+	if _, ok := f.Identity("example.com"); ok {
+		t.Fatal("identity still at SES")
 	}
+	if err := p.DeleteIdentity(context.Background(), "d1", "example.com"); err != nil {
+		t.Fatalf("a missing identity must count as deleted: %v", err)
+	}
+	f.PutIdentity("example.com", sesfake.Identity{Tags: map[string]string{OwnerTag: "d1"}})
 	f.failNext("DELETE /v2/email/identities/example.com", fakeError{Status: 500, Code: "InternalFailure", Msg: "boom"})
-	if err := p.DeleteIdentity(context.Background(), "example.com"); err == nil {
+	if err := p.DeleteIdentity(context.Background(), "d1", "example.com"); err == nil {
 		t.Fatal("a 500 must be reported")
 	}
 	for _, r := range f.recorded() {
-		if r.Method != "DELETE" || r.Path != "/v2/email/identities/example.com" {
+		if r.Path != "/v2/email/identities/example.com" || (r.Method != "DELETE" && r.Method != "GET") {
 			t.Errorf("request = %+v", r)
 		}
+	}
+}
+
+// Only the domain that created an identity changes or deletes it; another
+// domain of the same name gets provider.ErrNotOwner and SES keeps the
+// owner's key and tag.
+func TestIdentityOwnership(t *testing.T) {
+	f := newFakeAWS(t)
+	p := f.provider("")
+	ctx := context.Background()
+	ownerKey := rsaKey(t)
+	otherKey, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CreateIdentity(ctx, provider.Identity{DomainID: "owner", Domain: "victim.com", MailFromDomain: "send.victim.com", Selector: "mrown111", PrivateKey: ownerKey}); err != nil {
+		t.Fatal(err)
+	}
+	refusals := map[string]error{
+		"create":        p.CreateIdentity(ctx, provider.Identity{DomainID: "other", Domain: "victim.com", MailFromDomain: "send.victim.com", Selector: "mroth222", PrivateKey: otherKey}),
+		"legacy create": p.CreateIdentity(ctx, provider.Identity{DomainID: "other", Domain: "victim.com", MailFromDomain: "send.victim.com"}),
+		"swap":          p.SetSigningKey(ctx, "other", "victim.com", "mroth222", otherKey),
+		"delete":        p.DeleteIdentity(ctx, "other", "victim.com"),
+	}
+	for op, err := range refusals {
+		if !errors.Is(err, provider.ErrNotOwner) {
+			t.Errorf("%s by another domain: %v, want ErrNotOwner", op, err)
+		}
+	}
+	id, ok := f.Identity("victim.com")
+	if !ok || id.Tags[OwnerTag] != "owner" || id.Selector != "mrown111" || id.PrivateKey != encodedKey(ownerKey) || id.MailFromDomain != "send.victim.com" {
+		t.Fatalf("the owner's identity changed: %+v", id)
+	}
+	if got := strings.Join(f.IdentityLog(), ","); got != "create victim.com,mail_from victim.com" {
+		t.Fatalf("identity changes = %s", got)
+	}
+	// SES's verdict on the owner's identity says nothing of another domain.
+	if dkim, _, err := p.IdentityVerification(ctx, "other", "victim.com"); err != nil || dkim {
+		t.Errorf("another domain verified through the owner's identity: %v %v", dkim, err)
+	}
+	if dkim, _, err := p.IdentityVerification(ctx, "owner", "victim.com"); err != nil || !dkim {
+		t.Errorf("the owner's verification: %v %v", dkim, err)
+	}
+
+	// An identity without an owner tag (made before owners were recorded) is
+	// taken by the first domain that acts on it.
+	f.PutIdentity("old.example", sesfake.Identity{Selector: "mrold000", PrivateKey: "OLD"})
+	if err := p.CreateIdentity(ctx, provider.Identity{DomainID: "d3", Domain: "old.example", MailFromDomain: "send.old.example", Selector: "mrnew333", PrivateKey: otherKey}); err != nil {
+		t.Fatalf("adopting an untagged identity: %v", err)
+	}
+	if keyOf(t, f, "old.example") != encodedKey(otherKey) {
+		t.Error("the adopted identity does not sign with the new key")
+	}
+	if err := p.DeleteIdentity(ctx, "d3", "old.example"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.Identity("old.example"); ok {
+		t.Error("untagged identity not deleted")
 	}
 }
 
 func TestGetIdentityStatus(t *testing.T) {
 	f := newFakeAWS(t)
 	p := f.provider("")
+	f.PutIdentity("example.com", sesfake.Identity{Tags: map[string]string{OwnerTag: "d1"}, Selector: "mrabc123", MailFromDomain: "send.example.com"})
 	st, err := p.GetIdentityStatus(context.Background(), "example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !st.Exists || !st.VerifiedForSend || st.DkimStatus != "SUCCESS" || st.MailFromStatus != "PENDING" {
+	if !st.Exists || !st.VerifiedForSend || st.DkimStatus != "SUCCESS" || st.MailFromStatus != "PENDING" || st.Owner != "d1" {
 		t.Errorf("status = %+v", st)
 	}
-	f.failNext("GET /v2/email/identities/gone.example", fakeError{Status: 404, Code: "NotFoundException"})
 	st, err = p.GetIdentityStatus(context.Background(), "gone.example")
 	if err != nil || st.Exists {
 		t.Errorf("missing identity: %+v, %v", st, err)

@@ -34,7 +34,9 @@ func (f *Server) Close() { f.srv.Close() }
 //     AmazonSQS.DeleteMessage, Content-Type application/x-amz-json-1.0).
 //
 // It is not AWS: it records every request and answers from canned
-// responses and an in-memory queue. It checks no signatures.
+// responses, an in-memory queue and in-memory email identities (create,
+// get, signing key, MAIL FROM, delete, with their tags). It checks no
+// signatures and verifies no DNS.
 type Server struct {
 	t   testing.TB
 	srv *httptest.Server
@@ -49,6 +51,29 @@ type Server struct {
 	messages []*message
 	nextID   int
 	events   []string // "receive <id>", "delete <id>", appended in order
+
+	// SES identity state.
+	identities     map[string]*Identity
+	identityLog    []string // "create <name>", "set_signing_key <name>", "mail_from <name>", "delete <name>"
+	dkimStatus     string   // what GetEmailIdentity reports for every identity
+	mailFromStatus string
+}
+
+// Identity is an email identity as the fake holds it.
+type Identity struct {
+	Tags           map[string]string
+	Selector       string // BYODKIM selector; "" for Easy DKIM
+	PrivateKey     string // BYODKIM key as sent: base64 of its DER
+	MailFromDomain string
+}
+
+// SetStatuses sets the DKIM and MAIL FROM verification statuses that
+// GetEmailIdentity reports for every identity. By default DKIM is SUCCESS
+// and MAIL FROM PENDING.
+func (f *Server) SetStatuses(dkim, mailFrom string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dkimStatus, f.mailFromStatus = dkim, mailFrom
 }
 
 type Request struct {
@@ -70,7 +95,8 @@ type message struct {
 }
 
 func Start(t testing.TB) *Server {
-	f := &Server{t: t, errors: map[string][]Error{}}
+	f := &Server{t: t, errors: map[string][]Error{}, identities: map[string]*Identity{},
+		dkimStatus: "SUCCESS", mailFromStatus: "PENDING"}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -113,6 +139,40 @@ func (f *Server) Log() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.events...)
+}
+
+// Identity returns a copy of the identity called name.
+func (f *Server) Identity(name string) (Identity, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, ok := f.identities[name]
+	if !ok {
+		return Identity{}, false
+	}
+	out := *id
+	out.Tags = map[string]string{}
+	for k, v := range id.Tags {
+		out.Tags[k] = v
+	}
+	return out, true
+}
+
+// PutIdentity stores an identity as if it had been made outside the test
+// (before owner tags, or by another tool).
+func (f *Server) PutIdentity(name string, id Identity) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if id.Tags == nil {
+		id.Tags = map[string]string{}
+	}
+	f.identities[name] = &id
+}
+
+// IdentityLog lists the identity changes the fake carried out, in order.
+func (f *Server) IdentityLog() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.identityLog...)
 }
 
 func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
@@ -159,19 +219,88 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPost && r.URL.Path == "/v2/email/outbound-emails":
 		_ = json.NewEncoder(w).Encode(map[string]string{"MessageId": "0100018f-fake-ses-message-id-000000"})
 	case r.Method == http.MethodPost && r.URL.Path == "/v2/email/identities":
-		_ = json.NewEncoder(w).Encode(map[string]any{"IdentityType": "DOMAIN", "VerifiedForSendingStatus": false})
-	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v2/email/identities/"):
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"IdentityType": "DOMAIN", "VerifiedForSendingStatus": true,
-			"DkimAttributes":     map[string]any{"Status": "SUCCESS", "SigningAttributesOrigin": "EXTERNAL"},
-			"MailFromAttributes": map[string]any{"MailFromDomain": "send.example.com", "MailFromDomainStatus": "PENDING", "BehaviorOnMxFailure": "USE_DEFAULT_VALUE"},
-		})
+		f.createIdentity(w, body)
 	case strings.HasPrefix(r.URL.Path, "/v2/email/identities/"):
+		name, sub, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v2/email/identities/"), "/")
+		f.serveIdentity(w, r.Method, name, sub, body)
+	default:
+		writeError(w, http.StatusNotFound, "UnknownOperationException", "fake: no such operation")
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("X-Amzn-ErrorType", code)
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"message": msg})
+}
+
+// createIdentity is CreateEmailIdentity.
+func (f *Server) createIdentity(w http.ResponseWriter, body map[string]any) {
+	name, _ := body["EmailIdentity"].(string)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.identities[name]; ok {
+		writeError(w, http.StatusBadRequest, "AlreadyExistsException", "Email identity "+name+" already exist.")
+		return
+	}
+	id := &Identity{Tags: map[string]string{}}
+	tags, _ := body["Tags"].([]any)
+	for _, t := range tags {
+		m, _ := t.(map[string]any)
+		k, _ := m["Key"].(string)
+		v, _ := m["Value"].(string)
+		id.Tags[k] = v
+	}
+	if attrs, ok := body["DkimSigningAttributes"].(map[string]any); ok {
+		id.Selector, _ = attrs["DomainSigningSelector"].(string)
+		id.PrivateKey, _ = attrs["DomainSigningPrivateKey"].(string)
+	}
+	f.identities[name] = id
+	f.identityLog = append(f.identityLog, "create "+name)
+	_ = json.NewEncoder(w).Encode(map[string]any{"IdentityType": "DOMAIN", "VerifiedForSendingStatus": false})
+}
+
+// serveIdentity is GetEmailIdentity, DeleteEmailIdentity and the PUTs of
+// signing attributes and MAIL FROM.
+func (f *Server) serveIdentity(w http.ResponseWriter, method, name, sub string, body map[string]any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, ok := f.identities[name]
+	if !ok {
+		writeError(w, http.StatusNotFound, "NotFoundException", "Email identity "+name+" does not exist.")
+		return
+	}
+	switch {
+	case method == http.MethodGet && sub == "":
+		origin := "AWS_SES"
+		if id.Selector != "" {
+			origin = "EXTERNAL"
+		}
+		tags := []map[string]string{}
+		for k, v := range id.Tags {
+			tags = append(tags, map[string]string{"Key": k, "Value": v})
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"IdentityType": "DOMAIN", "VerifiedForSendingStatus": true, "Tags": tags,
+			"DkimAttributes":     map[string]any{"Status": f.dkimStatus, "SigningAttributesOrigin": origin},
+			"MailFromAttributes": map[string]any{"MailFromDomain": id.MailFromDomain, "MailFromDomainStatus": f.mailFromStatus, "BehaviorOnMxFailure": "USE_DEFAULT_VALUE"},
+		})
+	case method == http.MethodDelete && sub == "":
+		delete(f.identities, name)
+		f.identityLog = append(f.identityLog, "delete "+name)
+		_, _ = w.Write([]byte("{}"))
+	case method == http.MethodPut && sub == "dkim/signing":
+		attrs, _ := body["SigningAttributes"].(map[string]any)
+		id.Selector, _ = attrs["DomainSigningSelector"].(string)
+		id.PrivateKey, _ = attrs["DomainSigningPrivateKey"].(string)
+		f.identityLog = append(f.identityLog, "set_signing_key "+name)
+		_ = json.NewEncoder(w).Encode(map[string]any{"DkimStatus": "PENDING", "DkimTokens": []string{id.Selector}})
+	case method == http.MethodPut && sub == "mail-from":
+		id.MailFromDomain, _ = body["MailFromDomain"].(string)
+		f.identityLog = append(f.identityLog, "mail_from "+name)
 		_, _ = w.Write([]byte("{}"))
 	default:
-		w.Header().Set("X-Amzn-ErrorType", "UnknownOperationException")
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = w.Write([]byte(`{"message":"fake: no such operation"}`))
+		writeError(w, http.StatusNotFound, "UnknownOperationException", "fake: no such operation")
 	}
 }
 
