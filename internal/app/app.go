@@ -159,7 +159,7 @@ func (a *App) Close() {
 
 // Handler is the HTTP API.
 func (a *App) Handler() http.Handler {
-	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics})
+	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics, MaxInflightBytes: a.Config.MaxInflightBytes})
 	httpserver.Health(e, a.Ready)
 	auth := authn.New(a.Pool, a.Log, a.Now)
 	limiter := httpserver.NewRateLimiter(a.Config.RateLimit, a.Config.RateBurst)

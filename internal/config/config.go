@@ -33,6 +33,7 @@ type Config struct {
 	RateLimit          float64
 	RateBurst          int
 	ConsistencyTimeout time.Duration
+	MaxInflightBytes   int64
 	ReadyMaxLag        int64
 	Roles              []string
 	Bootstrap          bool
@@ -75,6 +76,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	c.float(fs, &c.RateLimit, "rate-limit", "MAILROOM_RATE_LIMIT", 50, "requests per second allowed per API key or token (0 disables)")
 	c.integer(fs, &c.RateBurst, "rate-burst", "MAILROOM_RATE_BURST", 100, "requests a credential may send in a burst")
 	c.duration(fs, &c.ConsistencyTimeout, "consistency-timeout", "MAILROOM_CONSISTENCY_TIMEOUT", 2*time.Second, "how long a write waits for the read models to show it")
+	c.int64Flag(fs, &c.MaxInflightBytes, "max-inflight-bytes", "MAILROOM_MAX_INFLIGHT_BYTES", 512<<20, "request body bytes one API process accepts at once (by Content-Length, 45 MiB when unknown); beyond it 503 with Retry-After; 0 disables")
 	c.int64Flag(fs, &c.ReadyMaxLag, "ready-max-lag", "MAILROOM_READY_MAX_LAG", 10000, "events a projection may lag before /readyz fails")
 	list(fs, &c.Roles, "roles", "MAILROOM_ROLES", []string{"api", "projections", "workers"}, "roles this process runs: api, projections, workers")
 	str(fs, &c.DNSResolvers, "dns-resolvers", "MAILROOM_DNS_RESOLVERS", "1.1.1.1:53,8.8.8.8:53", "resolvers (host:port, comma-separated) that domain verification queries directly; every one must see the records")
@@ -130,6 +132,9 @@ func (c *Config) Validate() error {
 	if c.Environment == "production" && (c.EgressAllowCIDRs != "" || c.WebhookAllowHTTP) {
 		return errors.New("egress-allow-cidrs and webhook-allow-http are for development only")
 	}
+	if c.MaxInflightBytes != 0 && c.MaxInflightBytes < maxBodyBytes {
+		return errors.New("max-inflight-bytes must be 0 (no cap) or at least 47185920 (45 MiB, the largest request body)")
+	}
 	if c.DomainPollInterval <= 0 {
 		return errors.New("domain-poll-interval must be positive")
 	}
@@ -143,6 +148,10 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// maxBodyBytes is the API's request body limit (httpserver.MaxBodyBytes): a
+// smaller cap on bytes in flight would refuse every large request.
+const maxBodyBytes = 45 << 20
 
 // LoadMasterKey returns the 32-byte master key. In development a missing key
 // is generated into <data-dir>/master.key and reused after; in production it

@@ -15,12 +15,15 @@ import (
 type Options struct {
 	Logger  *slog.Logger // nil: slog.Default()
 	Metrics *Metrics     // nil: no metrics middleware and no /metrics
+	// MaxInflightBytes caps the request bytes being served at once
+	// (InflightBytes); 0: no cap.
+	MaxInflightBytes int64
 }
 
 // New returns an echo instance with the problem ErrorHandler and the shared
 // middleware, outermost first: recover, request id, metrics, request log,
 // recover again (so handler panics are measured and logged as 500s), body
-// limit. With opts.Metrics it also serves GET /metrics.
+// limit, bytes in flight. With opts.Metrics it also serves GET /metrics.
 func New(opts Options) *echo.Echo {
 	logger := opts.Logger
 	if logger == nil {
@@ -37,7 +40,7 @@ func New(opts Options) *echo.Echo {
 	if opts.Metrics != nil {
 		e.Use(opts.Metrics.Middleware())
 	}
-	e.Use(RequestLogger(logger), Recover(), BodyLimit(MaxBodyBytes))
+	e.Use(RequestLogger(logger), Recover(), BodyLimit(MaxBodyBytes), InflightBytes(opts.MaxInflightBytes, MaxBodyBytes))
 
 	if opts.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(opts.Metrics.Handler()))
