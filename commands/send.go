@@ -272,9 +272,10 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 	for _, l := range []struct {
 		field string
 		list  []string
-		max   int
-	}{{"to", req.To, MaxRecipients}, {"cc", req.Cc, MaxRecipients}, {"bcc", req.Bcc, MaxRecipients}, {"reply_to", req.ReplyTo, MaxReplyTo}} {
-		if len(l.list) > l.max || (l.field != "reply_to" && n > MaxRecipients) {
+		over  bool // reported above
+	}{{"to", req.To, n > MaxRecipients}, {"cc", req.Cc, n > MaxRecipients}, {"bcc", req.Bcc, n > MaxRecipients},
+		{"reply_to", req.ReplyTo, len(req.ReplyTo) > MaxReplyTo}} {
+		if l.over {
 			continue
 		}
 		for i, a := range l.list {

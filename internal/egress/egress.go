@@ -211,9 +211,9 @@ func (p Policy) CheckURL(ctx context.Context, raw string) error {
 
 // refusedResolved is the refusal of a host for an address it resolved to:
 // the address is logged, not told.
-func (p Policy) refusedResolved(reason, host, detail string) error {
+func (p Policy) refusedResolved(reason, target, detail string) error {
 	if p.Log != nil {
-		p.Log.Info("egress refused", "host", host, "reason", detail)
+		p.Log.Info("egress refused", "target", target, "reason", detail)
 	}
 	return &RefusedError{Reason: reason, Detail: detail}
 }
