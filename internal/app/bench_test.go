@@ -287,7 +287,8 @@ func BenchmarkEventToWebhook(b *testing.B) {
 // failed, and reports the peak resident memory of the whole process (API,
 // pipeline and the file server) and the peak heap in use, sampled every
 // millisecond. Downloads are read one at a time and stop at the budget,
-// so the peak stays near one download over the baseline.
+// and the email fails before a message is built, so the peak does not grow
+// with the attachments an email names.
 func BenchmarkPathAttachmentBudget(b *testing.B) {
 	s := apptest.Start(b, func(c *config.Config) {
 		c.EgressAllowCIDRs = "127.0.0.0/8,::1/128"
