@@ -194,17 +194,14 @@ type sendRequest struct {
 
 func (h handlers) sendEmail(c echo.Context) error {
 	var req sendRequest
-	if err := httpserver.BindJSON(c, &req); err != nil {
+	body, err := httpserver.ReadJSON(c, &req)
+	if err != nil {
 		return err
-	}
-	key := c.Request().Header.Get("Idempotency-Key")
-	if len(key) > 256 {
-		return httpserver.Validation(httpserver.FieldError{Field: "Idempotency-Key", Message: "must be at most 256 characters"})
 	}
 	acc, err := h.s.SendEmail(c.Request().Context(), authn.From(c).AccountID, SendEmail{
 		From: req.From, To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo, Subject: req.Subject,
 		HTML: req.HTML, Text: req.Text, Tags: req.Tags, Attachments: req.Attachments,
-	}, key, meta(c))
+	}, c.Request().Header.Get("Idempotency-Key"), body, meta(c))
 	if err != nil {
 		return problem(err)
 	}

@@ -5,13 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
 	"net/url"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -25,14 +25,25 @@ import (
 	"github.com/mailroom/mailroom/internal/mailmsg"
 )
 
-// Limits of a send (DESIGN §5–6).
+// Limits of a send: everything a request can put into an event is bounded.
+// README.md lists them with the other limits of the API.
 const (
-	MaxRecipients      = 50
-	MaxAttachments     = 20
-	MaxAttachmentBytes = 40 * 1024 * 1024 // base64 size of all attachments
-	MaxSubjectLength   = 998
+	MaxRecipients      = 50               // to, cc and bcc together
+	MaxReplyTo         = 50               // reply_to addresses
+	MaxAttachments     = 20               // attachments of one email
+	MaxAttachmentBytes = 40 * 1024 * 1024 // base64 size of all attachments, downloaded ones included
+	MaxSubjectLength   = 998              // characters (RFC 5322 line length)
+	MaxTags            = 50               // SES's limit of message tags
+	MaxTagLength       = 256              // characters of a tag name or value (SES)
+	MaxFilenameLength  = 255              // characters of an attachment filename
+	MaxContentType     = 255              // bytes of an attachment content_type (RFC 6838)
+	MaxContentID       = 255              // bytes of an attachment content_id
+	MaxIdempotencyKey  = 256              // bytes of an Idempotency-Key
 	IdempotencyWindow  = 24 * time.Hour
 )
+
+// IdempotencyKeyField names the Idempotency-Key header in validation errors.
+const IdempotencyKeyField = "Idempotency-Key"
 
 // SendEmail is a send request as the API receives it.
 type SendEmail struct {
@@ -65,13 +76,19 @@ type Accepted struct {
 	Attachments int
 }
 
-var tagPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
+var tagPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,` + strconv.Itoa(MaxTagLength) + `}$`)
 
 // SendEmail validates and queues an email. idempotencyKey, when not empty,
 // makes a repeat of the same request within 24 hours return the first
-// answer, and a different request under the same key a conflict.
-func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail, idempotencyKey string, meta Meta) (Accepted, error) {
+// answer, and a different request under the same key a conflict; body is
+// the request as received, whose fingerprint tells the two apart.
+func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail, idempotencyKey string, body []byte, meta Meta) (Accepted, error) {
 	v, decoded := validateSend(req)
+	if len(idempotencyKey) > MaxIdempotencyKey {
+		v.Add(IdempotencyKeyField, "must be at most %d bytes; got %d", MaxIdempotencyKey, len(idempotencyKey))
+	} else {
+		v.CheckLine(IdempotencyKeyField, idempotencyKey)
+	}
 	if err := v.OrNil(); err != nil {
 		return Accepted{}, err
 	}
@@ -100,7 +117,7 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 			Detail: fmt.Sprintf("%s is not a verified domain of this account", strings.ToLower(fromDomain))}
 	}
 
-	hash := requestHash(req)
+	hash := requestHash(body)
 	now := s.now()
 	id := uuid.Must(uuid.NewV7()).String()
 	if idempotencyKey != "" {
@@ -135,7 +152,11 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 		}
 	}
 	for i, a := range req.Attachments {
-		att := email.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: strings.Trim(a.ContentID, "<>"), Path: a.Path}
+		att := email.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: strings.Trim(a.ContentID, "<>")}
+		if a.Path != "" {
+			// A presigned URL is a credential: only the pipeline reads it.
+			att.Path, att.SealedPath = withoutQuery(a.Path), s.box.Seal([]byte(a.Path), PathContext(id))
+		}
 		if att.Filename == "" {
 			att.Filename = filenameOf(a.Path)
 		}
@@ -195,34 +216,76 @@ func acceptedOf(q email.Queued) Accepted {
 // concurrent repeats collide on one stream.
 var idempotencyNamespace = uuid.MustParse("6f1c2a52-8d0e-4f4e-9d7c-1b2b9e6f3a10")
 
-// requestHash fingerprints a request for idempotency.
-func requestHash(req SendEmail) string {
-	b, _ := json.Marshal(req) // struct fields in order, map keys sorted
-	sum := sha256.Sum256(b)
+// requestHash fingerprints a request for idempotency: the body as sent, so
+// that nothing the decoding drops or normalises makes two requests equal.
+func requestHash(body []byte) string {
+	sum := sha256.Sum256(body)
 	return hex.EncodeToString(sum[:])
 }
 
+// PathContext binds an attachment's sealed URL to its email.
+func PathContext(emailID string) string { return "attachment-path:" + emailID }
+
+// AttachmentURL is the URL the pipeline downloads a path attachment from:
+// the sealed one, or the clear path of emails queued before paths were
+// sealed.
+func (s *Service) AttachmentURL(emailID string, a email.Attachment) (string, error) {
+	if a.SealedPath == "" {
+		return a.Path, nil
+	}
+	b, err := s.box.Open(a.SealedPath, PathContext(emailID))
+	return string(b), err
+}
+
+// withoutQuery is a URL without its query and fragment, which may carry
+// signatures and tokens.
+func withoutQuery(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
+	return u.String()
+}
+
 // validateSend checks a request field by field and decodes attachment
-// contents.
+// contents. A list over its limit is reported once, not item by item.
 func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 	v := &domain.ValidationError{}
 	if strings.TrimSpace(req.From) == "" {
 		v.Add("from", "is required")
+	} else if p := domain.TextProblem(req.From, false); p != "" {
+		v.Add("from", "%s", p)
 	} else if _, err := mailmsg.ParseAddress(req.From); err != nil {
 		v.Add("from", "%s", err.Error())
 	}
 	if len(req.To) == 0 {
 		v.Add("to", "is required")
 	}
-	for field, list := range map[string][]string{"to": req.To, "cc": req.Cc, "bcc": req.Bcc, "reply_to": req.ReplyTo} {
-		for i, a := range list {
-			if _, err := mailmsg.ParseAddress(a); err != nil {
-				v.Add(fmt.Sprintf("%s.%d", field, i), "%s", err.Error())
+	n := len(req.To) + len(req.Cc) + len(req.Bcc)
+	if n > MaxRecipients {
+		v.Add("to", "at most %d recipients in to, cc and bcc together; got %d", MaxRecipients, n)
+	}
+	if len(req.ReplyTo) > MaxReplyTo {
+		v.Add("reply_to", "at most %d addresses; got %d", MaxReplyTo, len(req.ReplyTo))
+	}
+	for _, l := range []struct {
+		field string
+		list  []string
+		over  bool // reported above
+	}{{"to", req.To, n > MaxRecipients}, {"cc", req.Cc, n > MaxRecipients}, {"bcc", req.Bcc, n > MaxRecipients},
+		{"reply_to", req.ReplyTo, len(req.ReplyTo) > MaxReplyTo}} {
+		if l.over {
+			continue
+		}
+		for i, a := range l.list {
+			f := fmt.Sprintf("%s.%d", l.field, i)
+			if p := domain.TextProblem(a, false); p != "" {
+				v.Add(f, "%s", p)
+			} else if _, err := mailmsg.ParseAddress(a); err != nil {
+				v.Add(f, "%s", err.Error())
 			}
 		}
-	}
-	if n := len(req.To) + len(req.Cc) + len(req.Bcc); n > MaxRecipients {
-		v.Add("to", "at most %d recipients in to, cc and bcc together; got %d", MaxRecipients, n)
 	}
 	switch n := utf8.RuneCountInString(req.Subject); {
 	case strings.TrimSpace(req.Subject) == "":
@@ -231,20 +294,29 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 		v.Add("subject", "must be at most %d characters; got %d", MaxSubjectLength, n)
 	case strings.ContainsAny(req.Subject, "\r\n"):
 		v.Add("subject", "must not contain line breaks")
+	default:
+		v.CheckLine("subject", req.Subject)
 	}
 	if req.HTML == "" && req.Text == "" {
 		v.Add("html", "html or text is required")
 	}
-	for k, val := range req.Tags {
-		if !tagPattern.MatchString(k) {
-			v.Add("tags", "tag name %q must be 1 to 256 ASCII letters, digits, _ or -", k)
-		}
-		if !tagPattern.MatchString(val) {
-			v.Add("tags."+k, "must be 1 to 256 ASCII letters, digits, _ or -")
+	v.CheckBody("html", req.HTML)
+	v.CheckBody("text", req.Text)
+	if len(req.Tags) > MaxTags {
+		v.Add("tags", "at most %d tags; got %d", MaxTags, len(req.Tags))
+	} else {
+		for k, val := range req.Tags {
+			if !tagPattern.MatchString(k) {
+				v.Add("tags", "tag name %q must be 1 to %d ASCII letters, digits, _ or -", k, MaxTagLength)
+			}
+			if !tagPattern.MatchString(val) {
+				v.Add("tags."+k, "must be 1 to %d ASCII letters, digits, _ or -", MaxTagLength)
+			}
 		}
 	}
 	if len(req.Attachments) > MaxAttachments {
 		v.Add("attachments", "at most %d attachments; got %d", MaxAttachments, len(req.Attachments))
+		return v, nil
 	}
 	decoded := make([][]byte, len(req.Attachments))
 	total := 0
@@ -266,21 +338,36 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 				v.Add(f("filename"), "is required with content")
 			}
 		case a.Path != "":
-			if u, err := url.Parse(a.Path); err != nil || u.Host == "" {
+			if p := domain.URLProblem(a.Path); p != "" {
+				v.Add(f("path"), "%s", p)
+			} else if u, err := url.Parse(a.Path); err != nil || u.Host == "" {
 				v.Add(f("path"), "must be an https URL")
 			} // the egress policy judges the rest
-
 		}
-		if strings.ContainsAny(a.Filename, "\r\n\x00/\\") {
+		switch {
+		case utf8.RuneCountInString(a.Filename) > MaxFilenameLength:
+			v.Add(f("filename"), "must be at most %d characters", MaxFilenameLength)
+		case strings.ContainsAny(a.Filename, "/\\"):
 			v.Add(f("filename"), "must be a plain file name")
+		default:
+			v.CheckLine(f("filename"), a.Filename)
 		}
-		if strings.ContainsAny(a.ContentID, "\r\n \t") {
+		switch {
+		case len(a.ContentID) > MaxContentID:
+			v.Add(f("content_id"), "must be at most %d bytes", MaxContentID)
+		case strings.ContainsAny(a.ContentID, " \t"):
 			v.Add(f("content_id"), "must not contain spaces or line breaks")
+		default:
+			v.CheckLine(f("content_id"), a.ContentID)
 		}
 		if a.ContentType != "" {
 			mt, _, err := mime.ParseMediaType(a.ContentType)
 			switch {
-			case err != nil || strings.ContainsAny(a.ContentType, "\r\n"):
+			case len(a.ContentType) > MaxContentType:
+				v.Add(f("content_type"), "must be at most %d bytes", MaxContentType)
+			case domain.TextProblem(a.ContentType, false) != "":
+				v.CheckLine(f("content_type"), a.ContentType)
+			case err != nil:
 				v.Add(f("content_type"), "must be a MIME type such as application/pdf")
 			case strings.HasPrefix(mt, "multipart/") || strings.HasPrefix(mt, "message/"):
 				v.Add(f("content_type"), "%s cannot be sent as an attachment", mt)

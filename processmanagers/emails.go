@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"slices"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -62,10 +62,10 @@ type Pipeline struct {
 	// sending (the sandbox's simulator); it is recorded with EmailSent.
 	Feedback func(st email.State, at time.Time) []domain.Event
 	Outcomes *Outcomes // may be nil
+	// Log receives what failure details keep from customers: provider
+	// answers, rendering and download errors.
+	Log *slog.Logger
 }
-
-// MaxDownloadBytes caps one path attachment.
-const MaxDownloadBytes = 40 * 1024 * 1024
 
 var pipelineMeta = commands.Meta{Actor: "system:email-pipeline"}
 
@@ -167,6 +167,14 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State) (reason, detail 
 			return email.ReasonMalware, v.Reason, nil, nil
 		}
 	}
+	// Downloads share the message's attachment budget with the inline
+	// attachments: each may take what is left, and is read one at a time.
+	budget := int64(commands.MaxAttachmentBytes)
+	for _, a := range q.Attachments {
+		if a.Path == "" {
+			budget -= email.Base64Size(a.SizeBytes)
+		}
+	}
 	client := p.Egress.Client(p.Download)
 	for i, a := range q.Attachments {
 		if scan.BlockedExtension(a.Filename) {
@@ -174,11 +182,26 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State) (reason, detail 
 		}
 		var content []byte
 		if a.Path != "" {
-			dl, err := p.Egress.Fetch(ctx, client, a.Path, MaxDownloadBytes)
+			tooLarge := fmt.Sprintf("attachment %d (%s) takes the attachments past the %d MiB limit", i, a.Filename, commands.MaxAttachmentBytes>>20)
+			maxBytes := budget / 4 * 3 // the most bytes whose base64 fits
+			if maxBytes <= 0 {
+				return email.ReasonAttachmentsTooLarge, tooLarge, nil, nil
+			}
+			raw, err := p.Commands.AttachmentURL(q.EmailID, a)
 			if err != nil {
-				return email.ReasonAttachmentDownload, fmt.Sprintf("attachment %d (%s): %s", i, a.Path, egress.Describe(err)), nil, nil
+				return "", "", nil, err
+			}
+			dl, err := p.Egress.Fetch(ctx, client, raw, maxBytes)
+			var tle *egress.TooLargeError
+			if errors.As(err, &tle) {
+				return email.ReasonAttachmentsTooLarge, tooLarge, nil, nil
+			}
+			if err != nil {
+				p.logFailure(q.EmailID, "attachment download failed", err, "attachment", i)
+				return email.ReasonAttachmentDownload, fmt.Sprintf("attachment %d (%s): %s", i, a.Filename, egress.Describe(err)), nil, nil
 			}
 			content = dl.Body
+			budget -= email.Base64Size(int64(len(content)))
 			if a.ContentType == "" || a.ContentType == "application/octet-stream" {
 				if dl.ContentType != "" {
 					a.ContentType = dl.ContentType
@@ -222,7 +245,8 @@ func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attach
 		return err
 	}
 	if err != nil { // the message cannot be rendered: it never leaves
-		return p.fail(ctx, q.EmailID, email.ReasonRenderingFailed, err.Error())
+		p.logFailure(q.EmailID, "rendering failed", err)
+		return p.fail(ctx, q.EmailID, email.ReasonRenderingFailed, "the message could not be built from the email's fields")
 	}
 	recipients := addresses(st.Recipients())
 	var key *provider.DKIMKey
@@ -233,13 +257,22 @@ func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attach
 	}
 	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: q.FromEmail, Recipients: recipients, Raw: raw, Tags: q.Tags, DKIM: key})
 	var rejected *provider.RejectedError
+	// Provider answers may name relay hosts, addresses or provider
+	// accounts: the customer's timeline gets their codes, the log the rest.
 	switch {
 	case errors.As(err, &rejected):
 		p.Outcomes.send("failed", err, p.Now())
-		return p.fail(ctx, q.EmailID, email.ReasonProviderRejected, rejected.Reason)
+		p.logFailure(q.EmailID, "provider rejected the message", err)
+		detail := "the provider rejected the message"
+		if rejected.Code != "" {
+			detail += " (" + rejected.Code + ")"
+		}
+		return p.fail(ctx, q.EmailID, email.ReasonProviderRejected, detail)
 	case err != nil && p.Now().Sub(q.QueuedAt) > p.MaxAge:
 		p.Outcomes.send("failed", err, p.Now())
-		return p.fail(ctx, q.EmailID, email.ReasonProviderUnavailable, err.Error())
+		p.logFailure(q.EmailID, "provider unavailable", err)
+		return p.fail(ctx, q.EmailID, email.ReasonProviderUnavailable,
+			fmt.Sprintf("the provider did not accept the message within %s", p.MaxAge))
 	case err != nil:
 		p.Outcomes.send("retrying", err, p.Now())
 		return Transient(err)
@@ -251,7 +284,15 @@ func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attach
 	return nil
 }
 
-// render builds the MIME message every provider sends.
+// logFailure records for operators the error behind a failure detail.
+func (p *Pipeline) logFailure(emailID, msg string, err error, attrs ...any) {
+	if p.Log != nil {
+		p.Log.Warn(msg, append([]any{"email_id", emailID, "err", err}, attrs...)...)
+	}
+}
+
+// render builds the MIME message every provider sends. Tags are not
+// headers: recipients would see them; SES takes them beside the message.
 func (p *Pipeline) render(ctx context.Context, st email.State, atts []email.Attachment) ([]byte, error) {
 	q := st.Queued
 	from, err := mailmsg.ParseAddress(q.From)
@@ -283,13 +324,6 @@ func (p *Pipeline) render(ctx context.Context, st email.State, atts []email.Atta
 			}
 			m.ReplyTo = append(m.ReplyTo, a)
 		}
-	}
-	if len(q.Tags) > 0 {
-		var tags []string
-		for k, v := range q.Tags {
-			tags = append(tags, k+"="+v)
-		}
-		m.Headers = append(m.Headers, mailmsg.Header{Name: "X-SES-MESSAGE-TAGS", Value: strings.Join(sorted(tags), ", ")})
 	}
 	get := func(d string) (string, error) {
 		if d == "" {
@@ -366,11 +400,6 @@ func addresses(list []string) []string {
 		}
 	}
 	return out
-}
-
-func sorted(s []string) []string {
-	slices.Sort(s)
-	return s
 }
 
 func domainOf(addr string) string {

@@ -126,6 +126,8 @@ func Create(s State, id, name string, now time.Time) ([]domain.Event, error) {
 		v.Add("name", "is required")
 	} else if utf8.RuneCountInString(name) > 200 {
 		v.Add("name", "must be at most 200 characters")
+	} else {
+		v.CheckLine("name", name)
 	}
 	if err := v.OrNil(); err != nil {
 		return nil, err

@@ -52,6 +52,13 @@ func TestValidationAndMissing(t *testing.T) {
 	if _, err := account.Create(account.State{}, "a1", " ", now); !errors.As(err, &v) {
 		t.Fatalf("blank name: %v", err)
 	}
+	// Names given on the command line may hold anything; the read side
+	// cannot store a NUL or bytes that are not UTF-8.
+	for _, name := range []string{"Acme\x00", "Acme\xff", "Acme\x1b[2J"} {
+		if _, err := account.Create(account.State{}, "a1", name, now); !errors.As(err, &v) || v.Errors[0].Field != "name" {
+			t.Fatalf("name %q: %v", name, err)
+		}
+	}
 	if _, err := account.Suspend(account.State{}, now); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("suspend missing: %v", err)
 	}

@@ -89,6 +89,8 @@ func Create(s State, keyID, accountID, name string, permissions []string, secret
 		v.Add("name", "is required")
 	case utf8.RuneCountInString(name) > 100:
 		v.Add("name", "must be at most 100 characters")
+	default:
+		v.CheckLine("name", name)
 	}
 	perms, ok := parsePermissions(permissions)
 	if !ok {

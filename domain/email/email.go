@@ -58,10 +58,13 @@ const (
 	ReasonProviderRejected    = "provider_rejected"
 	ReasonProviderUnavailable = "provider_unavailable"
 	ReasonRenderingFailed     = "rendering_failed"
+	ReasonAttachmentsTooLarge = "attachments_too_large"
 )
 
 // Attachment is an attachment's metadata; its bytes live in blob storage
-// under Digest. Path attachments have no digest until downloaded.
+// under Digest. Path attachments have no digest until downloaded; their URL
+// is sealed (it may be presigned), and Path keeps it without query or
+// fragment. Emails queued before sealing have the whole URL in Path.
 type Attachment struct {
 	Filename    string `json:"filename"`
 	ContentType string `json:"content_type"`
@@ -69,7 +72,12 @@ type Attachment struct {
 	SizeBytes   int64  `json:"size_bytes"`
 	Digest      string `json:"digest,omitempty"`
 	Path        string `json:"path,omitempty"`
+	SealedPath  string `json:"sealed_path,omitempty"`
 }
+
+// Base64Size is the length of n bytes in padded standard base64: the
+// measure of the attachment budget, inline or downloaded.
+func Base64Size(n int64) int64 { return (n + 2) / 3 * 4 }
 
 // Stream is the email's stream name.
 func Stream(id string) string { return "email-" + id }

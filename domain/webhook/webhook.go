@@ -4,6 +4,7 @@
 package webhook
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -22,6 +23,9 @@ const (
 	DisableAfterExhausted = 20
 	ReasonFailures        = "consecutive_failures"
 )
+
+// maxReported bounds the errors one request gets back.
+const maxReported = 10
 
 // Stream is the endpoint's stream name.
 func Stream(id string) string { return "webhook-" + id }
@@ -166,19 +170,37 @@ type Settings struct {
 	TypesGiven  bool // event_types was present in the request
 }
 
-// ValidateSettings checks descriptions and event types; the URL is judged
-// by the egress policy, which needs the network.
+// ValidateSettings checks descriptions, event types and that the URL can be
+// stored; whether it may be reached is the egress policy's decision, which
+// needs the network.
 func ValidateSettings(in Settings) error {
 	var v domain.ValidationError
-	if in.Description != nil && utf8.RuneCountInString(*in.Description) > MaxDescription {
-		v.Add("description", "must be at most %d characters", MaxDescription)
+	if in.URL != nil {
+		if p := domain.URLProblem(*in.URL); p != "" {
+			v.Add("url", "%s", p)
+		}
+	}
+	if in.Description != nil {
+		if utf8.RuneCountInString(*in.Description) > MaxDescription {
+			v.Add("description", "must be at most %d characters", MaxDescription)
+		} else {
+			v.CheckLine("description", *in.Description)
+		}
 	}
 	if in.TypesGiven {
 		if len(in.EventTypes) == 0 {
 			v.Add("event_types", "must list at least one event type")
 		}
-		for _, t := range in.EventTypes {
+		for i, t := range in.EventTypes {
+			if len(v.Errors) >= maxReported {
+				break
+			}
 			if !slices.Contains(EventTypes, t) {
+				// Unknown types are named as given, so they must be printable.
+				if p := domain.TextProblem(t, false); p != "" {
+					v.Add(fmt.Sprintf("event_types.%d", i), "%s", p)
+					continue
+				}
 				v.Add("event_types", "unknown event type %q; known: %s", t, strings.Join(EventTypes, ", "))
 			}
 		}

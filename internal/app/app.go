@@ -172,7 +172,7 @@ func (a *App) Close() {
 
 // Handler is the HTTP API.
 func (a *App) Handler() http.Handler {
-	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics, TrustedProxies: a.proxies})
+	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics, TrustedProxies: a.proxies, MaxInflightBytes: a.Config.MaxInflightBytes})
 	httpserver.Health(e, a.Ready)
 	auth := authn.New(a.Pool, a.Log, a.Now)
 	// Per IP before authentication, so bad credentials are limited too; then

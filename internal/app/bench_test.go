@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,4 +280,90 @@ func BenchmarkEventToWebhook(b *testing.B) {
 	})
 	b.ReportMetric(float64(percentile(lat, .5).Microseconds())/1000, "p50_ms")
 	b.ReportMetric(float64(percentile(lat, .99).Microseconds())/1000, "p99_ms")
+}
+
+// BenchmarkPathAttachmentBudget sends emails with twenty 3 MiB path
+// attachments, over the 40 MiB budget, one after another until each has
+// failed, and reports the peak resident memory of the whole process (API,
+// pipeline and the file server) and the peak heap in use, sampled every
+// millisecond. Downloads are read one at a time and stop at the budget,
+// and the email fails before a message is built, so the peak does not grow
+// with the attachments an email names.
+func BenchmarkPathAttachmentBudget(b *testing.B) {
+	s := apptest.Start(b, func(c *config.Config) {
+		c.EgressAllowCIDRs = "127.0.0.0/8,::1/128"
+		c.WebhookAllowHTTP = true
+	})
+	_, _, key := s.Sender("acme.test")
+	srv, _ := attachmentServer(3 << 20)
+	defer srv.Close()
+	body := budgetBody(srv.URL)
+
+	runtime.GC()
+	debug.FreeOSMemory()
+	baseline := procStatusKiB(b, "VmRSS")
+	// Writing 5 to clear_refs resets VmHWM, the peak resident size.
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		b.Fatal(err)
+	}
+	var peakHeap atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				runtime.ReadMemStats(&ms)
+				if ms.HeapInuse > peakHeap.Load() {
+					peakHeap.Store(ms.HeapInuse)
+				}
+			}
+		}
+	}()
+	b.ResetTimer()
+	for range b.N {
+		r := s.Do("POST", "/v1/emails/send", key, body)
+		if r.Status != 202 {
+			b.Fatalf("send: %d %s", r.Status, r.Body)
+		}
+		id := r.JSON(b)["id"].(string)
+		for deadline := time.Now().Add(60 * time.Second); ; {
+			if e := s.Do("GET", "/v1/emails/"+id, key, nil).JSON(b); e["status"] == "failed" {
+				break
+			} else if time.Now().After(deadline) {
+				b.Fatalf("email %s never failed: %v", id, e)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	b.StopTimer()
+	close(stop)
+	<-sampled
+	const mib = 1 << 20
+	b.ReportMetric(float64(baseline)/1024, "baseline_RSS_MiB")
+	b.ReportMetric(float64(procStatusKiB(b, "VmHWM"))/1024, "peak_RSS_MiB")
+	b.ReportMetric(float64(peakHeap.Load())/mib, "peak_heap_MiB")
+}
+
+// procStatusKiB reads a kB field of /proc/self/status.
+func procStatusKiB(b *testing.B, field string) int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			var kib int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kib)
+			return kib
+		}
+	}
+	b.Fatalf("no %s in /proc/self/status", field)
+	return 0
 }

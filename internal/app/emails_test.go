@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -15,11 +16,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/internal/dnscheck"
+	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
+	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
 const eicar = `X5O!P%@AP[4\PZX54(P^)7CC)7}$EICAR-STANDARD-ANTIVIRUS-TEST-FILE!$H+H*`
@@ -300,9 +309,10 @@ func TestPathAttachment(t *testing.T) {
 		rw.Write(pdf)
 	}))
 	defer srv.Close()
-	// Plain http is allowed here only because the test configures it.
+	// Plain http is allowed here only because the test configures it. The
+	// URL is presigned: its query is a credential.
 	e := w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t",
-		"attachments": []map[string]any{{"path": srv.URL + "/files/terms.pdf"}}})["id"].(string), status("delivered"))
+		"attachments": []map[string]any{{"path": srv.URL + "/files/terms.pdf?X-Amz-Signature=s3cr3t-1"}}})["id"].(string), status("delivered"))
 	a := e["attachments"].([]any)[0].(map[string]any)
 	if a["filename"] != "terms.pdf" || a["size_bytes"] != float64(len(pdf)) || a["content_type"] != "application/pdf" {
 		t.Fatalf("downloaded attachment %v", a)
@@ -312,9 +322,137 @@ func TestPathAttachment(t *testing.T) {
 		t.Fatal("downloaded bytes not in the message")
 	}
 	failed := w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t",
-		"attachments": []map[string]any{{"path": srv.URL + "/missing.pdf"}}})["id"].(string), status("failed"))
-	if r := failed["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)["reason"]; r != "attachment_download_failed" {
-		t.Fatalf("reason %v", r)
+		"attachments": []map[string]any{{"path": srv.URL + "/missing.pdf?X-Amz-Signature=s3cr3t-2"}}})["id"].(string), status("failed"))
+	meta := failed["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)
+	if meta["reason"] != "attachment_download_failed" || meta["detail"] != "attachment 0 (missing.pdf): server returned 404" {
+		t.Fatalf("failure metadata %v", meta)
+	}
+	// No event holds the presigned queries; the paths are there without them.
+	var leaked, clear int
+	if err := w.Pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE data::text LIKE '%s3cr3t%'),
+		count(*) FILTER (WHERE data::text LIKE '%/missing.pdf"%') FROM events`).Scan(&leaked, &clear); err != nil {
+		t.Fatal(err)
+	}
+	if leaked != 0 || clear != 1 {
+		t.Fatalf("events holding a presigned query: %d; holding the clear path: %d", leaked, clear)
+	}
+}
+
+// An email queued before path URLs were sealed carries its URL in the
+// clear, and is still downloaded and sent.
+func TestPathAttachmentQueuedInTheClear(t *testing.T) {
+	w := newSendWorld(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("sig") != "old" {
+			http.Error(rw, "unsigned", http.StatusForbidden)
+			return
+		}
+		rw.Write([]byte("old bytes"))
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	var domainID string
+	if err := w.Pool.QueryRow(ctx, `SELECT id FROM domains WHERE account_id = $1`, w.account).Scan(&domainID); err != nil {
+		t.Fatal(err)
+	}
+	text, err := w.Blobs.Put(ctx, []byte("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.NewString()
+	data, err := codec.Encode(&email.Queued{EmailID: id, AccountID: w.account, DomainID: domainID, From: "a@acme.test", FromEmail: "a@acme.test",
+		To: []string{"x@example.org"}, Subject: "old", TextDigest: string(text), Attachments: []email.Attachment{{Filename: "old.txt", ContentType: "text/plain", Path: srv.URL + "/old.txt?sig=old"}},
+		QueuedAt: w.Clock.Now()}, eventstore.Metadata{Actor: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.Store.Append(ctx, email.Stream(id), eventstore.NoStream, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Waiter.WaitFor(ctx, res.Position, "emails")
+	e := w.waitFor(t, id, status("delivered"))
+	if a := e["attachments"].([]any)[0].(map[string]any); a["size_bytes"] != float64(len("old bytes")) {
+		t.Fatalf("attachment %v", a)
+	}
+}
+
+// Downloads share the 40 MiB budget (of base64) with the inline
+// attachments: twenty files of 3 MiB pass it, so the email fails once the
+// budget is spent, without downloading the rest.
+func TestPathAttachmentsShareTheBudget(t *testing.T) {
+	w := newSendWorld(t)
+	srv, downloads := attachmentServer(3 << 20)
+	defer srv.Close()
+	e := w.waitFor(t, w.send(t, budgetBody(srv.URL))["id"].(string), status("failed"))
+	meta := e["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)
+	detail, _ := meta["detail"].(string)
+	if meta["reason"] != "attachments_too_large" || !strings.Contains(detail, "40 MiB limit") {
+		t.Fatalf("failure metadata %v", meta)
+	}
+	if _, err := os.Stat(w.outbox(e["id"].(string))); !os.IsNotExist(err) {
+		t.Fatal("an email over the budget reached the outbox")
+	}
+	// Ten files are 40 MiB of base64: the budget, exactly. The eleventh
+	// has no room left and is not fetched.
+	if n := downloads.Load(); n >= 20 || n != 10 {
+		t.Fatalf("the server saw %d downloads", n)
+	}
+}
+
+// attachmentServer serves files of size bytes without a Content-Length,
+// so a download must stop reading at its cap, and counts the requests.
+func attachmentServer(size int) (*httptest.Server, *atomic.Int32) {
+	var n atomic.Int32
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 4096)
+	return httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		rw.Header().Set("Content-Type", "application/octet-stream")
+		for sent := 0; sent < size; sent += len(chunk) {
+			if _, err := rw.Write(chunk[:min(len(chunk), size-sent)]); err != nil {
+				return
+			}
+			rw.(http.Flusher).Flush()
+		}
+	})), &n
+}
+
+// budgetBody is a send with twenty path attachments on srv.
+func budgetBody(srv string) map[string]any {
+	var atts []map[string]any
+	for i := range 20 {
+		atts = append(atts, map[string]any{"path": fmt.Sprintf("%s/files/part-%02d.bin?X-Amz-Signature=s%d", srv, i, i)})
+	}
+	return map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "big", "text": "t", "attachments": atts}
+}
+
+// Tags go to the provider beside the message, never into it: recipients
+// would see them.
+func TestTagsAreNotHeaders(t *testing.T) {
+	w := newSendWorld(t)
+	e := w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t",
+		"tags": map[string]string{"campaign": "spring-sale"}})["id"].(string), status("delivered"))
+	raw, err := os.ReadFile(w.outbox(e["id"].(string)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "X-SES-MESSAGE-TAGS") || strings.Contains(string(raw), "spring-sale") {
+		t.Fatalf("the message shows the tags:\n%s", raw)
+	}
+}
+
+// A path whose host resolves to a private address is refused without the
+// address the resolver gave.
+func TestPathRefusalQuotesNoAddress(t *testing.T) {
+	dns := dnstest.Start(t)
+	dns.Set(dnscheck.Record{Type: "A", Name: "files.corp.test", Value: "10.96.0.7"})
+	w := newSendWorld(t, func(c *config.Config) { c.EgressResolver = dns.Addr(); c.EgressAllowCIDRs = "" })
+	r := w.Do("POST", "/v1/emails/send", w.key, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t",
+		"attachments": []map[string]any{{"path": "https://files.corp.test/report.pdf"}}})
+	wantProblem(t, r, 422, "validation_failed")
+	if !strings.Contains(string(r.Body), `"field":"attachments.0.path"`) || !strings.Contains(string(r.Body), "host is not a public address") ||
+		strings.Contains(string(r.Body), "10.96") {
+		t.Fatalf("refusal: %s", r.Body)
 	}
 }
 

@@ -39,7 +39,7 @@ func (a *App) openMail(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("egress-allow-cidrs: %w", err)
 	}
-	a.Egress = egress.Policy{AllowCIDRs: cidrs, AllowHTTP: cfg.WebhookAllowHTTP}
+	a.Egress = egress.Policy{AllowCIDRs: cidrs, AllowHTTP: cfg.WebhookAllowHTTP, Log: a.Log}
 	if cfg.EgressResolver != "" {
 		server := cfg.EgressResolver
 		a.Egress.Resolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -94,6 +94,7 @@ func (a *App) pipeline() *processmanagers.Pipeline {
 		Now:      a.clock,
 		Feedback: a.feedback(),
 		Outcomes: a.Outcomes,
+		Log:      a.Log,
 	}
 	p.AccountSuspended = a.accountSuspended
 	if a.Config.Provider == "smtp" { // the only provider that signs itself

@@ -38,11 +38,58 @@ func TestSendValidation(t *testing.T) {
 		return out
 	}
 	big := strings.Repeat("A", 21*1024*1024)
+	tags := func(n int) map[string]string {
+		out := map[string]string{}
+		for i := range n {
+			out[fmt.Sprint("t", i)] = "v"
+		}
+		return out
+	}
+	longURL := "https://files.example.com/" + strings.Repeat("p", 2049-len("https://files.example.com/"))
+	// raw is a body with bytes json.Marshal would not send: invalid UTF-8.
+	raw := func(field, value string) string {
+		return `{"from":"a@acme.test","to":"x@example.org","subject":"hello","text":"t",` + field + `:` + value + `}`
+	}
 	cases := []struct {
 		name  string
-		body  map[string]any
+		body  any // a map, or a raw JSON string
 		field string
 	}{
+		// NUL and other control characters, which the read side cannot store.
+		{"NUL in from", with("from", "a\u0000@acme.test"), "from"},
+		{"NUL in to", with("to", []string{"x\u0000@example.org"}), "to.0"},
+		{"NUL in cc", with("cc", []string{"ok@example.org", "y@example.org\u0000"}), "cc.1"},
+		{"NUL in bcc", with("bcc", "z\u0000@example.org"), "bcc.0"},
+		{"NUL in reply_to", with("reply_to", "r\u0000@acme.test"), "reply_to.0"},
+		{"NUL in subject", with("subject", "a\u0000b"), "subject"},
+		{"NUL in text", with("text", "hello\u0000"), "text"},
+		{"NUL in html", with("html", "<p>\u0000</p>"), "html"},
+		{"NUL in a tag name", with("tags", map[string]string{"a\u0000": "v"}), "tags"},
+		{"NUL in a tag value", with("tags", map[string]string{"ok": "v\u0000"}), "tags.ok"},
+		{"NUL in a filename", with("attachments", att(map[string]any{"filename": "a\u0000.txt", "content": content})), "attachments.0.filename"},
+		{"NUL in a content_type", with("attachments", att(map[string]any{"filename": "a.txt", "content": content, "content_type": "text/plain\u0000"})), "attachments.0.content_type"},
+		{"NUL in a content_id", with("attachments", att(map[string]any{"filename": "a.txt", "content": content, "content_id": "c\u0000"})), "attachments.0.content_id"},
+		{"NUL in a path", with("attachments", att(map[string]any{"path": "https://example.com/a\u0000.txt"})), "attachments.0.path"},
+		{"escape in subject", with("subject", "red \u001b[31m"), "subject"},
+		{"DEL in subject", with("subject", "a\u007f"), "subject"},
+		{"C1 control in subject", with("subject", "next\u0085line"), "subject"},
+		{"line separator in subject", with("subject", "one\u2028two"), "subject"},
+		{"bell in text", with("text", "ding\u0007"), "text"},
+		{"tab in a filename", with("attachments", att(map[string]any{"filename": "a\tb.txt", "content": content})), "attachments.0.filename"},
+		// Bytes that are not UTF-8, which encoding/json would quietly replace.
+		{"invalid UTF-8 in subject", raw(`"subject"`, "\"caf\xe9\""), "subject"},
+		{"invalid UTF-8 in to", raw(`"to"`, "[\"\xff@example.org\"]"), "to.0"}, // the later "to" wins
+		{"invalid UTF-8 in cc", raw(`"cc"`, "[\"ok@example.org\",\"\xff@example.org\"]"), "cc.1"},
+		{"invalid UTF-8 in a tag", raw(`"tags"`, "{\"k\":\"\xc3\"}"), "tags.k"},
+		{"invalid UTF-8 in a filename", raw(`"attachments"`, "[{\"filename\":\"\xed\xa0\x80.txt\",\"content\":\"aGk=\"}]"), "attachments.0.filename"},
+		// Bounds on what reaches the event.
+		{"51 tags", with("tags", tags(51)), "tags"},
+		{"tag value of 257", with("tags", map[string]string{"k": strings.Repeat("v", 257)}), "tags.k"},
+		{"51 reply_to", with("reply_to", many(51)), "reply_to"},
+		{"2,049-byte path", with("attachments", att(map[string]any{"path": longURL})), "attachments.0.path"},
+		{"256-character filename", with("attachments", att(map[string]any{"filename": strings.Repeat("é", 252) + ".pdf", "content": content})), "attachments.0.filename"},
+		{"256-byte content_type", with("attachments", att(map[string]any{"filename": "a.txt", "content": content, "content_type": "text/" + strings.Repeat("x", 251)})), "attachments.0.content_type"},
+		{"256-byte content_id", with("attachments", att(map[string]any{"filename": "a.txt", "content": content, "content_id": strings.Repeat("c", 256)})), "attachments.0.content_id"},
 		{"missing from", with("from", nil), "from"},
 		{"missing to", with("to", nil), "to"},
 		{"missing subject", with("subject", nil), "subject"},
@@ -78,11 +125,27 @@ func TestSendValidation(t *testing.T) {
 			}
 		})
 	}
-	// 50 recipients in all are fine.
+	// 50 recipients in all are fine, and so is every limit reached exactly.
 	b := base()
 	b["to"], b["cc"], b["bcc"] = many(30), many(10), many(10)
 	if r := w.Do("POST", "/v1/emails/send", w.key, b); r.Status != 202 {
 		t.Fatalf("50 recipients: %d %s", r.Status, r.Body)
+	}
+	b = base()
+	b["tags"], b["reply_to"] = tags(50), many(50)
+	b["subject"], b["text"], b["html"] = "Ümlaut — 日本 🎉 \uFFFD", "lines\r\nand\ttabs\n", "<p>\n\t</p>"
+	b["attachments"] = att(map[string]any{"filename": strings.Repeat("é", 251) + ".pdf", "content": content,
+		"content_type": "text/" + strings.Repeat("x", 250), "content_id": strings.Repeat("c", 255)})
+	if r := w.DoHeader("POST", "/v1/emails/send", w.key, http.Header{"Idempotency-Key": {strings.Repeat("k", 256)}}, b); r.Status != 202 {
+		t.Fatalf("every limit reached exactly: %d %s", r.Status, r.Body)
+	}
+	// The Idempotency-Key header is bounded and printable too.
+	for _, key := range []string{strings.Repeat("k", 257), "a\tb", "k\u0085", "k\xff"} {
+		r := w.DoHeader("POST", "/v1/emails/send", w.key, http.Header{"Idempotency-Key": {key}}, base())
+		wantProblem(t, r, 422, "validation_failed")
+		if !strings.Contains(string(r.Body), `"field":"Idempotency-Key"`) {
+			t.Fatalf("key %q: error does not name the header: %s", key, r.Body)
+		}
 	}
 
 	// Wrong JSON types are 400.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/emersion/go-msgauth/dkim"
+	gosmtp "github.com/emersion/go-smtp"
 
 	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/dnscheck"
@@ -101,4 +102,39 @@ func TestSMTPProviderSignsWithDKIM(t *testing.T) {
 	var emailID string
 	w.Pool.QueryRow(context.Background(), "SELECT id FROM emails ORDER BY created_at DESC LIMIT 1").Scan(&emailID)
 	(&sendWorld{Server: w.Server, key: key}).waitFor(t, emailID, status("delivered"))
+}
+
+// Through a relay, the customer's tags stay out of the message, and a
+// refusal reaches the timeline with its codes but without the relay's
+// host names and addresses.
+func TestSMTPRelayTagsAndRefusals(t *testing.T) {
+	relay := smtptest.Start(t)
+	w := newSendWorld(t, func(c *config.Config) {
+		c.Provider = "smtp"
+		c.SMTPURL = "smtp://" + relay.Addr
+	})
+	tagged := map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t",
+		"tags": map[string]string{"campaign": "spring-sale", "customer_id": "c-42"}}
+	w.waitFor(t, w.send(t, tagged)["id"].(string), status("delivered"))
+	msgs := relay.Messages()
+	if len(msgs) != 1 {
+		t.Fatalf("relay got %d messages", len(msgs))
+	}
+	if raw := string(msgs[0].Data); strings.Contains(raw, "X-SES-MESSAGE-TAGS") || strings.Contains(raw, "spring-sale") {
+		t.Fatalf("the relayed message shows the tags:\n%s", raw)
+	}
+
+	relay.RejectData(&gosmtp.SMTPError{Code: 554, EnhancedCode: gosmtp.EnhancedCode{5, 7, 1},
+		Message: "mx7.relay.corp.internal [10.20.30.40]: message refused by policy for account 123456789012"})
+	e := w.waitFor(t, w.send(t, tagged)["id"].(string), status("failed"))
+	meta := e["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)
+	if meta["reason"] != "provider_rejected" || meta["detail"] != "the provider rejected the message (554 5.7.1)" {
+		t.Fatalf("failure metadata %v", meta)
+	}
+	body := string(w.Do("GET", "/v1/emails/"+e["id"].(string), w.key, nil).Body)
+	for _, leak := range []string{"10.20.30.40", "relay.corp.internal", "123456789012", relay.Addr} {
+		if strings.Contains(body, leak) {
+			t.Errorf("the timeline shows %q: %s", leak, body)
+		}
+	}
 }

@@ -568,3 +568,53 @@ func TestSlowEndpointDelaysNoOther(t *testing.T) {
 	}
 	unblock()
 }
+
+// Everything an endpoint stores is bounded and printable, on create and
+// on PATCH.
+func TestWebhookInputBounds(t *testing.T) {
+	w := newHookWorld(t)
+	rcv := newReceiver(t, always(200))
+	url := func(n int) string { return rcv.URL + "/" + strings.Repeat("p", n-len(rcv.URL)-1) }
+	id, _ := w.endpoint(t, map[string]any{"url": url(2048), "description": "Ümlaut — 日本"})
+	cases := []struct {
+		name  string
+		body  any // a map, or a raw JSON string
+		field string
+	}{
+		{"2,049-byte url", map[string]any{"url": url(2049)}, "url"},
+		{"NUL in url", map[string]any{"url": rcv.URL + "/a\u0000"}, "url"},
+		{"NUL in description", map[string]any{"url": rcv.URL, "description": "a\u0000b"}, "description"},
+		{"line break in description", map[string]any{"url": rcv.URL, "description": "two\nlines"}, "description"},
+		{"C1 control in description", map[string]any{"url": rcv.URL, "description": "x\u009b"}, "description"},
+		{"invalid UTF-8 in description", `{"url":"` + rcv.URL + `","description":"caf` + "\xe9" + `"}`, "description"},
+		{"control character in an event type", map[string]any{"url": rcv.URL, "event_types": []string{"email.sent", "email.\u0000"}}, "event_types.1"},
+	}
+	for _, tc := range cases {
+		for _, req := range []struct{ method, path string }{{"POST", "/v1/webhooks"}, {"PATCH", "/v1/webhooks/" + id}} {
+			r := w.Do(req.method, req.path, w.key, tc.body)
+			wantProblem(t, r, 422, "validation_failed")
+			if !strings.Contains(string(r.Body), fmt.Sprintf(`"field":%q`, tc.field)) {
+				t.Errorf("%s %s: error does not name %s: %s", req.method, tc.name, tc.field, r.Body)
+			}
+		}
+	}
+	// Nothing was stored by the refused requests.
+	if list := w.Do("GET", "/v1/webhooks", w.key, nil).JSON(t)["data"].([]any); len(list) != 1 ||
+		list[0].(map[string]any)["url"] != url(2048) || list[0].(map[string]any)["description"] != "Ümlaut — 日本" {
+		t.Fatalf("endpoints after refusals: %v", list)
+	}
+}
+
+// A refusal of a host name that resolves to a private address says so
+// without the address the resolver gave.
+func TestWebhookRefusalQuotesNoAddress(t *testing.T) {
+	dns := dnstest.Start(t)
+	dns.Set(dnscheck.Record{Type: "A", Name: "db.hooks.test", Value: "10.96.0.7"})
+	s := apptest.Start(t, func(c *config.Config) { c.EgressResolver = dns.Addr() })
+	_, _, key := s.Sender("acme.test")
+	r := s.Do("POST", "/v1/webhooks", key, map[string]any{"url": "https://db.hooks.test/hook"})
+	wantProblem(t, r, 422, "validation_failed")
+	if !strings.Contains(string(r.Body), "host is not a public address") || strings.Contains(string(r.Body), "10.96") {
+		t.Fatalf("refusal: %s", r.Body)
+	}
+}

@@ -42,6 +42,7 @@ type Config struct {
 	HTTPWriteTimeout   time.Duration
 	HTTPIdleTimeout    time.Duration
 	ConsistencyTimeout time.Duration
+	MaxInflightBytes   int64
 	ReadyMaxLag        int64
 	Roles              []string
 	Bootstrap          bool
@@ -93,6 +94,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	c.duration(fs, &c.HTTPWriteTimeout, "http-write-timeout", "MAILROOM_HTTP_WRITE_TIMEOUT", 3*time.Minute, "time allowed from the end of a request's headers to the end of its response; keep it above http-read-timeout (0: none)")
 	c.duration(fs, &c.HTTPIdleTimeout, "http-idle-timeout", "MAILROOM_HTTP_IDLE_TIMEOUT", time.Minute, "how long an idle keep-alive connection is kept open (0: none)")
 	c.duration(fs, &c.ConsistencyTimeout, "consistency-timeout", "MAILROOM_CONSISTENCY_TIMEOUT", 2*time.Second, "how long a write waits for the read models to show it")
+	c.int64Flag(fs, &c.MaxInflightBytes, "max-inflight-bytes", "MAILROOM_MAX_INFLIGHT_BYTES", 512<<20, "request body bytes one API process accepts at once (by Content-Length, 45 MiB when unknown); beyond it 503 with Retry-After; 0 disables")
 	c.int64Flag(fs, &c.ReadyMaxLag, "ready-max-lag", "MAILROOM_READY_MAX_LAG", 10000, "events a projection may lag before /readyz fails")
 	list(fs, &c.Roles, "roles", "MAILROOM_ROLES", []string{"api", "projections", "workers"}, "roles this process runs: api, projections, workers")
 	str(fs, &c.DNSResolvers, "dns-resolvers", "MAILROOM_DNS_RESOLVERS", "1.1.1.1:53,8.8.8.8:53", "resolvers (host:port, comma-separated) that domain verification queries directly; every one must see the records")
@@ -148,6 +150,9 @@ func (c *Config) Validate() error {
 	if c.Environment == "production" && (c.EgressAllowCIDRs != "" || c.WebhookAllowHTTP) {
 		return errors.New("egress-allow-cidrs and webhook-allow-http are for development only")
 	}
+	if c.MaxInflightBytes != 0 && c.MaxInflightBytes < maxBodyBytes {
+		return errors.New("max-inflight-bytes must be 0 (no cap) or at least 47185920 (45 MiB, the largest request body)")
+	}
 	if c.DomainPollInterval <= 0 {
 		return errors.New("domain-poll-interval must be positive")
 	}
@@ -170,6 +175,10 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// maxBodyBytes is the API's request body limit (httpserver.MaxBodyBytes): a
+// smaller cap on bytes in flight would refuse every large request.
+const maxBodyBytes = 45 << 20
 
 // LoadMasterKey returns the 32-byte master key. In development a missing key
 // is generated into <data-dir>/master.key and reused after; in production it

@@ -75,10 +75,10 @@ func (p Policy) control(network, address string, _ syscall.RawConn) error {
 	}
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return refused("invalid address %s", address)
+		return refused("invalid address")
 	}
 	if err := p.judge(ap.Addr()); err != nil {
-		return refused("destination is %s", err.Error())
+		return p.refusedResolved(ErrRefused.Error(), ap.Addr().String(), "destination is "+err.Error())
 	}
 	return nil
 }

@@ -20,7 +20,8 @@ const maxDescription = 120
 // short human string for delivery records and failure reasons: "timeout
 // after 10s", "connection refused", "destination not allowed", "redirect 302
 // not followed", "larger than N bytes", "dns: no such host", "tls: ...". It
-// never includes the request URL. nil gives "".
+// never includes the request URL nor an address a host resolved to: it is
+// shown to customers. nil gives "".
 func Describe(err error) string {
 	if err == nil {
 		return ""
@@ -47,7 +48,7 @@ func Describe(err error) string {
 		case de.IsTimeout:
 			return "dns: timeout"
 		default:
-			return shorten("dns: " + de.Err)
+			return "dns: lookup failed" // de.Err may quote the resolver's address
 		}
 	}
 	if s := describeTLS(err); s != "" {
@@ -70,6 +71,10 @@ func Describe(err error) string {
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		return "timeout"
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return "connection failed" // its text quotes the address dialled
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {

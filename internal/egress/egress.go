@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"net/url"
@@ -37,6 +38,9 @@ type Policy struct {
 	// Resolver looks up host names, both in CheckURL and when the client
 	// dials; nil means net.DefaultResolver.
 	Resolver *net.Resolver
+	// Log, when set, records what a refusal keeps from the customer: the
+	// address a host name resolved to.
+	Log *slog.Logger
 }
 
 // ErrRefused is wrapped by every refusal of a destination on policy grounds,
@@ -45,10 +49,12 @@ type Policy struct {
 var ErrRefused = errors.New("destination not allowed")
 
 // RefusedError is a policy refusal. Its message is short and meant for
-// people (it ends up in 422 responses and delivery records); it wraps
-// ErrRefused.
+// people (it ends up in 422 responses and delivery records), so it never
+// quotes what a resolver answered: that goes to Detail, for operators. It
+// wraps ErrRefused.
 type RefusedError struct {
 	Reason string
+	Detail string // the resolved address judged, when Reason does not say it
 }
 
 func (e *RefusedError) Error() string { return e.Reason }
@@ -163,8 +169,8 @@ func kind(a netip.Addr) string {
 
 // CheckURL decides whether raw is an acceptable destination. The error, if
 // any, is short and meant for people ("must use https", "localhost is not
-// allowed", "host resolves to a private address (10.0.0.1)"); policy
-// refusals wrap ErrRefused, resolution failures wrap the resolver's error.
+// allowed", "host is not a public address"); policy refusals wrap
+// ErrRefused, resolution failures wrap the resolver's error.
 //
 // Host names are resolved (A and AAAA) with the policy's resolver and every
 // address must be acceptable. No connection is made.
@@ -197,10 +203,19 @@ func (p Policy) CheckURL(ctx context.Context, raw string) error {
 	}
 	for _, a := range addrs {
 		if err := p.judge(a); err != nil {
-			return refused("host resolves to %s", err.Error())
+			return p.refusedResolved("host is not a public address", host, "host resolves to "+err.Error())
 		}
 	}
 	return nil
+}
+
+// refusedResolved is the refusal of a host for an address it resolved to:
+// the address is logged, not told.
+func (p Policy) refusedResolved(reason, target, detail string) error {
+	if p.Log != nil {
+		p.Log.Info("egress refused", "target", target, "reason", detail)
+	}
+	return &RefusedError{Reason: reason, Detail: detail}
 }
 
 // checkStatic applies every rule that needs no DNS: scheme, credentials,

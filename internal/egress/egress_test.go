@@ -1,11 +1,13 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -155,11 +157,30 @@ func TestCheckURLRefuses(t *testing.T) {
 		{"https://[2001::1]/", ""},         // Teredo
 		{"https://[::127.0.0.1]/", ""},     // IPv4-compatible
 		{"https://example.com:0/", "invalid port"},
+	}
+	// Host names that resolve to non-public addresses: the customer learns
+	// only that; the address goes to the operators' log.
+	resolved := []struct{ url, detail string }{
 		{"https://private.example.com/hook", "host resolves to a private address (10.1.2.3)"},
 		{"https://mixed.example.com/hook", "host resolves to a private address (10.0.0.5)"},
 		{"https://mixed6.example.com/hook", "host resolves to a private address (fd00::1)"},
 		{"https://imds.example.com/hook", "host resolves to a cloud metadata address (fd00:ec2::254)"},
 		{"https://loop.example.com/hook", "host resolves to a loopback address (127.0.0.1)"},
+	}
+	var logs bytes.Buffer
+	p.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	for _, c := range resolved {
+		err := p.CheckURL(context.Background(), c.url)
+		var re *RefusedError
+		if !errors.As(err, &re) || err.Error() != "host is not a public address" || re.Detail != c.detail {
+			t.Errorf("CheckURL(%q) = %v (%+v), want the generic refusal with detail %q", c.url, err, re, c.detail)
+		}
+		if Describe(err) != "destination not allowed" {
+			t.Errorf("Describe(%q) = %q", c.url, Describe(err))
+		}
+		if !strings.Contains(logs.String(), c.detail) {
+			t.Errorf("log lacks %q: %s", c.detail, logs.String())
+		}
 	}
 	for _, c := range cases {
 		err := p.CheckURL(context.Background(), c.url)
@@ -612,6 +633,18 @@ func TestDescribe(t *testing.T) {
 	}
 	if got := Describe(fmt.Errorf("deliver: %w", &TooLargeError{Limit: 10})); got != "larger than 10 bytes" {
 		t.Errorf("Describe(wrapped TooLargeError) = %q", got)
+	}
+	// Errors quoting internal addresses are described without them.
+	internal := []error{
+		&url.Error{Op: "Post", URL: "https://hooks.example.com/", Err: &net.OpError{Op: "dial", Net: "tcp",
+			Addr: &net.TCPAddr{IP: net.ParseIP("10.96.0.7"), Port: 443}, Err: errors.New("protocol not available")}},
+		&net.DNSError{Err: "dial udp 10.96.0.10:53: socket: too many open files", Name: "hooks.example.com", Server: "10.96.0.10:53"},
+		&RefusedError{Reason: "destination not allowed", Detail: "destination is a private address (10.96.0.7)"},
+	}
+	for _, err := range internal {
+		if got := Describe(err); strings.Contains(got, "10.96") || got == "" {
+			t.Errorf("Describe(%v) = %q", err, got)
+		}
 	}
 	for code, want := range map[int]string{
 		200: "", 204: "", 301: "redirect 301 not followed", 302: "redirect 302 not followed",

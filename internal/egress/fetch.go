@@ -76,18 +76,36 @@ func (p Policy) Fetch(ctx context.Context, client *http.Client, raw string, maxB
 	if resp.ContentLength > maxBytes {
 		return Download{}, &TooLargeError{Limit: maxBytes}
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes+1))
+	body, err := readBody(resp, maxBytes)
 	if err != nil {
 		return Download{}, err
-	}
-	if int64(len(body)) > maxBytes {
-		return Download{}, &TooLargeError{Limit: maxBytes}
 	}
 	return Download{
 		Body:        body,
 		ContentType: strings.TrimSpace(resp.Header.Get("Content-Type")),
 		Filename:    filename(resp.Header.Get("Content-Disposition"), req.URL),
 	}, nil
+}
+
+// readBody reads at most maxBytes of a response, stopping as soon as it has
+// more. A declared length is read into one buffer of that size, so memory
+// never grows past the body itself.
+func readBody(resp *http.Response, maxBytes int64) ([]byte, error) {
+	if resp.ContentLength >= 0 {
+		body := make([]byte, resp.ContentLength)
+		if _, err := io.ReadFull(resp.Body, body); err != nil {
+			return nil, err
+		}
+		return body, nil // net/http ends the body at its declared length
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(body)) > maxBytes {
+		return nil, &TooLargeError{Limit: maxBytes}
+	}
+	return body, nil
 }
 
 // filename picks the attachment's name: Content-Disposition's filename

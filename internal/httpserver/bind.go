@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 )
@@ -49,28 +50,41 @@ func formatBytes(n int64) string {
 // BindJSON decodes the request body into v with encoding/json, ignoring the
 // Content-Type and unknown fields. Malformed JSON is a 400 "invalid_json"; a
 // value of the wrong JSON type is a 400 "invalid_type" naming the field path
-// (e.g. "attachments.0.filename"); a body over the limit is a 413.
+// (e.g. "attachments.0.filename"); a string holding bytes that are not UTF-8
+// is a 422 naming its field; a body over the limit is a 413.
 func BindJSON(c echo.Context, v any) error {
+	_, err := ReadJSON(c, v)
+	return err
+}
+
+// ReadJSON is BindJSON that also returns the body as received, for a
+// handler that fingerprints requests.
+func ReadJSON(c echo.Context, v any) ([]byte, error) {
 	body := c.Request().Body
 	if body == nil {
-		return BadRequest("invalid_json", "the request body is empty; expected a JSON document")
+		return nil, BadRequest("invalid_json", "the request body is empty; expected a JSON document")
 	}
 	data, err := io.ReadAll(body)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return tooLargeProblem(mbe.Limit)
+			return nil, tooLargeProblem(mbe.Limit)
 		}
-		return BadRequest("invalid_body", "the request body could not be read")
+		return nil, BadRequest("invalid_body", "the request body could not be read")
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
-		return BadRequest("invalid_json", "the request body is empty; expected a JSON document")
+		return nil, BadRequest("invalid_json", "the request body is empty; expected a JSON document")
 	}
 	// json.Unmarshal validates the whole input first, so syntax errors and
 	// trailing garbage are reported before any type mismatch.
 	err = json.Unmarshal(data, v)
 	if err == nil {
-		return nil
+		// encoding/json quietly turns invalid UTF-8 into U+FFFD: refuse
+		// it instead, so what is stored is what was sent.
+		if !utf8.Valid(data) {
+			return nil, utf8Problem(data)
+		}
+		return data, nil
 	}
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
@@ -78,19 +92,39 @@ func BindJSON(c echo.Context, v any) error {
 	var ie *json.InvalidUnmarshalError
 	switch {
 	case errors.As(err, &se):
-		return BadRequest("invalid_json",
+		return nil, BadRequest("invalid_json",
 			fmt.Sprintf("the request body is not valid JSON: %s (at byte %d)", se.Error(), se.Offset))
 	case errors.As(err, &te):
-		return typeProblem(data, te)
+		return nil, typeProblem(data, te)
 	case errors.As(err, &p):
-		return p
+		return nil, p
 	case errors.As(err, &ie):
-		return err // programming error: a 500
+		return nil, err // programming error: a 500
 	default:
 		// An UnmarshalJSON method rejected a value; encoding/json gives no
 		// field for such errors, so the detail carries the method's message.
-		return BadRequest("invalid_value", "the request body has an invalid value: "+err.Error())
+		return nil, BadRequest("invalid_value", "the request body has an invalid value: "+err.Error())
 	}
+}
+
+// utf8Problem is the 422 for a valid JSON document whose strings hold bytes
+// that are not UTF-8 (JSON allows them nowhere else). It names the field
+// of the first such string; a bad byte in an object key names the object.
+func utf8Problem(data []byte) *Problem {
+	at := 0
+	for at < len(data) {
+		r, size := utf8.DecodeRune(data[at:])
+		if r == utf8.RuneError && size == 1 {
+			break
+		}
+		at += size
+	}
+	const msg = "must be valid UTF-8"
+	path, ok := jsonPathAt(data, int64(at)+1)
+	if !ok || path == "" {
+		return Validation(FieldError{Field: "body", Message: msg})
+	}
+	return Validation(FieldError{Field: path, Message: msg})
 }
 
 // typeProblem builds the 400 invalid_type problem for a type mismatch.
@@ -155,8 +189,9 @@ func expectedJSON(t reflect.Type) string {
 
 // jsonPathAt finds the path ("a.0.b") of the value that ends at offset, as
 // encoding/json reports it in UnmarshalTypeError.Offset: the end of a scalar
-// or just past the opening bracket of an array or object. encoding/json's own
-// Field leaves out array indexes.
+// or just past the opening bracket of an array or object; for an offset
+// within an object key, the object's path. encoding/json's own Field leaves
+// out array indexes.
 func jsonPathAt(data []byte, offset int64) (string, bool) {
 	type frame struct {
 		array bool
@@ -205,6 +240,11 @@ func jsonPathAt(data []byte, offset int64) (string, bool) {
 			continue
 		}
 		if expectKey {
+			if dec.InputOffset() >= offset {
+				// Within a key: the path of the object holding it.
+				stack = stack[:len(stack)-1]
+				return path(), true
+			}
 			key, _ := tok.(string)
 			stack[len(stack)-1].key = key
 			expectKey = false

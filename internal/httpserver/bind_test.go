@@ -137,6 +137,40 @@ func TestBindJSONAccepts(t *testing.T) {
 	}
 }
 
+// encoding/json would turn these bytes into U+FFFD; BindJSON refuses them
+// with a 422 naming the field whose string holds them.
+func TestBindJSONInvalidUTF8(t *testing.T) {
+	s := bindServer(t)
+	cases := []struct{ body, field string }{
+		{"{\"from\":\"a\xffb\"}", "from"},
+		{"{\"to\":[\"ok@x.dev\",\"b\xc3@x.dev\"]}", "to.1"},
+		{"{\"to\":\"\xed\xa0\x80@x.dev\"}", "to"},
+		{"{\"attachments\":[{},{\"filename\":\"r\xe9sum\xe9.pdf\"}]}", "attachments.1.filename"},
+		{"{\"headers\":{\"X-A\":\"v\x80\"}}", "headers.X-A"},
+		{"{\"headers\":{\"X-\xfe\":\"v\"}}", "headers"},
+		{"{\"from\":\"ok\",\"unknown\":[\"\xff\"]}", "unknown.0"},
+	}
+	for _, tc := range cases {
+		res := s.post(t, "/bind", tc.body)
+		p := res.problem(t)
+		if res.status != 422 || p.Code != "validation_failed" {
+			t.Errorf("%q: %d %s", tc.body, res.status, res.body)
+			continue
+		}
+		if len(p.Errors) != 1 || p.Errors[0] != (FieldError{tc.field, "must be valid UTF-8"}) {
+			t.Errorf("%q: errors = %+v, want %s", tc.body, p.Errors, tc.field)
+		}
+	}
+	// Escapes are UTF-8 already; what they decode to is for the handler.
+	if res := s.post(t, "/bind", `{"from":"caf\u00e9 \u0000"}`); res.status != 200 {
+		t.Errorf("escapes: %d %s", res.status, res.body)
+	}
+	// Bad bytes outside strings are not JSON at all.
+	if res := s.post(t, "/bind", "{\"from\":\"a\"}\xff"); res.status != 400 {
+		t.Errorf("bad byte after the document: %d %s", res.status, res.body)
+	}
+}
+
 func TestJSONPathAt(t *testing.T) {
 	// Offsets as encoding/json reports them: end of a scalar, or just past '[' / '{'.
 	data := `{"a": [ {"b": 1}, {"c": [true, "x"]} ], "d": {"e.f": null}, "g": []}`

@@ -20,12 +20,15 @@ type Options struct {
 	// TrustedProxies are the only peers whose X-Forwarded-For is believed
 	// about the client's address (echo's RealIP); none: the peer's address.
 	TrustedProxies []netip.Prefix
+	// MaxInflightBytes caps the request bytes being served at once
+	// (InflightBytes); 0: no cap.
+	MaxInflightBytes int64
 }
 
 // New returns an echo instance with the problem ErrorHandler and the shared
 // middleware, outermost first: recover, request id, metrics, request log,
 // recover again (so handler panics are measured and logged as 500s), body
-// limit. With opts.Metrics it also serves GET /metrics.
+// limit, bytes in flight. With opts.Metrics it also serves GET /metrics.
 func New(opts Options) *echo.Echo {
 	logger := opts.Logger
 	if logger == nil {
@@ -41,7 +44,7 @@ func New(opts Options) *echo.Echo {
 	if opts.Metrics != nil {
 		e.Use(opts.Metrics.Middleware())
 	}
-	e.Use(RequestLogger(logger), Recover(), BodyLimit(MaxBodyBytes))
+	e.Use(RequestLogger(logger), Recover(), BodyLimit(MaxBodyBytes), InflightBytes(opts.MaxInflightBytes, MaxBodyBytes))
 
 	if opts.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(opts.Metrics.Handler()))

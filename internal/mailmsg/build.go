@@ -31,7 +31,7 @@ type Attachment struct {
 	Content   []byte
 }
 
-// Header is an extra message header, e.g. X-SES-MESSAGE-TAGS.
+// Header is an extra message header, e.g. X-Mailroom-Email-Id.
 type Header struct {
 	Name, Value string
 }

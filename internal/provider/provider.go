@@ -64,8 +64,11 @@ type Sender interface {
 	Send(ctx context.Context, m Outbound) (string, error)
 }
 
-// RejectedError is a permanent refusal by the provider.
-type RejectedError struct{ Reason string }
+// RejectedError is a permanent refusal by the provider. Reason is the
+// provider's whole answer, for operators (it may name relay hosts or
+// provider accounts); Code is the part customers may see: an SMTP reply code
+// ("550 5.7.1") or the provider's error code ("MessageRejected").
+type RejectedError struct{ Reason, Code string }
 
 func (e *RejectedError) Error() string { return "provider rejected the message: " + e.Reason }
 

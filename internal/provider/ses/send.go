@@ -106,7 +106,7 @@ var permanentSendErrors = map[string]bool{
 func mapSendError(err error) error {
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) && permanentSendErrors[apiErr.ErrorCode()] {
-		return &provider.RejectedError{Reason: apiMessage(apiErr.ErrorCode(), apiErr.ErrorMessage())}
+		return &provider.RejectedError{Reason: apiMessage(apiErr.ErrorCode(), apiErr.ErrorMessage()), Code: apiErr.ErrorCode()}
 	}
 	return fmt.Errorf("ses: send (transient): %w", err)
 }

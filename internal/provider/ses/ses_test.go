@@ -112,8 +112,8 @@ func TestSendErrorMapping(t *testing.T) {
 			if got := errors.As(err, &rej); got != c.permanent {
 				t.Fatalf("permanent = %v, want %v (err %v)", got, c.permanent, err)
 			}
-			if c.permanent && rej.Reason != "SES "+c.code+": Email address is not verified." {
-				t.Errorf("reason = %q", rej.Reason)
+			if c.permanent && (rej.Reason != "SES "+c.code+": Email address is not verified." || rej.Code != c.code) {
+				t.Errorf("reason = %q, code = %q", rej.Reason, rej.Code)
 			}
 		})
 	}

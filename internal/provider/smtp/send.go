@@ -263,7 +263,7 @@ func (r *Relay) fail(ctx context.Context, stage string, err error) error {
 		// 530 is "authenticate first" / "STARTTLS first": the relay's
 		// configuration, not the message, is at fault.
 		if se.Code/100 == 5 && se.Code != 530 && permanentStage(stage) {
-			return &provider.RejectedError{Reason: stage + ": " + reply}
+			return &provider.RejectedError{Reason: stage + ": " + reply, Code: replyCode(se)}
 		}
 		return &ReplyError{Stage: stage, Reply: reply, Code: se.Code, err: se}
 	}
@@ -283,12 +283,18 @@ func (e *ReplyError) Error() string { return "smtp " + e.Stage + ": relay replie
 
 func (e *ReplyError) Unwrap() error { return e.err }
 
-// formatReply renders the reply as the relay sent it: "550 5.1.1 text".
-func formatReply(se *gosmtp.SMTPError) string {
+// replyCode is the reply's codes alone: "550 5.1.1".
+func replyCode(se *gosmtp.SMTPError) string {
 	s := fmt.Sprint(se.Code)
 	if ec := se.EnhancedCode; ec != gosmtp.EnhancedCodeNotSet && ec != gosmtp.NoEnhancedCode {
 		s += fmt.Sprintf(" %d.%d.%d", ec[0], ec[1], ec[2])
 	}
+	return s
+}
+
+// formatReply renders the reply as the relay sent it: "550 5.1.1 text".
+func formatReply(se *gosmtp.SMTPError) string {
+	s := replyCode(se)
 	if msg := strings.Join(strings.Fields(se.Message), " "); msg != "" {
 		s += " " + msg
 	}

@@ -507,19 +507,20 @@ func TestReplies(t *testing.T) {
 		be       *backend
 		rejected bool
 		want     []string
+		code     string // of a rejection: what customers may see
 	}{
 		{"rcpt 550", &backend{rcptErr: map[string]*gosmtp.SMTPError{"bob@example.net": e(550, gosmtp.EnhancedCode{5, 1, 1}, "No such user here")}},
-			true, []string{"550 5.1.1 No such user here", "RCPT TO:<bob@example.net>"}},
+			true, []string{"550 5.1.1 No such user here", "RCPT TO:<bob@example.net>"}, "550 5.1.1"},
 		{"rcpt 451", &backend{rcptErr: map[string]*gosmtp.SMTPError{"bob@example.net": e(451, gosmtp.EnhancedCode{4, 3, 0}, "Try again later")}},
-			false, []string{"451 4.3.0 Try again later"}},
+			false, []string{"451 4.3.0 Try again later"}, ""},
 		{"mail 553", &backend{mailErr: e(553, gosmtp.EnhancedCode{5, 7, 1}, "Sender address rejected")},
-			true, []string{"553 5.7.1", "MAIL FROM:<bounce@send.acme.test>"}},
+			true, []string{"553 5.7.1", "MAIL FROM:<bounce@send.acme.test>"}, "553 5.7.1"},
 		{"mail 530", &backend{mailErr: e(530, gosmtp.EnhancedCode{5, 7, 0}, "Authentication required")},
-			false, []string{"530"}},
+			false, []string{"530"}, ""},
 		{"data 554", &backend{dataErr: e(554, gosmtp.EnhancedCode{5, 6, 0}, "Message content rejected")},
-			true, []string{"DATA: 554 5.6.0 Message content rejected"}},
+			true, []string{"DATA: 554 5.6.0 Message content rejected"}, "554 5.6.0"},
 		{"data 452", &backend{dataErr: e(452, gosmtp.EnhancedCode{4, 3, 1}, "Insufficient system storage")},
-			false, []string{"452 4.3.1"}},
+			false, []string{"452 4.3.1"}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -529,6 +530,9 @@ func TestReplies(t *testing.T) {
 			var rej *provider.RejectedError
 			if got := errors.As(err, &rej); got != c.rejected {
 				t.Fatalf("err %v: RejectedError=%v, want %v", err, got, c.rejected)
+			}
+			if c.rejected && rej.Code != c.code {
+				t.Errorf("code %q, want %q", rej.Code, c.code)
 			}
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {

@@ -22,9 +22,18 @@ type Message struct {
 
 // Relay is a running relay.
 type Relay struct {
-	Addr string
-	mu   sync.Mutex
-	msgs []Message
+	Addr   string
+	mu     sync.Mutex
+	msgs   []Message
+	reject *gosmtp.SMTPError
+}
+
+// RejectData makes the relay answer every DATA with reply from now on
+// (nil accepts again).
+func (r *Relay) RejectData(reply *gosmtp.SMTPError) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reject = reply
 }
 
 // Start runs a relay until t ends.
@@ -72,6 +81,9 @@ func (s *session) Data(rd io.Reader) error {
 	}
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
+	if s.r.reject != nil {
+		return s.r.reject
+	}
 	s.r.msgs = append(s.r.msgs, Message{From: s.from, To: s.to, Data: data})
 	return nil
 }

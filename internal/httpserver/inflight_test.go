@@ -1,0 +1,125 @@
+package httpserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Requests being served hold their bodies' bytes; past the cap the next one
+// is refused before its body is read, and small ones still pass.
+func TestInflightBytes(t *testing.T) {
+	const mib = 1 << 20
+	e := New(Options{Logger: slog.New(slog.DiscardHandler), MaxInflightBytes: 46 * mib})
+	entered, release := make(chan struct{}, 4), make(chan struct{})
+	e.POST("/hold", func(c echo.Context) error {
+		io.Copy(io.Discard, c.Request().Body)
+		entered <- struct{}{}
+		<-release
+		return c.NoContent(http.StatusNoContent)
+	})
+	e.POST("/echo", func(c echo.Context) error {
+		n, _ := io.Copy(io.Discard, c.Request().Body)
+		return c.JSON(http.StatusOK, map[string]int64{"read": n})
+	})
+	e.GET("/ping", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	// Clients announcing large bodies wait for 100 Continue, as curl does,
+	// so a refusal costs them no upload.
+	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 5 * time.Second}}
+
+	type result struct {
+		status     int
+		retryAfter string
+		body       []byte
+	}
+	post := func(path string, body io.Reader, size int64) result {
+		t.Helper()
+		req, _ := http.NewRequest("POST", srv.URL+path, body)
+		req.ContentLength = size
+		if size > mib {
+			req.Header.Set("Expect", "100-continue")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return result{resp.StatusCode, resp.Header.Get("Retry-After"), b}
+	}
+	sized := func(n int) (io.Reader, int64) { return bytes.NewReader(make([]byte, n)), int64(n) }
+	chunked := func() (io.Reader, int64) { return io.MultiReader(strings.NewReader("{}")), -1 }
+
+	// Two requests held: 2 MiB and 40 MiB of the 46 MiB.
+	held := make(chan result, 2)
+	for _, n := range []int{2 * mib, 40 * mib} {
+		go func() { r, size := sized(n); held <- post("/hold", r, size) }()
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("held request never reached its handler")
+		}
+	}
+
+	wantBusy := func(what string, r result) {
+		t.Helper()
+		var p Problem
+		json.Unmarshal(r.body, &p)
+		if r.status != 503 || p.Code != "server_busy" || r.retryAfter != "1" {
+			t.Errorf("%s: %d Retry-After %q %s", what, r.status, r.retryAfter, r.body)
+		}
+	}
+	r, size := sized(5 * mib)
+	wantBusy("5 MiB over the cap", post("/echo", r, size))
+	// A body of unknown length counts as the largest allowed (45 MiB).
+	r, size = chunked()
+	wantBusy("chunked", post("/echo", r, size))
+	// Small bodies still fit, and bodiless requests always pass.
+	r, size = sized(1024)
+	if got := post("/echo", r, size); got.status != 200 || string(got.body) != "{\"read\":1024}\n" {
+		t.Errorf("small body: %d %s", got.status, got.body)
+	}
+	resp, err := client.Get(srv.URL + "/ping")
+	if err != nil || resp.StatusCode != 204 {
+		t.Fatalf("GET while full: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	close(release)
+	for range 2 {
+		if got := <-held; got.status != 204 {
+			t.Errorf("held request: %d %s", got.status, got.body)
+		}
+	}
+	// The room is given back when requests end.
+	r, size = sized(5 * mib)
+	if got := post("/echo", r, size); got.status != 200 {
+		t.Errorf("5 MiB after release: %d %s", got.status, got.body)
+	}
+	r, size = chunked()
+	if got := post("/echo", r, size); got.status != 200 {
+		t.Errorf("chunked after release: %d %s", got.status, got.body)
+	}
+}
+
+func TestInflightBytesDisabled(t *testing.T) {
+	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
+	e.POST("/x", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
+	req := httptest.NewRequest("POST", "/x", strings.NewReader("{}"))
+	req.ContentLength = MaxBodyBytes
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	if rec.Code != 204 {
+		t.Errorf("no cap configured: %d", rec.Code)
+	}
+}
