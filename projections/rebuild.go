@@ -209,7 +209,7 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 		if _, err := tx.Exec(ctx, "DELETE FROM public.projection_checkpoints WHERE name = $1", t.checkpoint); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM public.projection_quarantine WHERE projection = $1;`, p.Name()); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM public.projection_quarantine WHERE projection = $1`, p.Name()); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE public.projection_quarantine SET projection = $1 WHERE projection = $2`, p.Name(), t.checkpoint); err != nil {
