@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -36,8 +37,13 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", rebuildLock)
 
 	shadow := pgx.Identifier{"projection_rebuild_" + strings.ReplaceAll(p.Name(), "-", "_")}.Sanitize()
+	t := target{checkpoint: "rebuild:" + p.Name(), version: p.Version(), skip: map[string]bool{}}
 	if _, err := r.pool.Exec(ctx, fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s", shadow, shadow)); err != nil {
 		return fmt.Errorf("rebuild %s: shadow schema: %w", p.Name(), err)
+	}
+	// Quarantines left by an interrupted rebuild belong to its dropped tables.
+	if _, err := r.pool.Exec(ctx, "DELETE FROM public.projection_quarantine WHERE projection = $1", t.checkpoint); err != nil {
+		return fmt.Errorf("rebuild %s: %w", p.Name(), err)
 	}
 	inShadow := func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL search_path TO %s, public", shadow))
@@ -53,26 +59,39 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 		return fmt.Errorf("rebuild %s: create tables: %w", p.Name(), err)
 	}
 
-	// Replay in batches, each its own transaction, without the live lock.
+	// Replay in batches, each its own transaction, without the live lock. A
+	// batch refused for one event's data is applied again event by event,
+	// quarantining streams as the live runner does, under the rebuild's name.
 	pos, applied := eventstore.Start, int64(0)
 	for {
-		var n int
-		err := r.inTx(ctx, func(tx pgx.Tx) error {
-			if err := inShadow(tx); err != nil {
+		var res batchResult
+		replay := func(isolate bool) error {
+			return r.inTx(ctx, func(tx pgx.Tx) error {
+				if err := inShadow(tx); err != nil {
+					return err
+				}
+				var err error
+				res, err = r.applyBatch(ctx, tx, p, pos, t, isolate)
 				return err
-			}
-			var err error
-			pos, n, err = r.applyBatch(ctx, tx, p, pos, "rebuild:"+p.Name(), p.Version())
-			return err
-		})
+			})
+		}
+		err := replay(false)
+		if isDataError(err) {
+			err = replay(true)
+		}
 		if err != nil {
 			return fmt.Errorf("rebuild %s: %w", p.Name(), err)
 		}
-		applied += int64(n)
+		r.logQuarantined(res.quarantined)
+		for _, q := range res.quarantined {
+			t.skip[q.Stream] = true
+		}
+		pos = res.last
+		applied += int64(res.n)
 		if progress != nil {
 			progress(applied)
 		}
-		if n < r.batchSize {
+		if res.n < r.batchSize {
 			break
 		}
 	}
@@ -82,8 +101,14 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 	// them all with a short lock timeout, and retrying, makes the swap the
 	// one that gives way instead of a reader.
 	var swapped eventstore.Position
+	var held []Quarantine
+	isolate := false
 	for attempt := 1; ; attempt++ {
-		swapped, err = r.swap(ctx, p, shadow, pos, &applied)
+		swapped, held, err = r.swap(ctx, p, shadow, pos, &applied, t, isolate)
+		if !isolate && isDataError(err) {
+			isolate = true
+			continue
+		}
 		if err == nil || !isLockConflict(err) || attempt == 100 {
 			break
 		}
@@ -97,6 +122,7 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 		return fmt.Errorf("rebuild %s: swap: %w", p.Name(), err)
 	}
 	pos = swapped
+	r.logQuarantined(held)
 	if progress != nil {
 		progress(applied)
 	}
@@ -121,21 +147,25 @@ func (r *Runner) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 
 // swap applies the events after pos to the shadow tables and moves them
 // into place, in one transaction holding the projector's lock and its live
-// tables. It returns the new checkpoint.
-func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos eventstore.Position, applied *int64) (eventstore.Position, error) {
+// tables. The rebuild's quarantined streams replace the live projector's. It
+// returns the new checkpoint and the streams it quarantined itself.
+func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos eventstore.Position, applied *int64, t target, isolate bool) (eventstore.Position, []Quarantine, error) {
 	n0 := *applied
+	var held []Quarantine
+	// A copy: what this attempt quarantines counts only if it commits.
+	t.skip = maps.Clone(t.skip)
 	err := r.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(p.Name())); err != nil {
 			return err
 		}
 		var live []string
-		for _, t := range p.Tables() {
+		for _, tb := range p.Tables() {
 			var exists bool
-			if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", "public."+t).Scan(&exists); err != nil {
+			if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", "public."+tb).Scan(&exists); err != nil {
 				return err
 			}
 			if exists {
-				live = append(live, "public."+pgx.Identifier{t}.Sanitize())
+				live = append(live, "public."+pgx.Identifier{tb}.Sanitize())
 			}
 		}
 		if len(live) > 0 {
@@ -153,19 +183,22 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 			return err
 		}
 		for {
-			var n int
-			var err error
-			pos, n, err = r.applyBatch(ctx, tx, p, pos, "rebuild:"+p.Name(), p.Version())
+			res, err := r.applyBatch(ctx, tx, p, pos, t, isolate)
 			if err != nil {
 				return err
 			}
-			*applied += int64(n)
-			if n < r.batchSize {
+			for _, q := range res.quarantined {
+				t.skip[q.Stream] = true
+			}
+			held = append(held, res.quarantined...)
+			pos = res.last
+			*applied += int64(res.n)
+			if res.n < r.batchSize {
 				break
 			}
 		}
-		for _, t := range p.Tables() {
-			id := pgx.Identifier{t}.Sanitize()
+		for _, tb := range p.Tables() {
+			id := pgx.Identifier{tb}.Sanitize()
 			if _, err := tx.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS public.%s CASCADE; ALTER TABLE %s.%s SET SCHEMA public", id, shadow, id)); err != nil {
 				return err
 			}
@@ -173,7 +206,13 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 		if _, err := tx.Exec(ctx, upsertCheckpoint, p.Name(), int64(pos.Commit), int64(pos.Prepare), p.Version()); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "DELETE FROM public.projection_checkpoints WHERE name = $1", "rebuild:"+p.Name()); err != nil {
+		if _, err := tx.Exec(ctx, "DELETE FROM public.projection_checkpoints WHERE name = $1", t.checkpoint); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM public.projection_quarantine WHERE projection = $1`, p.Name()); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE public.projection_quarantine SET projection = $1 WHERE projection = $2`, p.Name(), t.checkpoint); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, fmt.Sprintf("DROP SCHEMA %s CASCADE", shadow))
@@ -181,8 +220,12 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 	})
 	if err != nil {
 		*applied = n0
+		return pos, nil, err
 	}
-	return pos, err
+	for i := range held {
+		held[i].Projection = p.Name()
+	}
+	return pos, held, nil
 }
 
 // isLockConflict reports a lock timeout or deadlock, after which the swap

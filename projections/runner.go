@@ -175,8 +175,22 @@ func (r *Runner) CatchUp(ctx context.Context, p Projector) (eventstore.Position,
 
 // step applies one batch in one transaction under the projector's advisory
 // lock. The checkpoint is read inside the lock, so a rebuild's swap or
-// another instance's progress is always respected.
+// another instance's progress is always respected. A batch refused because
+// of one event's data is applied again event by event, quarantining the
+// streams whose events fail; any other failure is recorded where every
+// process can see it, and the caller retries.
 func (r *Runner) step(ctx context.Context, p Projector) (eventstore.Position, int, error) {
+	pos, n, err := r.stepTx(ctx, p, false)
+	if err != nil && isDataError(err) && ctx.Err() == nil {
+		pos, n, err = r.stepTx(ctx, p, true)
+	}
+	if err != nil && ctx.Err() == nil {
+		r.recordFailure(p.Name(), err)
+	}
+	return pos, n, err
+}
+
+func (r *Runner) stepTx(ctx context.Context, p Projector, isolate bool) (eventstore.Position, int, error) {
 	tx, err := r.pool.Begin(ctx)
 	if err != nil {
 		return eventstore.Position{}, 0, err
@@ -189,39 +203,95 @@ func (r *Runner) step(ctx context.Context, p Projector) (eventstore.Position, in
 	if err != nil {
 		return eventstore.Position{}, 0, err
 	}
-	pos, n, err := r.applyBatch(ctx, tx, p, st.pos, p.Name(), p.Version())
+	res, err := r.applyBatch(ctx, tx, p, st.pos, target{checkpoint: p.Name(), version: p.Version(), skip: st.quarantined}, isolate)
 	if err != nil {
 		return st.pos, 0, err
 	}
-	if n == 0 {
+	if res.n == 0 {
+		if st.failing {
+			// Nothing new, but the cause of the last failure is gone.
+			if _, err := tx.Exec(ctx, clearFailure, p.Name()); err != nil {
+				return st.pos, 0, err
+			}
+			return st.pos, 0, tx.Commit(ctx)
+		}
 		return st.pos, 0, nil
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return st.pos, 0, err
 	}
+	r.logQuarantined(res.quarantined)
 	if r.waiter != nil {
-		r.waiter.advanced(p.Name(), pos)
+		r.waiter.advanced(p.Name(), res.last)
 	}
-	return pos, n, nil
+	return res.last, res.n, nil
 }
 
+// upsertCheckpoint advances a checkpoint; a batch that commits also ends
+// any failure recorded for the projector.
 const upsertCheckpoint = `INSERT INTO public.projection_checkpoints (name, commit_position, prepare_position, schema_version, updated_at)
 	VALUES ($1, $2, $3, $4, now())
-	ON CONFLICT (name) DO UPDATE SET commit_position = $2, prepare_position = $3, schema_version = $4, updated_at = now()`
+	ON CONFLICT (name) DO UPDATE SET commit_position = $2, prepare_position = $3, schema_version = $4, updated_at = now(),
+		last_error = NULL, failures = 0, failing_since = NULL`
 
-// applyBatch reads up to batchSize events after from, projects them and
-// queues the update of checkpoint, all in tx.
-func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from eventstore.Position, checkpoint string, version int) (eventstore.Position, int, error) {
+const clearFailure = `UPDATE public.projection_checkpoints SET last_error = NULL, failures = 0, failing_since = NULL WHERE name = $1`
+
+// recordFailure notes a failed batch for status and readiness. It is best
+// effort: when the database is what fails, readiness sees that directly.
+func (r *Runner) recordFailure(name string, cause error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := r.pool.Exec(ctx, `UPDATE public.projection_checkpoints
+		SET last_error = $2, failures = failures + 1, failing_since = coalesce(failing_since, now()) WHERE name = $1`,
+		name, errorText(cause)); err != nil {
+		r.log.Warn("projection failure not recorded", "projection", name, "err", err)
+	}
+}
+
+// target is where a batch goes: the checkpoint it advances (quarantined
+// streams are recorded under the same name) and the streams it passes over.
+type target struct {
+	checkpoint string
+	version    int
+	skip       map[string]bool
+}
+
+// batchResult is what one batch did.
+type batchResult struct {
+	last        eventstore.Position // the checkpoint after the batch
+	n           int                 // events read, including those passed over
+	quarantined []Quarantine        // streams quarantined by this batch
+}
+
+// applyBatch reads up to batchSize events after from, projects those of
+// streams not quarantined and queues the update of the checkpoint, all in
+// tx. With isolate it applies them one by one and quarantines the streams
+// whose events fail (see applyEach); otherwise they go in one batch.
+func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from eventstore.Position, t target, isolate bool) (batchResult, error) {
+	none := batchResult{last: from}
 	events, err := r.store.ReadAll(ctx, from, r.batchSize)
 	if err != nil {
-		return from, 0, err
+		return none, err
 	}
 	if len(events) == 0 {
-		return from, 0, nil
+		return none, nil
+	}
+	res := batchResult{last: events[len(events)-1].Position, n: len(events)}
+	if isolate {
+		if res.quarantined, err = r.applyEach(ctx, tx, p, events, t); err != nil {
+			return none, err
+		}
+		if _, err := tx.Exec(ctx, upsertCheckpoint, t.checkpoint, int64(res.last.Commit), int64(res.last.Prepare), t.version); err != nil {
+			return none, fmt.Errorf("projection %s: %w", p.Name(), err)
+		}
+		return res, nil
 	}
 	b := &pgx.Batch{}
 	txp, direct := p.(TxProjector)
 	for _, ev := range events {
+		if t.skip[ev.StreamID] {
+			continue
+		}
 		var err error
 		if direct {
 			err = txp.ApplyTx(ctx, tx, ev)
@@ -229,32 +299,37 @@ func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from ev
 			err = p.Apply(ev, b)
 		}
 		if err != nil {
-			return from, 0, fmt.Errorf("projection %s: event %s (%s): %w", p.Name(), ev.ID, ev.Type, err)
+			return none, &eventError{projection: p.Name(), ev: ev, err: err}
 		}
 	}
-	last := events[len(events)-1].Position
-	b.Queue(upsertCheckpoint, checkpoint, int64(last.Commit), int64(last.Prepare), version)
+	b.Queue(upsertCheckpoint, t.checkpoint, int64(res.last.Commit), int64(res.last.Prepare), t.version)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return from, 0, fmt.Errorf("projection %s: %w", p.Name(), err)
+		return none, fmt.Errorf("projection %s: %w", p.Name(), err)
 	}
-	return last, len(events), nil
+	return res, nil
 }
 
 type checkpointState struct {
-	pos     eventstore.Position
-	version int
-	exists  bool
+	pos         eventstore.Position
+	version     int
+	exists      bool
+	failing     bool            // a failure is recorded
+	quarantined map[string]bool // streams the projector passes over
 }
 
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// checkpoint reads a projector's checkpoint together with its quarantined
+// streams, in one round trip.
 func (r *Runner) checkpoint(ctx context.Context, q querier, name string) (checkpointState, error) {
 	var c, p int64
+	var streams []string
 	var st checkpointState
-	err := q.QueryRow(ctx, `SELECT commit_position, prepare_position, schema_version
-		FROM public.projection_checkpoints WHERE name = $1`, name).Scan(&c, &p, &st.version)
+	err := q.QueryRow(ctx, `SELECT commit_position, prepare_position, schema_version, failures > 0,
+			ARRAY(SELECT stream_id FROM public.projection_quarantine WHERE projection = $1)
+		FROM public.projection_checkpoints WHERE name = $1`, name).Scan(&c, &p, &st.version, &st.failing, &streams)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, nil
 	}
@@ -262,6 +337,12 @@ func (r *Runner) checkpoint(ctx context.Context, q querier, name string) (checkp
 		return st, fmt.Errorf("checkpoint %s: %w", name, err)
 	}
 	st.pos, st.exists = eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}, true
+	if len(streams) > 0 {
+		st.quarantined = make(map[string]bool, len(streams))
+		for _, s := range streams {
+			st.quarantined[s] = true
+		}
+	}
 	return st, nil
 }
 

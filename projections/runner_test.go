@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +75,27 @@ func counts(t *testing.T, pool *pgxpool.Pool) (total, seen int) {
 	return total, seen
 }
 
+// catchUpTo catches p up until it has passed pos: an event becomes readable
+// only once every older transaction on the server has ended, and other
+// tests' transactions may hold it back for a moment.
+func catchUpTo(t *testing.T, r *projections.Runner, p projections.Projector, pos eventstore.Position) eventstore.Position {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		at, err := r.CatchUp(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !at.Less(pos) {
+			return at
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s stayed at %v, short of %v", p.Name(), at, pos)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func TestCatchUpAppliesEachEventOnce(t *testing.T) {
@@ -102,45 +124,278 @@ func TestCatchUpAppliesEachEventOnce(t *testing.T) {
 	}
 }
 
-// A batch that fails part-way leaves neither rows nor checkpoint behind;
-// after the fix the projector resumes and applies every event exactly once.
-func TestFailedBatchRollsBackAndResumes(t *testing.T) {
+// A projector's own error on one event (here: one it cannot handle)
+// quarantines that event's stream; every other event is applied exactly
+// once, even though the batch holding the poison is applied twice (whole,
+// then event by event).
+func TestProjectorErrorQuarantinesItsStream(t *testing.T) {
 	pool, store := setup(t)
 	ctx := context.Background()
 	appendN(t, store, "s-1", "Counted", 700)
-	appendN(t, store, "s-2", "Poison", 1)
-	appendN(t, store, "s-3", "Counted", 50)
-
 	broken := tally{version: 1, failOn: "Poison"}
 	r := projections.NewRunner(pool, store, nil, quiet, broken)
-	if err := r.Prepare(ctx); err == nil {
-		t.Fatal("prepare over a poison event succeeded")
-	}
-	// Build tables without the poison event in reach, then fail on it.
-	pool2, store2 := setup(t)
-	appendN(t, store2, "s-1", "Counted", 700)
-	r2 := projections.NewRunner(pool2, store2, nil, quiet, broken)
-	if err := r2.Prepare(ctx); err != nil {
+	if err := r.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	appendN(t, store2, "s-2", "Counted", 10)
-	appendN(t, store2, "s-3", "Poison", 1)
-	appendN(t, store2, "s-4", "Counted", 5)
-	if _, err := r2.CatchUp(ctx, broken); err == nil {
-		t.Fatal("catch-up over a poison event succeeded")
+	appendN(t, store, "s-2", "Counted", 10)
+	appendN(t, store, "s-3", "Poison", 1)
+	appendN(t, store, "s-3", "Counted", 2)
+	last := appendN(t, store, "s-4", "Counted", 5)
+	if pos := catchUpTo(t, r, broken, last); pos != last {
+		t.Fatalf("checkpoint %v, want %v past the poison", pos, last)
 	}
-	// The batch holding the poison event was rolled back whole.
-	if total, seen := counts(t, pool2); total != 700 || seen != 700 {
-		t.Fatalf("after failure: total %d seen %d, want 700", total, seen)
+	if total, seen := counts(t, pool); total != 715 || seen != 715 {
+		t.Fatalf("total %d seen %d, want 715 (s-3 skipped)", total, seen)
 	}
-	// A restarted runner with the bug fixed resumes from the checkpoint.
+	st, err := r.Status(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := st[0].Quarantined
+	if len(q) != 1 || q[0].Stream != "s-3" || q[0].EventType != "Poison" || q[0].Revision != 0 || !strings.Contains(q[0].Error, "projector bug") || st[0].Failing != nil {
+		t.Fatalf("status %+v", st[0])
+	}
+	// With the bug fixed, retry applies s-3's three events, once.
 	fixed := tally{version: 1}
-	r3 := projections.NewRunner(pool2, store2, nil, quiet, fixed)
-	if _, err := r3.CatchUp(ctx, fixed); err != nil {
+	res, err := r.Retry(ctx, fixed)
+	if err != nil || len(res) != 1 || res[0].Stream != "s-3" || res[0].Applied != 3 || res[0].Error != "" {
+		t.Fatalf("retry: %+v %v", res, err)
+	}
+	if total, seen := counts(t, pool); total != 718 || seen != 718 {
+		t.Fatalf("after retry: total %d seen %d, want 718", total, seen)
+	}
+}
+
+// notes stores each event's "note", so PostgreSQL decides what it refuses:
+// a NUL, or whatever a constraint an operator adds forbids. txnotes is the
+// same as a TxProjector.
+type notes struct{ name string }
+
+func (n notes) Name() string     { return n.name }
+func (notes) Version() int       { return 1 }
+func (n notes) Tables() []string { return []string{n.name} }
+func (n notes) Schema() string {
+	return `CREATE TABLE IF NOT EXISTS ` + n.name + ` (event_id uuid PRIMARY KEY, stream text NOT NULL, revision bigint NOT NULL, note text NOT NULL)`
+}
+func (n notes) insert(ev eventstore.RecordedEvent) (string, []any, error) {
+	var d struct{ Note string }
+	if err := json.Unmarshal(ev.Data, &d); err != nil {
+		return "", nil, err
+	}
+	return `INSERT INTO ` + n.name + ` (event_id, stream, revision, note) VALUES ($1, $2, $3, $4)`,
+		[]any{ev.ID, ev.StreamID, int64(ev.StreamRevision), d.Note}, nil
+}
+func (n notes) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
+	sql, args, err := n.insert(ev)
+	if err == nil {
+		b.Queue(sql, args...)
+	}
+	return err
+}
+
+type txnotes struct{ notes }
+
+func (n txnotes) ApplyTx(ctx context.Context, tx pgx.Tx, ev eventstore.RecordedEvent) error {
+	sql, args, err := n.insert(ev)
+	if err == nil {
+		_, err = tx.Exec(ctx, sql, args...)
+	}
+	return err
+}
+
+func note(t *testing.T, s eventstore.Store, stream, text string) eventstore.Position {
+	t.Helper()
+	data, _ := json.Marshal(map[string]string{"note": text})
+	res, err := s.Append(context.Background(), stream, eventstore.Any, eventstore.EventData{
+		ID: uuid.New(), Type: "Noted", SchemaVersion: 1, Data: data})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if total, seen := counts(t, pool2); total != 716 || seen != 716 {
-		t.Fatalf("after resume: total %d seen %d, want 716", total, seen)
+	return res.Position
+}
+
+// noted lists the notes a projector stored for stream, in stream order.
+func noted(t *testing.T, pool *pgxpool.Pool, table, stream string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT note FROM "+table+" WHERE stream = $1 ORDER BY revision", stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// A value the read model refuses quarantines its stream for that projector
+// only: the other streams, later events included, are applied and the
+// checkpoint passes it; the stream's later events are skipped; retry after
+// the cause is removed applies them and lifts the quarantine, while a cause
+// that remains (a NUL) stays quarantined with the new error.
+func TestDataErrorQuarantinesItsStream(t *testing.T) {
+	for _, p := range []projections.Projector{notes{"notes"}, txnotes{notes{"txnotes"}}} {
+		t.Run(p.Name(), func(t *testing.T) {
+			pool, store := setup(t)
+			ctx := context.Background()
+			counter := tally{version: 1}
+			r := projections.NewRunner(pool, store, nil, quiet, p, counter)
+			if err := r.Prepare(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// An operator-made cause, removable later.
+			if _, err := pool.Exec(ctx, "ALTER TABLE "+p.Name()+" ADD CONSTRAINT no_poison CHECK (note <> 'poison')"); err != nil {
+				t.Fatal(err)
+			}
+			note(t, store, "s-1", "a")
+			note(t, store, "s-2", "fine")
+			note(t, store, "s-2", "poison")
+			note(t, store, "s-1", "b")
+			note(t, store, "s-3", "x\x00y")
+			note(t, store, "s-2", "after")
+			last := note(t, store, "s-4", "c")
+			if pos := catchUpTo(t, r, p, last); pos != last {
+				t.Fatalf("checkpoint %v, want %v", pos, last)
+			}
+			for stream, want := range map[string]string{"s-1": "a b", "s-2": "fine", "s-3": "", "s-4": "c"} {
+				if got := strings.Join(noted(t, pool, p.Name(), stream), " "); got != want {
+					t.Errorf("%s: notes %q, want %q", stream, got, want)
+				}
+			}
+			// Quarantine is per projector: the other one applied all seven.
+			catchUpTo(t, r, counter, last)
+			if total, _ := counts(t, pool); total != 7 {
+				t.Fatalf("tally applied %d events, want 7", total)
+			}
+			st, err := r.Status(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := st[0].Quarantined
+			if len(q) != 2 || q[0].Stream != "s-2" || q[0].Revision != 1 || q[0].EventType != "Noted" || !strings.Contains(q[0].Error, "no_poison") ||
+				q[1].Stream != "s-3" || !strings.Contains(q[1].Error, "0x00") || st[0].Failing != nil || st[0].Lag != 0 || len(st[1].Quarantined) != 0 {
+				t.Fatalf("status %+v", st)
+			}
+
+			// Later events of a quarantined stream are skipped, others applied.
+			note(t, store, "s-2", "later")
+			catchUpTo(t, r, p, note(t, store, "s-1", "d"))
+			if got := strings.Join(noted(t, pool, p.Name(), "s-2"), " "); got != "fine" {
+				t.Fatalf("s-2 while quarantined: %q", got)
+			}
+			if got := strings.Join(noted(t, pool, p.Name(), "s-1"), " "); got != "a b d" {
+				t.Fatalf("s-1: %q", got)
+			}
+
+			// The operator removes the cause and retries.
+			if _, err := pool.Exec(ctx, "ALTER TABLE "+p.Name()+" DROP CONSTRAINT no_poison"); err != nil {
+				t.Fatal(err)
+			}
+			res, err := r.Retry(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res) != 2 || res[0].Stream != "s-2" || res[0].Applied != 3 || res[0].Error != "" ||
+				res[1].Stream != "s-3" || !strings.Contains(res[1].Error, "0x00") {
+				t.Fatalf("retry: %+v", res)
+			}
+			if got := strings.Join(noted(t, pool, p.Name(), "s-2"), " "); got != "fine poison after later" {
+				t.Fatalf("s-2 after retry: %q", got)
+			}
+			st, _ = r.Status(ctx, 0)
+			if q := st[0].Quarantined; len(q) != 1 || q[0].Stream != "s-3" || q[0].Attempts != 2 {
+				t.Fatalf("after retry: %+v", q)
+			}
+			// A lifted stream's new events apply as usual.
+			catchUpTo(t, r, p, note(t, store, "s-2", "newest"))
+			if got := strings.Join(noted(t, pool, p.Name(), "s-2"), " "); got != "fine poison after later newest" {
+				t.Fatalf("s-2 after retry and a new event: %q", got)
+			}
+		})
+	}
+}
+
+// waitVisible waits until pos can be read from the log.
+func waitVisible(t *testing.T, s eventstore.Store, pos eventstore.Position) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		evs, err := s.ReadAll(context.Background(), eventstore.Start, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) > 0 && !evs[len(evs)-1].Position.Less(pos) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v never became readable", pos)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A failure that is not one event's data (here the table is gone) stops
+// the projector, which quarantines nothing and records the failure for
+// status; a rebuild recreates the tables, clears the failure and records
+// its own quarantines in place of the live ones.
+func TestFailingProjectorAndRebuild(t *testing.T) {
+	pool, store := setup(t)
+	ctx := context.Background()
+	p := notes{"notes"}
+	r := projections.NewRunner(pool, store, nil, quiet, p)
+	if err := r.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ALTER TABLE notes ADD CONSTRAINT no_poison CHECK (note <> 'poison')"); err != nil {
+		t.Fatal(err)
+	}
+	note(t, store, "s-1", "poison")
+	catchUpTo(t, r, p, note(t, store, "s-2", "x\x00y"))
+	if _, err := pool.Exec(ctx, "DROP TABLE notes"); err != nil {
+		t.Fatal(err)
+	}
+	last := note(t, store, "s-3", "a")
+	waitVisible(t, store, last)
+	for range 2 {
+		if _, err := r.CatchUp(ctx, p); err == nil || !strings.Contains(err.Error(), "does not exist") {
+			t.Fatalf("catch-up without its table: %v", err)
+		}
+	}
+	st, err := r.Status(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := st[0].Failing; f == nil || f.Attempts != 2 || !strings.Contains(f.Error, `"notes" does not exist`) || f.Since.IsZero() || st[0].Lag != 1 || len(st[0].Quarantined) != 2 {
+		t.Fatalf("status of a failing projector: %+v %+v", st[0], st[0].Failing)
+	}
+
+	// The rebuild's tables have no constraint: only the NUL stays refused.
+	if err := r.Rebuild(ctx, p, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = r.Status(ctx, 0)
+	if q := st[0].Quarantined; st[0].Failing != nil || st[0].Position != last || len(q) != 1 || q[0].Stream != "s-2" || q[0].Projection != "notes" {
+		t.Fatalf("after rebuild: %+v", st[0])
+	}
+	var leftover int
+	pool.QueryRow(ctx, "SELECT count(*) FROM projection_quarantine WHERE projection <> 'notes'").Scan(&leftover)
+	if leftover != 0 {
+		t.Fatalf("%d quarantine rows of the rebuild left behind", leftover)
+	}
+	for stream, want := range map[string]string{"s-1": "poison", "s-2": "", "s-3": "a"} {
+		if got := strings.Join(noted(t, pool, "notes", stream), " "); got != want {
+			t.Errorf("%s after rebuild: %q, want %q", stream, got, want)
+		}
+	}
+	// A failure cleared with nothing new to apply is cleared too.
+	if _, err := pool.Exec(ctx, "UPDATE projection_checkpoints SET last_error = 'x', failures = 5, failing_since = now() WHERE name = 'notes'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CatchUp(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ = r.Status(ctx, 0); st[0].Failing != nil {
+		t.Fatalf("failure not cleared by a successful idle step: %+v", st[0].Failing)
 	}
 }
 
@@ -161,7 +416,7 @@ func TestVersionChangeRebuilds(t *testing.T) {
 	if total, seen := counts(t, pool); total != 30 || seen != 30 {
 		t.Fatalf("after version change: total %d seen %d, want 30", total, seen)
 	}
-	st, err := r.Status(ctx)
+	st, err := r.Status(ctx, 0)
 	if err != nil || st[0].Version != 2 || st[0].Lag != 0 {
 		t.Fatalf("status %+v %v", st, err)
 	}

@@ -313,7 +313,7 @@ func waitForLag(t *testing.T, s *apptest.Server, want int64) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		st, err := s.Runner.Status(context.Background())
+		st, err := s.Runner.Status(context.Background(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}

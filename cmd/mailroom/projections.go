@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/schollz/progressbar/v3"
@@ -21,22 +22,17 @@ func projectionsCmd(cfg *config.Config) *cobra.Command {
 	var asJSON bool
 	status := &cobra.Command{
 		Use:   "status",
-		Short: "Show each projection's position and lag",
+		Short: "Show each projection's position and lag, a failing projection, and quarantined streams",
 		Args:  cobra.NoArgs,
 		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
-			st, err := a.Runner.Status(cmd.Context())
+			st, err := a.Runner.Status(cmd.Context(), 0)
 			if err != nil {
 				return err
 			}
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"projections": st})
 			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "PROJECTION\tVERSION\tPOSITION\tLAG\tUPDATED")
-			for _, s := range st {
-				fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\n", s.Name, s.Version, s.Position, s.Lag, apitime.Format(s.UpdatedAt))
-			}
-			return w.Flush()
+			return printStatus(cmd.OutOrStdout(), st)
 		}),
 	}
 	status.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
@@ -67,7 +63,7 @@ serving the live tables, which stay current, until the new ones are swapped in.`
 			}
 			total := int64(-1)
 			if c, ok := a.Store.(eventstore.Counter); ok {
-				if total, err = c.CountAfter(cmd.Context(), eventstore.Start); err != nil {
+				if total, err = c.CountAfter(cmd.Context(), eventstore.Start, 0); err != nil {
 					return err
 				}
 			}
@@ -92,6 +88,110 @@ serving the live tables, which stay current, until the new ones are swapped in.`
 		},
 	}
 	rebuild.Flags().BoolVar(&all, "all", false, "rebuild every projection")
-	cmd.AddCommand(status, rebuild)
+
+	var retryAll, retryJSON bool
+	retry := &cobra.Command{
+		Use:   "retry NAME|--all",
+		Short: "Re-apply the events of quarantined streams, after their cause is fixed",
+		Long: `A projection that cannot apply an event quarantines the event's stream: it skips
+that stream's events and goes on with every other one. Once the cause is fixed,
+retry re-applies each quarantined stream's skipped events and lifts its
+quarantine. A stream that still fails stays quarantined with the new error,
+and the command exits non-zero.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if retryAll == (len(args) == 1) {
+				return fmt.Errorf("name one projection or pass --all")
+			}
+			a, err := openTool(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			targets := a.Runner.Projectors()
+			if !retryAll {
+				p := a.Runner.Projector(args[0])
+				if p == nil {
+					return fmt.Errorf("no projection %q; see mailroom projections status", args[0])
+				}
+				targets = []projections.Projector{p}
+			}
+			results := []projections.RetryResult{}
+			for _, p := range targets {
+				res, err := a.Runner.Retry(cmd.Context(), p)
+				results = append(results, res...)
+				if err != nil {
+					return err
+				}
+			}
+			failed := 0
+			for _, r := range results {
+				if r.Error != "" {
+					failed++
+				}
+			}
+			out := cmd.OutOrStdout()
+			if retryJSON {
+				if err := json.NewEncoder(out).Encode(map[string]any{"results": results}); err != nil {
+					return err
+				}
+			} else {
+				if len(results) == 0 {
+					fmt.Fprintln(out, "nothing quarantined")
+				}
+				for _, r := range results {
+					if r.Error != "" {
+						fmt.Fprintf(out, "still failing  %s  %s: %s\n", r.Projection, r.Stream, r.Error)
+					} else {
+						fmt.Fprintf(out, "cleared        %s  %s (%d events applied)\n", r.Projection, r.Stream, r.Applied)
+					}
+				}
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d quarantined stream(s) still fail", failed)
+			}
+			return nil
+		},
+	}
+	retry.Flags().BoolVar(&retryAll, "all", false, "retry the quarantined streams of every projection")
+	retry.Flags().BoolVar(&retryJSON, "json", false, "print as JSON")
+	cmd.AddCommand(status, rebuild, retry)
 	return cmd
+}
+
+// printStatus prints projections as a table, then any failing projection and
+// quarantined stream with its error.
+func printStatus(out io.Writer, st []projections.Status) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PROJECTION\tVERSION\tPOSITION\tLAG\tUPDATED\tSTATE")
+	var failing []projections.Status
+	var quarantined []projections.Quarantine
+	for _, s := range st {
+		state := "ok"
+		switch {
+		case s.Failing != nil:
+			state = "failing"
+			failing = append(failing, s)
+		case len(s.Quarantined) > 0:
+			state = fmt.Sprintf("%d quarantined", len(s.Quarantined))
+		}
+		quarantined = append(quarantined, s.Quarantined...)
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\n", s.Name, s.Version, s.Position, s.Lag, apitime.Format(s.UpdatedAt), state)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, s := range failing {
+		fmt.Fprintf(out, "\n%s FAILING since %s (%d attempts): %s\n", s.Name, apitime.Format(s.Failing.Since.Time), s.Failing.Attempts, s.Failing.Error)
+	}
+	if len(quarantined) == 0 {
+		return nil
+	}
+	fmt.Fprintln(out, "\nQUARANTINED (skipped until mailroom projections retry)")
+	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PROJECTION\tSTREAM\tEVENT TYPE\tPOSITION\tSINCE\tATTEMPTS\tERROR")
+	for _, q := range quarantined {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", q.Projection, q.Stream, q.EventType, q.Position, apitime.Format(q.Since.Time), q.Attempts, q.Error)
+	}
+	return w.Flush()
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/authn"
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/config"
@@ -66,6 +68,7 @@ type App struct {
 	Egress        egress.Policy
 	Now           func() time.Time
 	proxies       []netip.Prefix // MAILROOM_TRUSTED_PROXIES
+	ready         readyCache
 }
 
 // Open connects to the database (creating and migrating it) and the event
@@ -91,7 +94,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 	a := &App{Config: cfg, Log: log, Pool: pool, Store: meter(store, metrics.Registry()), Now: time.Now, Metrics: metrics}
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
 	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All()...)
-	metrics.Registry().MustRegister(newLagCollector(a.Runner), newStuckCollector(pool))
+	metrics.Registry().MustRegister(newProjectionCollector(a.Runner), newStuckCollector(pool))
 	a.Outcomes = processmanagers.NewOutcomes(metrics.Registry())
 	a.keysGenerated = newKeyCounter(metrics.Registry())
 	if err := a.open(ctx); err != nil {
@@ -170,10 +173,11 @@ func (a *App) Close() {
 	a.Pool.Close()
 }
 
-// Handler is the HTTP API.
+// Handler is the HTTP API with /healthz and /readyz. Without an operator
+// listener (MAILROOM_OPS_ADDR) it also serves /metrics and the detail of
+// /readyz; with one, those are the operator listener's (OpsHandler).
 func (a *App) Handler() http.Handler {
-	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics, TrustedProxies: a.proxies, MaxInflightBytes: a.Config.MaxInflightBytes})
-	httpserver.Health(e, a.Ready)
+	e := a.healthServer(a.Config.OpsAddr == "")
 	auth := authn.New(a.Pool, a.Log, a.Now)
 	// Per IP before authentication, so bad credentials are limited too; then
 	// per credential, then per account (a key refused on its own does not
@@ -195,40 +199,110 @@ func (a *App) Handler() http.Handler {
 	return e
 }
 
-// OpsHandler serves only /healthz, /readyz and /metrics, for processes
-// without the api role.
-func (a *App) OpsHandler() http.Handler {
-	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics})
-	httpserver.Health(e, a.Ready)
+// OpsHandler serves /healthz, /readyz with its detail, and /metrics: the
+// operator listener, or the only listener of a process without the api role.
+func (a *App) OpsHandler() http.Handler { return a.healthServer(true) }
+
+// healthServer is a server with /healthz and /readyz; an operator one also
+// tells why it is not ready and serves /metrics.
+func (a *App) healthServer(operator bool) *echo.Echo {
+	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics, NoMetricsRoute: !operator,
+		TrustedProxies: a.proxies, MaxInflightBytes: a.Config.MaxInflightBytes})
+	httpserver.Health(e, a.Ready, operator)
 	return e
 }
 
-// Ready reports whether this instance can serve: both stores reachable and
-// the projections close enough to the head of the log.
-func (a *App) Ready(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := a.Pool.Ping(ctx); err != nil {
-		return fmt.Errorf("postgres unreachable: %v", err)
-	}
-	if _, err := a.Store.ReadAll(ctx, eventstore.Start, 1); err != nil {
-		return fmt.Errorf("event store unreachable: %v", err)
-	}
-	statuses, err := a.Runner.Status(ctx)
+// readyCacheTTL is how long a readiness answer about the stores is reused,
+// so a storm of probes costs the database one check per interval.
+const readyCacheTTL = time.Second
+
+// failingAfter is how many failed batches in a row make a projection count
+// as failing for readiness; a single blip is retried within a second.
+const failingAfter = 3
+
+// readyListMax bounds the quarantined streams /readyz lists.
+const readyListMax = 50
+
+type readyCache struct {
+	mu    sync.Mutex
+	at    time.Time
+	notes map[string]any
+	err   error
+}
+
+// Ready reports whether this instance can serve: both stores reachable, no
+// projection failing and each close enough to the head of the log, and
+// (workers) the provider not failing. Quarantined streams do not make it
+// unready, as the service works for every other stream; they are returned
+// as notes.
+func (a *App) Ready(ctx context.Context) (map[string]any, error) {
+	notes, err := a.storesReady(ctx)
 	if err != nil {
-		return fmt.Errorf("projection status: %v", err)
-	}
-	for _, s := range statuses {
-		if s.Lag > a.Config.ReadyMaxLag {
-			return fmt.Errorf("projection %s lags %d events (bound %d)", s.Name, s.Lag, a.Config.ReadyMaxLag)
-		}
+		return nil, err
 	}
 	if a.Config.Has("workers") {
 		if err := a.Outcomes.ProviderFailing(); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return notes, nil
+}
+
+// storesReady checks the stores and projections at most once per
+// readyCacheTTL; concurrent probes wait for one check and share it.
+func (a *App) storesReady(ctx context.Context) (map[string]any, error) {
+	c := &a.ready
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < readyCacheTTL {
+		return c.notes, c.err
+	}
+	// Not the probe's context: one client hanging up must not fail the
+	// answer every other probe shares.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	c.notes, c.err = a.checkStores(ctx)
+	c.at = time.Now()
+	return c.notes, c.err
+}
+
+func (a *App) checkStores(ctx context.Context) (map[string]any, error) {
+	if err := a.Pool.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("postgres unreachable: %v", err)
+	}
+	if _, err := a.Store.ReadAll(ctx, eventstore.Start, 1); err != nil {
+		return nil, fmt.Errorf("event store unreachable: %v", err)
+	}
+	// Lag is counted no further than the bound, however far behind.
+	statuses, err := a.Runner.Status(ctx, a.Config.ReadyMaxLag+1)
+	if err != nil {
+		return nil, fmt.Errorf("projection status: %v", err)
+	}
+	for _, s := range statuses {
+		if f := s.Failing; f != nil && f.Attempts >= failingAfter {
+			return nil, fmt.Errorf("projection %s is failing since %s (%d attempts): %s", s.Name, apitime.Format(f.Since.Time), f.Attempts, f.Error)
+		}
+	}
+	var quarantined []map[string]string
+	total := 0
+	for _, s := range statuses {
+		if s.Lag > a.Config.ReadyMaxLag {
+			return nil, fmt.Errorf("projection %s lags more than %d events", s.Name, a.Config.ReadyMaxLag)
+		}
+		for _, q := range s.Quarantined {
+			if total++; total <= readyListMax {
+				quarantined = append(quarantined, map[string]string{"projection": q.Projection, "stream": q.Stream})
+			}
+		}
+	}
+	if total == 0 {
+		return nil, nil
+	}
+	notes := map[string]any{"quarantined": quarantined}
+	if total > readyListMax {
+		notes["quarantined_streams"] = total
+	}
+	return notes, nil
 }
 
 // HTTPServer returns the server for h with the configured timeouts; every
@@ -241,6 +315,28 @@ func (a *App) HTTPServer(h http.Handler) *http.Server {
 
 // Serve runs the roles of the configuration until ctx ends.
 func (a *App) Serve(ctx context.Context) error {
+	// Every process listens: the API role serves the API; others serve
+	// /healthz, /readyz and /metrics only, so workers can be probed and
+	// scraped. With an operator listener, /metrics and the detail of /readyz
+	// are served there only.
+	var public http.Handler
+	if a.Config.Has("api") {
+		public = a.Handler()
+	} else {
+		public = a.healthServer(a.Config.OpsAddr == "")
+	}
+	ln, err := net.Listen("tcp", a.Config.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	var opsLn net.Listener
+	if a.Config.OpsAddr != "" {
+		if opsLn, err = net.Listen("tcp", a.Config.OpsAddr); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+
 	g, ctx := errgroup.WithContext(ctx)
 	if a.Config.Has("projections") {
 		g.Go(func() error { return a.Runner.Run(ctx) })
@@ -248,34 +344,29 @@ func (a *App) Serve(ctx context.Context) error {
 	if a.Config.Has("workers") {
 		g.Go(func() error { return a.RunWorkers(ctx) })
 	}
-	{
-		// Every process listens: the API role serves the API; others serve
-		// /healthz, /readyz and /metrics only, so workers can be probed and
-		// scraped.
-		ln, err := net.Listen("tcp", a.Config.HTTPAddr)
-		if err != nil {
-			return err
-		}
-		handler := a.Handler()
-		if !a.Config.Has("api") {
-			handler = a.OpsHandler()
-		}
-		srv := a.HTTPServer(handler)
-		a.Log.Info("listening", "addr", ln.Addr().String())
-		g.Go(func() error {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-		g.Go(func() error {
-			<-ctx.Done()
-			shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			return srv.Shutdown(shutdown)
-		})
+	a.serveOn(ctx, g, ln, public)
+	if opsLn != nil {
+		a.serveOn(ctx, g, opsLn, a.OpsHandler())
 	}
 	return g.Wait()
+}
+
+// serveOn serves handler on ln in g until ctx ends.
+func (a *App) serveOn(ctx context.Context, g *errgroup.Group, ln net.Listener, handler http.Handler) {
+	srv := a.HTTPServer(handler)
+	a.Log.Info("listening", "addr", ln.Addr().String())
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return srv.Shutdown(shutdown)
+	})
 }
 
 // SettleInline makes commands bring the affected projections up to date

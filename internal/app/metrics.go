@@ -44,37 +44,57 @@ func (m *meteredStore) Append(ctx context.Context, stream string, expected event
 }
 
 // CountAfter passes through to stores that can count.
-func (m *meteredStore) CountAfter(ctx context.Context, from eventstore.Position) (int64, error) {
+func (m *meteredStore) CountAfter(ctx context.Context, from eventstore.Position, limit int64) (int64, error) {
 	c, ok := m.Store.(eventstore.Counter)
 	if !ok {
 		return 0, errors.ErrUnsupported
 	}
-	return c.CountAfter(ctx, from)
+	return c.CountAfter(ctx, from, limit)
 }
 
-// lagCollector reports each projection's lag when scraped.
-type lagCollector struct {
-	runner *projections.Runner
-	desc   *prometheus.Desc
+// projectionCollector reports, when scraped, each projection's lag, the
+// streams it has quarantined, and whether its batches are failing.
+type projectionCollector struct {
+	runner                    *projections.Runner
+	lag, quarantined, failing *prometheus.Desc
 }
 
-func newLagCollector(r *projections.Runner) *lagCollector {
-	return &lagCollector{runner: r, desc: prometheus.NewDesc("mailroom_projection_lag_events",
-		"Events in the log that a projection has not applied yet.", []string{"projection"}, nil)}
+func newProjectionCollector(r *projections.Runner) *projectionCollector {
+	label := []string{"projection"}
+	return &projectionCollector{runner: r,
+		lag: prometheus.NewDesc("mailroom_projection_lag_events",
+			"Events in the log that a projection has not applied yet.", label, nil),
+		quarantined: prometheus.NewDesc("mailroom_projection_quarantined_streams",
+			"Streams a projection skips because one of their events could not be applied (see mailroom projections status).", label, nil),
+		failing: prometheus.NewDesc("mailroom_projection_failing",
+			"1 while a projection's batches fail for a reason other than one event's data; it applies nothing meanwhile.", label, nil),
+	}
 }
 
-func (c *lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *projectionCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.lag
+	ch <- c.quarantined
+	ch <- c.failing
+}
 
-func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *projectionCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := c.runner.Status(ctx)
+	st, err := c.runner.Status(ctx, 0)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		for _, d := range []*prometheus.Desc{c.lag, c.quarantined, c.failing} {
+			ch <- prometheus.NewInvalidMetric(d, err)
+		}
 		return
 	}
 	for _, s := range st {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.Lag), s.Name)
+		failing := 0.0
+		if s.Failing != nil {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(s.Lag), s.Name)
+		ch <- prometheus.MustNewConstMetric(c.quarantined, prometheus.GaugeValue, float64(len(s.Quarantined)), s.Name)
+		ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, failing, s.Name)
 	}
 }
 

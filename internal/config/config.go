@@ -23,6 +23,7 @@ type Config struct {
 	DatabaseURL        string
 	EventStore         string
 	HTTPAddr           string
+	OpsAddr            string
 	MasterKey          string
 	DataDir            string
 	Environment        string
@@ -75,6 +76,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.DatabaseURL, "database-url", "MAILROOM_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mailroom?sslmode=disable", "PostgreSQL for read models (and events, with the postgres event store); created if missing"+secretNote)
 	str(fs, &c.EventStore, "eventstore", "MAILROOM_EVENTSTORE", "postgres", `event store: "postgres" (same database) or an esdb:// connection string`+secretNote)
 	str(fs, &c.HTTPAddr, "http-addr", "MAILROOM_HTTP_ADDR", "127.0.0.1:8080", "address the HTTP API listens on")
+	str(fs, &c.OpsAddr, "ops-addr", "MAILROOM_OPS_ADDR", "", "operator listener for /metrics and the detail of /readyz (which the HTTP address then no longer serves); empty: all on the HTTP address")
 	str(fs, &c.MasterKey, "master-key", "MAILROOM_MASTER_KEY", "", "32-byte key as 64 hex characters that encrypts stored secrets; generated into <data-dir>/master.key in development"+secretNote)
 	str(fs, &c.DataDir, "data-dir", "MAILROOM_DATA_DIR", "./.mailroom", "local state for development: master key, outbox, blobs")
 	str(fs, &c.Environment, "env", "MAILROOM_ENV", "development", `"development" or "production" (production requires an explicit master key)`)

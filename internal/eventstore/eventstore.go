@@ -216,6 +216,7 @@ type AppendResult struct {
 // Counter is implemented by stores that can count events cheaply; it feeds
 // projection lag and rebuild progress.
 type Counter interface {
-	// CountAfter counts the visible events positioned after from.
-	CountAfter(ctx context.Context, from Position) (int64, error)
+	// CountAfter counts the visible events positioned after from; with
+	// limit > 0 it stops counting at limit, so a bound costs no more than it.
+	CountAfter(ctx context.Context, from Position, limit int64) (int64, error)
 }

@@ -297,19 +297,23 @@ func TestErrorAfterCommitOnlyLogs(t *testing.T) {
 
 func TestHealth(t *testing.T) {
 	var notReady error
-	s := newServer(t, func(e *echo.Echo) {
-		Health(e, func(ctx context.Context) error {
-			if _, ok := ctx.Deadline(); !ok {
-				return errors.New("no deadline on readiness context")
-			}
-			return notReady
-		})
-	})
+	var notes map[string]any
+	ready := func(ctx context.Context) (map[string]any, error) {
+		if _, ok := ctx.Deadline(); !ok {
+			return nil, errors.New("no deadline on readiness context")
+		}
+		return notes, notReady
+	}
+	s := newServer(t, func(e *echo.Echo) { Health(e, ready, true) })
 	if res := s.get(t, "/healthz"); res.status != 200 || strings.TrimSpace(string(res.body)) != `{"status":"ok"}` {
 		t.Errorf("healthz: %d %s", res.status, res.body)
 	}
 	if res := s.get(t, "/readyz"); res.status != 200 || strings.TrimSpace(string(res.body)) != `{"status":"ready"}` {
 		t.Errorf("readyz: %d %s", res.status, res.body)
+	}
+	notes = map[string]any{"quarantined": []string{"emails/email-1"}}
+	if res := s.get(t, "/readyz"); res.status != 200 || strings.TrimSpace(string(res.body)) != `{"quarantined":["emails/email-1"],"status":"ready"}` {
+		t.Errorf("readyz with notes: %d %s", res.status, res.body)
 	}
 	notReady = errors.New("projections catching up: 120 events behind")
 	res := s.get(t, "/readyz")
@@ -318,9 +322,24 @@ func TestHealth(t *testing.T) {
 		t.Errorf("readyz not ready: %d %+v", res.status, p)
 	}
 
+	// Without detail (a public listener beside an operator one), /readyz
+	// says ready or not and nothing else.
+	public := New(Options{Logger: slog.New(slog.DiscardHandler), Metrics: NewMetrics(), NoMetricsRoute: true})
+	Health(public, ready, false)
+	if res := serve(public, "GET", "/readyz"); res.Code != 503 || strings.Contains(res.Body.String(), "120 events") {
+		t.Errorf("public readyz not ready: %d %s", res.Code, res.Body)
+	}
+	notReady = nil
+	if res := serve(public, "GET", "/readyz"); res.Code != 200 || strings.TrimSpace(res.Body.String()) != `{"status":"ready"}` {
+		t.Errorf("public readyz: %d %s", res.Code, res.Body)
+	}
+	if res := serve(public, "GET", "/metrics"); res.Code != 404 {
+		t.Errorf("/metrics with NoMetricsRoute: %d", res.Code)
+	}
+
 	// A nil readiness func is always ready.
 	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
-	Health(e, nil)
+	Health(e, nil, true)
 	if res := serve(e, "GET", "/readyz"); res.Code != 200 {
 		t.Errorf("nil ready: %d", res.Code)
 	}
@@ -332,7 +351,7 @@ func TestHealth(t *testing.T) {
 
 func TestRequestLogger(t *testing.T) {
 	s := newServer(t, func(e *echo.Echo) {
-		Health(e, nil)
+		Health(e, nil, true)
 		e.GET("/v1/emails/:id", func(c echo.Context) error { return c.String(200, "hello") })
 		e.POST("/v1/emails/send", func(c echo.Context) error { return Validation(FieldError{"to", "required"}) })
 	})

@@ -46,9 +46,11 @@ func NewMetrics() *Metrics {
 // Registry is where other packages register their collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Handler serves the registry in the Prometheus exposition format.
+// Handler serves the registry in the Prometheus exposition format. A
+// collector that fails (a read model missing) leaves out its own metrics
+// only, so the others still tell what is wrong.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, ErrorHandling: promhttp.ContinueOnError})
 }
 
 // Middleware records each request's count and duration, labelled by the

@@ -23,12 +23,16 @@ type Options struct {
 	// MaxInflightBytes caps the request bytes being served at once
 	// (InflightBytes); 0: no cap.
 	MaxInflightBytes int64
+	// NoMetricsRoute measures requests but leaves /metrics to another
+	// listener (the operator one).
+	NoMetricsRoute bool
 }
 
 // New returns an echo instance with the problem ErrorHandler and the shared
 // middleware, outermost first: recover, request id, metrics, request log,
 // recover again (so handler panics are measured and logged as 500s), body
-// limit, bytes in flight. With opts.Metrics it also serves GET /metrics.
+// limit, bytes in flight. With opts.Metrics it also serves GET /metrics, unless
+// opts.NoMetricsRoute.
 func New(opts Options) *echo.Echo {
 	logger := opts.Logger
 	if logger == nil {
@@ -46,7 +50,7 @@ func New(opts Options) *echo.Echo {
 	}
 	e.Use(RequestLogger(logger), Recover(), BodyLimit(MaxBodyBytes), InflightBytes(opts.MaxInflightBytes, MaxBodyBytes))
 
-	if opts.Metrics != nil {
+	if opts.Metrics != nil && !opts.NoMetricsRoute {
 		e.GET("/metrics", echo.WrapHandler(opts.Metrics.Handler()))
 	}
 	return e
@@ -118,22 +122,40 @@ func Recover() echo.MiddlewareFunc {
 // readyTimeout bounds one readiness check.
 const readyTimeout = 5 * time.Second
 
-// Health registers GET /healthz (liveness: always 200) and GET /readyz
-// (200 when ready returns nil, else a 503 problem "not_ready" whose detail is
-// the error text, which readiness checks keep operator-safe). A nil ready is
-// always ready.
-func Health(e *echo.Echo, ready func(ctx context.Context) error) {
+// ReadyFunc checks readiness: a nil error is ready. notes, when not empty,
+// are added to the 200 body for operators (e.g. what is degraded).
+type ReadyFunc func(ctx context.Context) (notes map[string]any, err error)
+
+// Health registers GET /healthz (liveness: always 200) and GET /readyz (200
+// when ready, else a 503 problem "not_ready"). With detail, /readyz says why
+// it is not ready (the error text, which readiness checks keep free of
+// secrets) and adds the notes to a 200; without (a public listener beside an
+// operator one), it says only ready or not ready. A nil ready is always
+// ready.
+func Health(e *echo.Echo, ready ReadyFunc, detail bool) {
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	})
 	e.GET("/readyz", func(c echo.Context) error {
+		body := map[string]any{"status": "ready"}
 		if ready != nil {
 			ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
 			defer cancel()
-			if err := ready(ctx); err != nil {
+			notes, err := ready(ctx)
+			if err != nil {
+				if !detail {
+					return NewProblem(http.StatusServiceUnavailable, "not_ready", "the service is not ready")
+				}
 				return NewProblem(http.StatusServiceUnavailable, "not_ready", err.Error())
 			}
+			if detail {
+				for k, v := range notes {
+					if k != "status" {
+						body[k] = v
+					}
+				}
+			}
 		}
-		return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+		return c.JSON(http.StatusOK, body)
 	})
 }

@@ -2,19 +2,23 @@ package postgres
 
 import (
 	"context"
+	"math"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
 var _ eventstore.Counter = (*Store)(nil)
 
-// CountAfter counts the readable events positioned after from: a
-// projection's lag, or a rebuild's total.
-func (s *Store) CountAfter(ctx context.Context, from eventstore.Position) (int64, error) {
+// CountAfter counts the readable events positioned after from, up to limit
+// when it is positive: a projection's lag, or a rebuild's total.
+func (s *Store) CountAfter(ctx context.Context, from eventstore.Position, limit int64) (int64, error) {
 	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM events
+	if limit <= 0 {
+		limit = math.MaxInt64
+	}
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT FROM events
 		WHERE (transaction_id, seq) > ($1, $2)
-		AND transaction_id < (SELECT pg_snapshot_xmin(pg_current_snapshot()))`,
-		from.Commit, int64(from.Prepare)).Scan(&n)
+		AND transaction_id < (SELECT pg_snapshot_xmin(pg_current_snapshot())) LIMIT $3) e`,
+		from.Commit, int64(from.Prepare), limit).Scan(&n)
 	return n, err
 }

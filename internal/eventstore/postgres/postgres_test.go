@@ -302,3 +302,28 @@ func testOutOfOrder(t *testing.T, lateInsert bool) {
 		}
 	}
 }
+
+// CountAfter with a limit stops there: a readiness probe's lag check costs
+// no more than its bound however far a projection is behind.
+func TestCountAfterStopsAtLimit(t *testing.T) {
+	s := newStore(t, pgtest.NewPool(t))
+	evs := make([]eventstore.EventData, 30)
+	for i := range evs {
+		evs[i] = testEvent("Counted")
+	}
+	mustAppend(t, s, "count-1", eventstore.NoStream, evs...)
+	waitVisible(t, s, 30)
+	ctx := context.Background()
+	for _, c := range []struct{ limit, want int64 }{{0, 30}, {10, 10}, {30, 30}, {31, 30}} {
+		if n, err := s.CountAfter(ctx, eventstore.Start, c.limit); err != nil || n != c.want {
+			t.Errorf("CountAfter limit %d: %d %v, want %d", c.limit, n, err, c.want)
+		}
+	}
+	first, err := s.ReadAll(ctx, eventstore.Start, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.CountAfter(ctx, first[0].Position, 100); err != nil || n != 29 {
+		t.Errorf("CountAfter the first event: %d %v, want 29", n, err)
+	}
+}
