@@ -214,18 +214,9 @@ func (r *Runner) retryStream(ctx context.Context, p Projector, stream string) (*
 		if err != nil {
 			return err
 		}
-		b := &pgx.Batch{}
-		txp, direct := p.(TxProjector)
-		for _, ev := range events {
-			var err error
-			if direct {
-				err = txp.ApplyTx(ctx, tx, ev)
-			} else {
-				err = p.Apply(ev, b)
-			}
-			if err != nil {
-				return &eventError{projection: p.Name(), ev: ev, err: err}
-			}
+		b, err := project(ctx, tx, p, events, nil)
+		if err != nil {
+			return err
 		}
 		b.Queue(`DELETE FROM public.projection_quarantine WHERE projection = $1 AND stream_id = $2`, p.Name(), stream)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {

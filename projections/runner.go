@@ -286,10 +286,25 @@ func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from ev
 		}
 		return res, nil
 	}
+	b, err := project(ctx, tx, p, events, t.skip)
+	if err != nil {
+		return none, err
+	}
+	b.Queue(upsertCheckpoint, t.checkpoint, int64(res.last.Commit), int64(res.last.Prepare), t.version)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return none, fmt.Errorf("projection %s: %w", p.Name(), err)
+	}
+	return res, nil
+}
+
+// project applies events through p, passing over the streams in skip: a
+// TxProjector writes straight into tx, any other queues its statements in
+// the returned batch, which the caller sends.
+func project(ctx context.Context, tx pgx.Tx, p Projector, events []eventstore.RecordedEvent, skip map[string]bool) (*pgx.Batch, error) {
 	b := &pgx.Batch{}
 	txp, direct := p.(TxProjector)
 	for _, ev := range events {
-		if t.skip[ev.StreamID] {
+		if skip[ev.StreamID] {
 			continue
 		}
 		var err error
@@ -299,14 +314,10 @@ func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from ev
 			err = p.Apply(ev, b)
 		}
 		if err != nil {
-			return none, &eventError{projection: p.Name(), ev: ev, err: err}
+			return nil, &eventError{projection: p.Name(), ev: ev, err: err}
 		}
 	}
-	b.Queue(upsertCheckpoint, t.checkpoint, int64(res.last.Commit), int64(res.last.Prepare), t.version)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return none, fmt.Errorf("projection %s: %w", p.Name(), err)
-	}
-	return res, nil
+	return b, nil
 }
 
 type checkpointState struct {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -46,20 +47,16 @@ serving the live tables, which stay current, until the new ones are swapped in.`
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) == 1) {
-				return fmt.Errorf("name one projection or pass --all")
+				return errNameOrAll
 			}
 			a, err := openTool(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
 			defer a.Close()
-			targets := a.Runner.Projectors()
-			if !all {
-				p := a.Runner.Projector(args[0])
-				if p == nil {
-					return fmt.Errorf("no projection %q; see mailroom projections status", args[0])
-				}
-				targets = []projections.Projector{p}
+			targets, err := chosen(a, args)
+			if err != nil {
+				return err
 			}
 			total := int64(-1)
 			if c, ok := a.Store.(eventstore.Counter); ok {
@@ -101,20 +98,16 @@ and the command exits non-zero.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if retryAll == (len(args) == 1) {
-				return fmt.Errorf("name one projection or pass --all")
+				return errNameOrAll
 			}
 			a, err := openTool(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
 			defer a.Close()
-			targets := a.Runner.Projectors()
-			if !retryAll {
-				p := a.Runner.Projector(args[0])
-				if p == nil {
-					return fmt.Errorf("no projection %q; see mailroom projections status", args[0])
-				}
-				targets = []projections.Projector{p}
+			targets, err := chosen(a, args)
+			if err != nil {
+				return err
 			}
 			results := []projections.RetryResult{}
 			for _, p := range targets {
@@ -194,4 +187,18 @@ func printStatus(out io.Writer, st []projections.Status) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", q.Projection, q.Stream, q.EventType, q.Position, apitime.Format(q.Since.Time), q.Attempts, q.Error)
 	}
 	return w.Flush()
+}
+
+var errNameOrAll = errors.New("name one projection or pass --all")
+
+// chosen is the projection named in args, or every one when args is empty.
+func chosen(a *app.App, args []string) ([]projections.Projector, error) {
+	if len(args) == 0 {
+		return a.Runner.Projectors(), nil
+	}
+	p := a.Runner.Projector(args[0])
+	if p == nil {
+		return nil, fmt.Errorf("no projection %q; see mailroom projections status", args[0])
+	}
+	return []projections.Projector{p}, nil
 }
