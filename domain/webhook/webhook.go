@@ -16,7 +16,7 @@ import (
 // EventTypes lists every event an endpoint may subscribe to.
 var EventTypes = []string{"email.sent", "email.delivered", "email.opened", "email.clicked", "email.bounced", "email.complained", "email.failed"}
 
-// Limits of DESIGN §9.
+// Limits of an endpoint.
 const (
 	MaxEndpoints          = 10
 	MaxDescription        = 200

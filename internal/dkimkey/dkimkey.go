@@ -16,7 +16,8 @@ import (
 
 const selectorAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
-// Bits is the key size DESIGN §8 asks for.
+// Bits is the size of every DKIM key Mailroom generates (RSA-2048, as SES
+// BYODKIM takes).
 const Bits = 2048
 
 // NewSelector returns "mr" and 6 random lowercase alphanumerics.

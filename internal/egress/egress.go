@@ -1,5 +1,5 @@
 // Package egress is the one way Mailroom reaches out to customer-supplied
-// URLs: webhook deliveries and attachment `path` downloads (DESIGN §6, §9).
+// URLs: webhook deliveries and attachment `path` downloads.
 //
 // Destinations must be public. The rule is applied twice: once when a URL is
 // accepted (CheckURL, for 422 messages on create/PATCH and before a
