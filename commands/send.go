@@ -134,7 +134,7 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 	// Bytes go to blob storage; the event carries digests.
 	q := email.Queued{
 		EmailID: id, AccountID: accountID, DomainID: dom.ID, From: strings.TrimSpace(req.From), FromEmail: from.Email,
-		To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: strings.Join(req.ReplyTo, ", "), Subject: req.Subject,
+		To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo, Subject: req.Subject,
 		Tags: req.Tags, RequestHash: hash, QueuedAt: now,
 	}
 	put := func(b []byte) (string, error) {

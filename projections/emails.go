@@ -19,7 +19,7 @@ import (
 type Emails struct{}
 
 func (Emails) Name() string     { return "emails" }
-func (Emails) Version() int     { return 2 }
+func (Emails) Version() int     { return 3 }
 func (Emails) Tables() []string { return []string{"emails", "email_events", "suppressions"} }
 
 func (Emails) Schema() string {
@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS emails (
     id                  text PRIMARY KEY,
     account_id          text NOT NULL,
     from_email          text NOT NULL,
-    to_email            text NOT NULL,
+    to_email            text NOT NULL, -- the API's string: to_addresses joined by ", "
+    to_addresses        text[] NOT NULL, -- each as given, for the list's to filter
     subject             text NOT NULL,
     status              text NOT NULL,
     status_rank         integer NOT NULL DEFAULT 0,
@@ -96,10 +97,10 @@ func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	switch e := e.(type) {
 	case *email.Queued:
 		atts, _ := json.Marshal(apiAttachments(e.Attachments))
-		b.Queue(`INSERT INTO emails (id, account_id, from_email, to_email, subject, status, status_rank, status_at,
+		b.Queue(`INSERT INTO emails (id, account_id, from_email, to_email, to_addresses, subject, status, status_rank, status_at,
 				attachment_count, attachments, created_at)
-			VALUES ($1, $2, $3, $4, $5, 'queued', 0, $6, $7, $8, $6) ON CONFLICT (id) DO NOTHING`,
-			e.EmailID, e.AccountID, e.From, strings.Join(e.To, ", "), e.Subject, e.QueuedAt, len(e.Attachments), atts)
+			VALUES ($1, $2, $3, $4, coalesce($5, '{}'::text[]), $6, 'queued', 0, $7, $8, $9, $7) ON CONFLICT (id) DO NOTHING`,
+			e.EmailID, e.AccountID, e.From, strings.Join(e.To, ", "), e.To, e.Subject, e.QueuedAt, len(e.Attachments), atts)
 	case *email.Scanned:
 		atts, _ := json.Marshal(apiAttachments(e.Attachments))
 		b.Queue(`UPDATE emails SET attachments = $2 WHERE id = $1`, e.EmailID, atts)

@@ -54,7 +54,8 @@ func (r reader) listEmails(c echo.Context) error {
 		add("status = $%d", s)
 	}
 	if s := c.QueryParam("to"); s != "" {
-		add("to_email ILIKE '%%' || $%d || '%%'", escapeLike(s))
+		// Each recipient on its own: a match never spans two of them.
+		add("EXISTS (SELECT 1 FROM unnest(to_addresses) AS a WHERE a ILIKE '%%' || $%d || '%%')", escapeLike(s))
 	}
 	if !from.IsZero() {
 		add("created_at >= $%d", from)

@@ -5,6 +5,8 @@
 package email
 
 import (
+	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -75,6 +77,29 @@ type Attachment struct {
 	SealedPath  string `json:"sealed_path,omitempty"`
 }
 
+// Addresses is a list of addresses, each as given (display name included).
+// Emails queued before reply_to was stored as a list hold it as one string
+// joined with ", "; such a string is read back split the same way, which is
+// what it meant when it was written.
+type Addresses []string
+
+func (a *Addresses) UnmarshalJSON(b []byte) error {
+	var joined string
+	if err := json.Unmarshal(b, &joined); err == nil {
+		*a = nil
+		if joined != "" {
+			*a = strings.Split(joined, ", ")
+		}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return err
+	}
+	*a = list
+	return nil
+}
+
 // Base64Size is the length of n bytes in padded standard base64: the
 // measure of the attachment budget, inline or downloaded.
 func Base64Size(n int64) int64 { return (n + 2) / 3 * 4 }
@@ -93,7 +118,7 @@ type (
 		To          []string          `json:"to"`
 		Cc          []string          `json:"cc,omitempty"`
 		Bcc         []string          `json:"bcc,omitempty"`
-		ReplyTo     string            `json:"reply_to,omitempty"`
+		ReplyTo     Addresses         `json:"reply_to,omitempty"`
 		Subject     string            `json:"subject"`
 		HTMLDigest  string            `json:"html_digest,omitempty"`
 		TextDigest  string            `json:"text_digest,omitempty"`
