@@ -1,7 +1,8 @@
 // Package email is the aggregate of one sent message: accepted (queued),
 // scanned by the content gateway, handed to the provider (sent), and then
-// the provider's feedback. Status follows a precedence so that feedback
-// arriving out of order never moves it backwards.
+// the provider's feedback. Status follows a precedence over the events'
+// own times (Progress), so the order in which feedback arrives never
+// changes it.
 package email
 
 import (
@@ -25,30 +26,6 @@ const (
 	StatusComplained Status = "complained"
 	StatusFailed     Status = "failed"
 )
-
-// Rank orders statuses: failed, a permanent bounce and a complaint end an
-// email; a transient bounce ranks below delivered, so a later delivery wins.
-func Rank(s Status, permanentBounce bool) int {
-	switch s {
-	case StatusSent:
-		return 1
-	case StatusBounced:
-		if permanentBounce {
-			return 6
-		}
-		return 2
-	case StatusDelivered:
-		return 3
-	case StatusOpened:
-		return 4
-	case StatusClicked:
-		return 5
-	case StatusComplained, StatusFailed:
-		return 6
-	default:
-		return 0
-	}
-}
 
 // Failure reasons of emails that never leave the service.
 const (

@@ -28,30 +28,6 @@ func queued() email.State {
 	return fold(email.State{}, evs)
 }
 
-func TestRankPrecedence(t *testing.T) {
-	order := []struct {
-		s    email.Status
-		perm bool
-	}{
-		{email.StatusQueued, false}, {email.StatusSent, false}, {email.StatusBounced, false},
-		{email.StatusDelivered, false}, {email.StatusOpened, false}, {email.StatusClicked, false},
-	}
-	for i := 1; i < len(order); i++ {
-		if email.Rank(order[i-1].s, order[i-1].perm) >= email.Rank(order[i].s, order[i].perm) {
-			t.Errorf("%s must rank below %s", order[i-1].s, order[i].s)
-		}
-	}
-	top := email.Rank(email.StatusClicked, false)
-	for _, s := range []email.Status{email.StatusFailed, email.StatusComplained} {
-		if email.Rank(s, false) <= top {
-			t.Errorf("%s must end the email", s)
-		}
-	}
-	if email.Rank(email.StatusBounced, true) <= top {
-		t.Error("a permanent bounce must end the email")
-	}
-}
-
 func TestLifecycle(t *testing.T) {
 	s := queued()
 	if got := s.Recipients(); len(got) != 3 {
