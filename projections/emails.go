@@ -15,7 +15,7 @@ import (
 // Emails projects the email list and detail views, the timeline, and the
 // account suppression list. Each row keeps the email's email.Progress (top_*,
 // soft_bounced_at, reached_at), merged with maxima so that every arrival
-// order gives the same row, and status is Progress.Status computed from it.
+// order gives the same row, and status is Progress.Status of it.
 type Emails struct{}
 
 func (Emails) Name() string     { return "emails" }
@@ -68,19 +68,31 @@ CREATE TABLE IF NOT EXISTS suppressions (
 );`
 }
 
-// Progress's merges and Progress.Status in SQL: a Mark is compared by
-// (rank, time, name), as Mark.Above does.
-const (
-	raiseTop = `UPDATE emails SET top_status = $2, top_rank = $3, top_at = $4
-	WHERE id = $1 AND (top_rank, top_at, top_status COLLATE "C") < ($3, $4, $2 COLLATE "C")`
-	raiseReached    = `UPDATE emails SET reached_at = GREATEST(reached_at, $2) WHERE id = $1`
-	raiseSoftBounce = `UPDATE emails SET soft_bounced_at = GREATEST(soft_bounced_at, $2) WHERE id = $1`
-	settleStatus    = `UPDATE emails SET status = CASE
-		WHEN soft_bounced_at IS NOT NULL AND (reached_at IS NULL OR reached_at <= soft_bounced_at)
-			AND (top_rank, top_at, top_status COLLATE "C") < ($2, soft_bounced_at, $3 COLLATE "C") THEN $3
-		ELSE top_status END
-	WHERE id = $1`
-)
+// moveProgress merges one event's email.Effect into the row's Progress (top_*,
+// soft_bounced_at, reached_at) and sets status to Progress.Status, in one
+// write: $2..$4 the event's Mark (NULL when none), $5 when it reached the
+// recipient, $6 when it bounced transiently, $7 and $8 the rank and name
+// of bounced. Marks compare by (rank, time, name), as Mark.Above does.
+const moveProgress = `WITH o AS (
+		SELECT id, top_status, top_rank, top_at, reached_at, soft_bounced_at,
+			$2::text IS NOT NULL AND (top_rank, top_at, top_status COLLATE "C") < ($3::integer, $4::timestamptz, $2::text COLLATE "C") AS up
+		FROM emails WHERE id = $1
+	), n AS (
+		SELECT id,
+			CASE WHEN up THEN $2 ELSE top_status END AS top_status,
+			CASE WHEN up THEN $3 ELSE top_rank END AS top_rank,
+			CASE WHEN up THEN $4 ELSE top_at END AS top_at,
+			GREATEST(reached_at, $5::timestamptz) AS reached_at,
+			GREATEST(soft_bounced_at, $6::timestamptz) AS soft_bounced_at
+		FROM o
+	)
+	UPDATE emails e SET top_status = n.top_status, top_rank = n.top_rank, top_at = n.top_at,
+		reached_at = n.reached_at, soft_bounced_at = n.soft_bounced_at,
+		status = CASE
+			WHEN n.soft_bounced_at IS NOT NULL AND (n.reached_at IS NULL OR n.reached_at <= n.soft_bounced_at)
+				AND (n.top_rank, n.top_at, n.top_status COLLATE "C") < ($7::integer, n.soft_bounced_at, $8::text COLLATE "C") THEN $8
+			ELSE n.top_status END
+	FROM n WHERE e.id = n.id`
 
 func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	e, err := codec.Decode(ev)
@@ -96,20 +108,17 @@ func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 			VALUES ($1, $2, $3, $4, $5, $6::numeric * 1e19 + $7::numeric) ON CONFLICT (event_id) DO NOTHING`,
 			ev.ID, id, typ, raw, at, int64(ev.Position.Commit), int64(ev.Position.Prepare))
 	}
-	// An event with an effect on the status moves the row's Progress, then
-	// settles the status from it.
+	// An event with an effect on the status moves the row's Progress and
+	// the status with it.
 	progress := func(id string) {
 		ef, _ := email.EffectOf(e)
+		var mark *string
 		if ef.Mark.Status != "" {
-			b.Queue(raiseTop, id, string(ef.Mark.Status), email.Rank(ef.Mark.Status), ef.Mark.At)
+			s := string(ef.Mark.Status)
+			mark = &s
 		}
-		if !ef.Reached.IsZero() {
-			b.Queue(raiseReached, id, ef.Reached)
-		}
-		if !ef.SoftBounce.IsZero() {
-			b.Queue(raiseSoftBounce, id, ef.SoftBounce)
-		}
-		b.Queue(settleStatus, id, email.Rank(email.StatusBounced), string(email.StatusBounced))
+		b.Queue(moveProgress, id, mark, email.Rank(ef.Mark.Status), ef.Mark.At, nullTime(ef.Reached), nullTime(ef.SoftBounce),
+			email.Rank(email.StatusBounced), string(email.StatusBounced))
 	}
 	suppress := func(id string, recipients []string, reason string, at time.Time) {
 		for _, r := range recipients {
@@ -193,4 +202,12 @@ func apiAttachments(in []email.Attachment) []attachmentView {
 		}
 	}
 	return out
+}
+
+// nullTime is t, or NULL when zero.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
