@@ -21,6 +21,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/mailmsg"
 )
@@ -79,9 +80,10 @@ type Accepted struct {
 var tagPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,` + strconv.Itoa(MaxTagLength) + `}$`)
 
 // SendEmail validates and queues an email. idempotencyKey, when not empty,
-// makes a repeat of the same request within 24 hours return the first
-// answer, and a different request under the same key a conflict; body is
-// the request as received, whose fingerprint tells the two apart.
+// makes a repeat of the same request within the key's 24-hour window
+// return the first answer, and a different request under the same key a
+// conflict; body is the request as received, whose fingerprint tells the
+// two apart.
 func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail, idempotencyKey string, body []byte, meta Meta) (Accepted, error) {
 	v, decoded := validateSend(req)
 	if len(idempotencyKey) > MaxIdempotencyKey {
@@ -121,20 +123,15 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 	now := s.now()
 	id := uuid.Must(uuid.NewV7()).String()
 	if idempotencyKey != "" {
-		id = uuid.NewSHA1(idempotencyNamespace, []byte(accountID+"\x00"+idempotencyKey)).String()
-		prior, _, err := load(ctx, s.store, email.Stream(id), email.Evolve)
-		if err != nil {
+		if id, err = s.idempotentID(ctx, accountID, idempotencyKey, now); err != nil {
 			return Accepted{}, err
-		}
-		if prior.Exists() && now.Sub(prior.Queued.QueuedAt) > IdempotencyWindow {
-			id = uuid.Must(uuid.NewV7()).String() // the key's window is over: a new email
 		}
 	}
 
 	// Bytes go to blob storage; the event carries digests.
 	q := email.Queued{
 		EmailID: id, AccountID: accountID, DomainID: dom.ID, From: strings.TrimSpace(req.From), FromEmail: from.Email,
-		To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: strings.Join(req.ReplyTo, ", "), Subject: req.Subject,
+		To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo, Subject: req.Subject,
 		Tags: req.Tags, RequestHash: hash, QueuedAt: now,
 	}
 	put := func(b []byte) (string, error) {
@@ -215,6 +212,76 @@ func acceptedOf(q email.Queued) Accepted {
 // idempotencyNamespace derives email ids from idempotency keys, so that
 // concurrent repeats collide on one stream.
 var idempotencyNamespace = uuid.MustParse("6f1c2a52-8d0e-4f4e-9d7c-1b2b9e6f3a10")
+
+// windowID is the email id of a key's window n. Window 0 keeps the id keys
+// had before windows, so emails sent then are still found. A key holds no
+// NUL (it is one line of text), so no two (key, n) share an id.
+func windowID(accountID, key string, n int) string {
+	name := accountID + "\x00" + key
+	if n > 0 {
+		name += "\x00" + strconv.Itoa(n)
+	}
+	return uuid.NewSHA1(idempotencyNamespace, []byte(name)).String()
+}
+
+// idempotentID is the email id a key answers with at now. Each 24-hour
+// window of a key has its own id, so repeats inside any window, the first
+// or a later one, meet on one stream. Window n+1 is opened only once window
+// n's email is over 24 hours old: the windows that exist are 0..N-1, and N
+// is found with O(log N) stream reads (doubling, then halving). The last
+// window answers while it is under 24 hours old; after that, window N.
+func (s *Service) idempotentID(ctx context.Context, accountID, key string, now time.Time) (string, error) {
+	opened := func(n int) (time.Time, bool, error) {
+		evs, err := s.store.ReadStream(ctx, email.Stream(windowID(accountID, key, n)), 0, 1)
+		if errors.Is(err, eventstore.ErrStreamNotFound) || (err == nil && len(evs) == 0) {
+			return time.Time{}, false, nil
+		}
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		e, err := codec.Decode(evs[0])
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		q, ok := e.(*email.Queued)
+		if !ok {
+			return time.Time{}, false, fmt.Errorf("stream %s does not start with %s", evs[0].StreamID, (email.Queued{}).EventType())
+		}
+		return q.QueuedAt, true, nil
+	}
+	lastAt, ok, err := opened(0)
+	if err != nil || !ok {
+		return windowID(accountID, key, 0), err
+	}
+	// lo exists, hi does not.
+	lo, hi := 0, 1
+	for {
+		at, ok, err := opened(hi)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			break
+		}
+		lo, lastAt, hi = hi, at, hi*2
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		at, ok, err := opened(mid)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			lo, lastAt = mid, at
+		} else {
+			hi = mid
+		}
+	}
+	if now.Sub(lastAt) <= IdempotencyWindow {
+		return windowID(accountID, key, lo), nil
+	}
+	return windowID(accountID, key, hi), nil
+}
 
 // requestHash fingerprints a request for idempotency: the body as sent, so
 // that nothing the decoding drops or normalises makes two requests equal.

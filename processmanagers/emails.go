@@ -307,22 +307,13 @@ func (p *Pipeline) render(ctx context.Context, st email.State, atts []email.Atta
 	for _, list := range []struct {
 		dst *[]mailmsg.Address
 		src []string
-	}{{&m.To, q.To}, {&m.Cc, q.Cc}, {&m.Bcc, q.Bcc}} {
+	}{{&m.To, q.To}, {&m.Cc, q.Cc}, {&m.Bcc, q.Bcc}, {&m.ReplyTo, q.ReplyTo}} {
 		for _, s := range list.src {
 			a, err := mailmsg.ParseAddress(s)
 			if err != nil {
 				return nil, err
 			}
 			*list.dst = append(*list.dst, a)
-		}
-	}
-	if q.ReplyTo != "" {
-		for _, s := range strings.Split(q.ReplyTo, ", ") {
-			a, err := mailmsg.ParseAddress(s)
-			if err != nil {
-				return nil, err
-			}
-			m.ReplyTo = append(m.ReplyTo, a)
 		}
 	}
 	get := func(d string) (string, error) {

@@ -13,13 +13,13 @@ import (
 )
 
 // Emails projects the email list and detail views, the timeline, and the
-// account suppression list. Status moves only up the precedence of
-// email.Rank, or sideways to a later event of the same rank, so feedback
-// arriving out of order never moves it backwards.
+// account suppression list. Each row keeps the email's email.Progress (top_*,
+// soft_bounced_at, reached_at), merged with maxima so that every arrival
+// order gives the same row, and status is Progress.Status of it.
 type Emails struct{}
 
 func (Emails) Name() string     { return "emails" }
-func (Emails) Version() int     { return 2 }
+func (Emails) Version() int     { return 3 }
 func (Emails) Tables() []string { return []string{"emails", "email_events", "suppressions"} }
 
 func (Emails) Schema() string {
@@ -28,11 +28,15 @@ CREATE TABLE IF NOT EXISTS emails (
     id                  text PRIMARY KEY,
     account_id          text NOT NULL,
     from_email          text NOT NULL,
-    to_email            text NOT NULL,
+    to_email            text NOT NULL, -- the API's string: to_addresses joined by ", "
+    to_addresses        text[] NOT NULL, -- each as given, for the list's to filter
     subject             text NOT NULL,
     status              text NOT NULL,
-    status_rank         integer NOT NULL DEFAULT 0,
-    status_at           timestamptz NOT NULL,
+    top_status          text NOT NULL,
+    top_rank            integer NOT NULL,
+    top_at              timestamptz NOT NULL,
+    soft_bounced_at     timestamptz,
+    reached_at          timestamptz,
     provider_message_id text,
     attachment_count    integer NOT NULL DEFAULT 0,
     attachments         jsonb NOT NULL DEFAULT '[]',
@@ -64,10 +68,31 @@ CREATE TABLE IF NOT EXISTS suppressions (
 );`
 }
 
-// status moves an email's status if the new one ranks higher, or equal and
-// later.
-const moveStatus = `UPDATE emails SET status = $2, status_rank = $3, status_at = $4
-	WHERE id = $1 AND (status_rank < $3 OR (status_rank = $3 AND status_at <= $4))`
+// moveProgress merges one event's email.Effect into the row's Progress (top_*,
+// soft_bounced_at, reached_at) and sets status to Progress.Status, in one
+// write: $2..$4 the event's Mark (NULL when none), $5 when it reached the
+// recipient, $6 when it bounced transiently, $7 and $8 the rank and name
+// of bounced. Marks compare by (rank, time, name), as Mark.Above does.
+const moveProgress = `WITH o AS (
+		SELECT id, top_status, top_rank, top_at, reached_at, soft_bounced_at,
+			$2::text IS NOT NULL AND (top_rank, top_at, top_status COLLATE "C") < ($3::integer, $4::timestamptz, $2::text COLLATE "C") AS up
+		FROM emails WHERE id = $1
+	), n AS (
+		SELECT id,
+			CASE WHEN up THEN $2 ELSE top_status END AS top_status,
+			CASE WHEN up THEN $3 ELSE top_rank END AS top_rank,
+			CASE WHEN up THEN $4 ELSE top_at END AS top_at,
+			GREATEST(reached_at, $5::timestamptz) AS reached_at,
+			GREATEST(soft_bounced_at, $6::timestamptz) AS soft_bounced_at
+		FROM o
+	)
+	UPDATE emails e SET top_status = n.top_status, top_rank = n.top_rank, top_at = n.top_at,
+		reached_at = n.reached_at, soft_bounced_at = n.soft_bounced_at,
+		status = CASE
+			WHEN n.soft_bounced_at IS NOT NULL AND (n.reached_at IS NULL OR n.reached_at <= n.soft_bounced_at)
+				AND (n.top_rank, n.top_at, n.top_status COLLATE "C") < ($7::integer, n.soft_bounced_at, $8::text COLLATE "C") THEN $8
+			ELSE n.top_status END
+	FROM n WHERE e.id = n.id`
 
 func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	e, err := codec.Decode(ev)
@@ -83,8 +108,17 @@ func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 			VALUES ($1, $2, $3, $4, $5, $6::numeric * 1e19 + $7::numeric) ON CONFLICT (event_id) DO NOTHING`,
 			ev.ID, id, typ, raw, at, int64(ev.Position.Commit), int64(ev.Position.Prepare))
 	}
-	status := func(id string, s email.Status, permanent bool, at time.Time) {
-		b.Queue(moveStatus, id, string(s), email.Rank(s, permanent), at)
+	// An event with an effect on the status moves the row's Progress and
+	// the status with it.
+	progress := func(id string) {
+		ef, _ := email.EffectOf(e)
+		var mark *string
+		if ef.Mark.Status != "" {
+			s := string(ef.Mark.Status)
+			mark = &s
+		}
+		b.Queue(moveProgress, id, mark, email.Rank(ef.Mark.Status), ef.Mark.At, nullTime(ef.Reached), nullTime(ef.SoftBounce),
+			email.Rank(email.StatusBounced), string(email.StatusBounced))
 	}
 	suppress := func(id string, recipients []string, reason string, at time.Time) {
 		for _, r := range recipients {
@@ -96,37 +130,38 @@ func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	switch e := e.(type) {
 	case *email.Queued:
 		atts, _ := json.Marshal(apiAttachments(e.Attachments))
-		b.Queue(`INSERT INTO emails (id, account_id, from_email, to_email, subject, status, status_rank, status_at,
-				attachment_count, attachments, created_at)
-			VALUES ($1, $2, $3, $4, $5, 'queued', 0, $6, $7, $8, $6) ON CONFLICT (id) DO NOTHING`,
-			e.EmailID, e.AccountID, e.From, strings.Join(e.To, ", "), e.Subject, e.QueuedAt, len(e.Attachments), atts)
+		b.Queue(`INSERT INTO emails (id, account_id, from_email, to_email, to_addresses, subject,
+				status, top_status, top_rank, top_at, attachment_count, attachments, created_at)
+			VALUES ($1, $2, $3, $4, coalesce($5, '{}'::text[]), $6, $7, $7, $8, $9, $10, $11, $9) ON CONFLICT (id) DO NOTHING`,
+			e.EmailID, e.AccountID, e.From, strings.Join(e.To, ", "), e.To, e.Subject,
+			string(email.StatusQueued), email.Rank(email.StatusQueued), e.QueuedAt, len(e.Attachments), atts)
 	case *email.Scanned:
 		atts, _ := json.Marshal(apiAttachments(e.Attachments))
 		b.Queue(`UPDATE emails SET attachments = $2 WHERE id = $1`, e.EmailID, atts)
 	case *email.Sent:
+		progress(e.EmailID)
 		b.Queue(`UPDATE emails SET provider_message_id = $2, sent_at = $3 WHERE id = $1`, e.EmailID, e.ProviderMessageID, e.SentAt)
-		status(e.EmailID, email.StatusSent, false, e.SentAt)
 		timeline(e.EmailID, "sent", map[string]any{"provider_message_id": e.ProviderMessageID}, e.SentAt)
 	case *email.Failed:
-		status(e.EmailID, email.StatusFailed, false, e.FailedAt)
+		progress(e.EmailID)
 		meta := map[string]any{"reason": e.Reason}
 		if e.Detail != "" {
 			meta["detail"] = e.Detail
 		}
 		timeline(e.EmailID, "failed", meta, e.FailedAt)
 	case *email.Delivered:
+		progress(e.EmailID)
 		b.Queue(`UPDATE emails SET delivered_at = LEAST(coalesce(delivered_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
-		status(e.EmailID, email.StatusDelivered, false, e.OccurredAt)
 		timeline(e.EmailID, "delivered", map[string]any{"recipients": e.Recipients}, e.OccurredAt)
 	case *email.Bounced:
+		progress(e.EmailID)
 		b.Queue(`UPDATE emails SET bounced_at = LEAST(coalesce(bounced_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
-		status(e.EmailID, email.StatusBounced, email.Permanent(e.BounceType), e.OccurredAt)
 		timeline(e.EmailID, "bounced", map[string]any{"bounce_type": e.BounceType, "bounce_subtype": e.BounceSubtype, "recipients": e.Recipients}, e.OccurredAt)
 		if email.Permanent(e.BounceType) {
 			suppress(e.EmailID, e.Recipients, "bounce", e.OccurredAt)
 		}
 	case *email.Complained:
-		status(e.EmailID, email.StatusComplained, false, e.OccurredAt)
+		progress(e.EmailID)
 		meta := map[string]any{"recipients": e.Recipients}
 		if e.FeedbackType != "" {
 			meta["feedback_type"] = e.FeedbackType
@@ -134,16 +169,16 @@ func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 		timeline(e.EmailID, "complained", meta, e.OccurredAt)
 		suppress(e.EmailID, e.Recipients, "complaint", e.OccurredAt)
 	case *email.Opened:
+		progress(e.EmailID)
 		b.Queue(`UPDATE emails SET opened_at = LEAST(coalesce(opened_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
-		status(e.EmailID, email.StatusOpened, false, e.OccurredAt)
 		meta := map[string]any{}
 		if e.UserAgent != "" {
 			meta["user_agent"] = e.UserAgent
 		}
 		timeline(e.EmailID, "opened", meta, e.OccurredAt)
 	case *email.Clicked:
+		progress(e.EmailID)
 		b.Queue(`UPDATE emails SET clicked_at = LEAST(coalesce(clicked_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
-		status(e.EmailID, email.StatusClicked, false, e.OccurredAt)
 		timeline(e.EmailID, "clicked", map[string]any{"link": e.Link}, e.OccurredAt)
 	}
 	return nil
@@ -167,4 +202,12 @@ func apiAttachments(in []email.Attachment) []attachmentView {
 		}
 	}
 	return out
+}
+
+// nullTime is t, or NULL when zero.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

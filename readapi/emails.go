@@ -1,6 +1,7 @@
 package readapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,7 +55,8 @@ func (r reader) listEmails(c echo.Context) error {
 		add("status = $%d", s)
 	}
 	if s := c.QueryParam("to"); s != "" {
-		add("to_email ILIKE '%%' || $%d || '%%'", escapeLike(s))
+		// Each recipient on its own: a match never spans two of them.
+		add("EXISTS (SELECT 1 FROM unnest(to_addresses) AS a WHERE a ILIKE '%%' || $%d || '%%')", escapeLike(s))
 	}
 	if !from.IsZero() {
 		add("created_at >= $%d", from)
@@ -152,18 +154,33 @@ type Email struct {
 func (r reader) getEmail(c echo.Context) error {
 	ctx := c.Request().Context()
 	var e Email
+	// One snapshot for the row and its timeline: the status shown is never
+	// older than the events listed.
+	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		e, err = emailView(ctx, tx, c.Param("id"), authn.From(c).AccountID)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, e)
+}
+
+func emailView(ctx context.Context, tx pgx.Tx, id, accountID string) (Email, error) {
+	var e Email
 	var created time.Time
 	var sent, delivered, opened, clicked, bounced *time.Time
-	err := r.pool.QueryRow(ctx, `SELECT id, from_email, to_email, subject, status, provider_message_id, created_at,
+	err := tx.QueryRow(ctx, `SELECT id, from_email, to_email, subject, status, provider_message_id, created_at,
 			sent_at, delivered_at, opened_at, clicked_at, bounced_at, attachments
-		FROM emails WHERE id = $1 AND account_id = $2`, c.Param("id"), authn.From(c).AccountID).
+		FROM emails WHERE id = $1 AND account_id = $2`, id, accountID).
 		Scan(&e.ID, &e.FromEmail, &e.ToEmail, &e.Subject, &e.Status, &e.ProviderMessageID, &created,
 			&sent, &delivered, &opened, &clicked, &bounced, &e.Attachments)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return httpserver.NotFound("no such email")
+		return e, httpserver.NotFound("no such email")
 	}
 	if err != nil {
-		return err
+		return e, err
 	}
 	e.CreatedAt = apitime.Of(created)
 	for _, f := range []struct {
@@ -174,10 +191,10 @@ func (r reader) getEmail(c echo.Context) error {
 			*f.dst = apitime.Of(*f.src)
 		}
 	}
-	rows, err := r.pool.Query(ctx, `SELECT event_type, metadata, occurred_at FROM email_events
+	rows, err := tx.Query(ctx, `SELECT event_type, metadata, occurred_at FROM email_events
 		WHERE email_id = $1 ORDER BY occurred_at, position`, e.ID)
 	if err != nil {
-		return err
+		return e, err
 	}
 	defer rows.Close()
 	e.Events = []EmailEvent{}
@@ -185,13 +202,10 @@ func (r reader) getEmail(c echo.Context) error {
 		var ev EmailEvent
 		var at time.Time
 		if err := rows.Scan(&ev.EventType, &ev.Metadata, &at); err != nil {
-			return err
+			return e, err
 		}
 		ev.OccurredAt = apitime.Of(at)
 		e.Events = append(e.Events, ev)
 	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, e)
+	return e, rows.Err()
 }

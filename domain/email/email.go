@@ -1,10 +1,13 @@
 // Package email is the aggregate of one sent message: accepted (queued),
 // scanned by the content gateway, handed to the provider (sent), and then
-// the provider's feedback. Status follows a precedence so that feedback
-// arriving out of order never moves it backwards.
+// the provider's feedback. Status follows a precedence over the events'
+// own times (Progress), so the order in which feedback arrives never
+// changes it.
 package email
 
 import (
+	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -23,30 +26,6 @@ const (
 	StatusComplained Status = "complained"
 	StatusFailed     Status = "failed"
 )
-
-// Rank orders statuses: failed, a permanent bounce and a complaint end an
-// email; a transient bounce ranks below delivered, so a later delivery wins.
-func Rank(s Status, permanentBounce bool) int {
-	switch s {
-	case StatusSent:
-		return 1
-	case StatusBounced:
-		if permanentBounce {
-			return 6
-		}
-		return 2
-	case StatusDelivered:
-		return 3
-	case StatusOpened:
-		return 4
-	case StatusClicked:
-		return 5
-	case StatusComplained, StatusFailed:
-		return 6
-	default:
-		return 0
-	}
-}
 
 // Failure reasons of emails that never leave the service.
 const (
@@ -75,6 +54,29 @@ type Attachment struct {
 	SealedPath  string `json:"sealed_path,omitempty"`
 }
 
+// Addresses is a list of addresses, each as given (display name included).
+// Emails queued before reply_to was stored as a list hold it as one string
+// joined with ", "; such a string is read back split the same way, which is
+// what it meant when it was written.
+type Addresses []string
+
+func (a *Addresses) UnmarshalJSON(b []byte) error {
+	var joined string
+	if err := json.Unmarshal(b, &joined); err == nil {
+		*a = nil
+		if joined != "" {
+			*a = strings.Split(joined, ", ")
+		}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return err
+	}
+	*a = list
+	return nil
+}
+
 // Base64Size is the length of n bytes in padded standard base64: the
 // measure of the attachment budget, inline or downloaded.
 func Base64Size(n int64) int64 { return (n + 2) / 3 * 4 }
@@ -93,7 +95,7 @@ type (
 		To          []string          `json:"to"`
 		Cc          []string          `json:"cc,omitempty"`
 		Bcc         []string          `json:"bcc,omitempty"`
-		ReplyTo     string            `json:"reply_to,omitempty"`
+		ReplyTo     Addresses         `json:"reply_to,omitempty"`
 		Subject     string            `json:"subject"`
 		HTMLDigest  string            `json:"html_digest,omitempty"`
 		TextDigest  string            `json:"text_digest,omitempty"`

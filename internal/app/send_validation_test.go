@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,6 +200,55 @@ func TestIdempotencyKey(t *testing.T) {
 	w.Clock.Advance(25 * time.Hour)
 	if r := do("order-7", other); r.Status != 202 || r.JSON(t)["id"] == first.JSON(t)["id"] {
 		t.Fatalf("key after 24 hours: %d %s", r.Status, r.Body)
+	}
+}
+
+// Each 24-hour window of an Idempotency-Key has an id of its own: retries
+// inside a later window meet on one email, as they do in the first.
+func TestIdempotencyWindows(t *testing.T) {
+	w := newSendWorld(t, func(c *config.Config) { c.Roles = []string{"api", "projections"} })
+	body := map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "daily", "text": "t"}
+	do := func(b map[string]any) apptest.Response {
+		return w.DoHeader("POST", "/v1/emails/send", w.key, http.Header{"Idempotency-Key": {"daily-report"}}, b)
+	}
+	total := func() any {
+		return w.Do("GET", "/v1/emails", w.key, nil).JSON(t)["pagination"].(map[string]any)["total"]
+	}
+	first := do(body)
+	if first.Status != 202 {
+		t.Fatalf("first send: %d %s", first.Status, first.Body)
+	}
+	seen := map[string]bool{first.JSON(t)["id"].(string): true}
+	for window := 1; window <= 5; window++ {
+		w.Clock.Advance(25 * time.Hour)
+		// Concurrent retries of one request in the new window.
+		resps := make([]apptest.Response, 4)
+		var wg sync.WaitGroup
+		for i := range resps {
+			wg.Go(func() { resps[i] = do(body) })
+		}
+		wg.Wait()
+		id, _ := resps[0].JSON(t)["id"].(string)
+		for i, r := range resps {
+			if r.Status != 202 || string(r.Body) != string(resps[0].Body) {
+				t.Fatalf("window %d, request %d: %d %s (first answer %s)", window, i, r.Status, r.Body, resps[0].Body)
+			}
+		}
+		if seen[id] {
+			t.Fatalf("window %d reuses the id %s of an earlier window", window, id)
+		}
+		seen[id] = true
+		// Minutes later, still inside the window: the same answer, and a
+		// different request under the key is refused.
+		w.Clock.Advance(10 * time.Minute)
+		if r := do(body); r.Status != 202 || string(r.Body) != string(resps[0].Body) {
+			t.Fatalf("window %d, a retry later: %d %s, want %s", window, r.Status, r.Body, resps[0].Body)
+		}
+		other := map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "not daily", "text": "t"}
+		wantProblem(t, do(other), 409, "idempotency_key_reused")
+		if n := total(); n != float64(window+1) {
+			t.Fatalf("after window %d: %v emails, want %d", window, n, window+1)
+		}
 	}
 }
 
