@@ -11,7 +11,8 @@ import (
 
 // Webhooks projects webhook endpoints and their deliveries: the routes'
 // views, and the due list the dispatcher polls. Deleting an endpoint
-// deletes its delivery history.
+// deletes its delivery history. A delivery waiting for a paused endpoint
+// is pending; skipped and expired ones are failed with their error.
 type Webhooks struct{}
 
 func (Webhooks) Name() string     { return "webhooks" }
@@ -102,6 +103,10 @@ func (Webhooks) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 		b.Queue(`UPDATE webhook_deliveries SET status = $2, attempts = $3, response_status = $4, error = $5,
 			last_attempt_at = $6, next_attempt_at = $7 WHERE id = $1`, e.DeliveryID, status, e.Attempt, e.ResponseStatus, e.Error, e.At, next)
 		b.Queue(`UPDATE webhook_endpoints SET last_failure_at = greatest(coalesce(last_failure_at, $2), $2) WHERE id = $1`, e.EndpointID, e.At)
+	case *delivery.Skipped:
+		b.Queue(`UPDATE webhook_deliveries SET status = 'failed', error = $2, next_attempt_at = NULL WHERE id = $1`, e.DeliveryID, e.Error)
+	case *delivery.Expired:
+		b.Queue(`UPDATE webhook_deliveries SET status = 'failed', error = $2, next_attempt_at = NULL WHERE id = $1`, e.DeliveryID, e.Error)
 	}
 	return nil
 }
