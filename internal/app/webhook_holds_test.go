@@ -70,12 +70,13 @@ func TestPausedEndpointHoldsEvents(t *testing.T) {
 	if ep := w.patch(t, id, map[string]any{"is_active": true}); ep["is_active"] != true {
 		t.Fatalf("resumed endpoint %v", ep)
 	}
-	got := rcv.waitFor(t, 2)
+	rcv.waitFor(t, 2)
 	for _, d := range held {
 		w.waitDelivery(t, id, d["id"].(string), "delivered")
 	}
 	time.Sleep(300 * time.Millisecond) // a second delivery of either would have come by now
-	if got = rcv.requests(); len(got) != 2 {
+	got := rcv.requests()
+	if len(got) != 2 {
 		t.Fatalf("the resumed endpoint got %d requests, want 2", len(got))
 	}
 	types, ids := map[string]bool{}, map[string]bool{}
