@@ -76,9 +76,9 @@ func (s *Service) CreateWebhook(ctx context.Context, accountID string, in webhoo
 		return webhook.Create(st, id, accountID, in, sealed, s.now())
 	}, meta, webhooksProjection)
 	if err != nil {
-		// Best effort: a slot whose endpoint never came is free after
-		// webhook.SlotGrace anyway.
-		s.freeSlot(ctx, accountID, id, meta)
+		// The slot is not freed here: the append may have been recorded
+		// after all. One whose endpoint never came is free after
+		// webhook.SlotGrace.
 		return webhook.State{}, "", err
 	}
 	return fold(webhook.State{}, webhook.Evolve, evs), secret, nil
