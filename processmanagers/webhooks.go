@@ -240,7 +240,7 @@ func (d *Dispatcher) expireHeld(ctx context.Context) error {
 	}
 	rows, err := d.Pool.Query(ctx, `SELECT d.id, e.disabled_reason IS NOT NULL
 		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		WHERE d.status = 'pending' AND NOT e.is_active AND d.created_at < $1
+		WHERE d.status = 'pending' AND d.held AND d.created_at < $1
 		ORDER BY d.created_at LIMIT 500`, now.Add(-delivery.HoldCap))
 	if err != nil {
 		return err
@@ -275,7 +275,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, wg *sync.WaitGroup) error {
 	// retries is spent; they are due at once when it is reinstated.
 	rows, err := d.Pool.Query(ctx, `SELECT d.id, d.endpoint_id, e.url, e.sealed_secret
 		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND e.is_active
+		WHERE d.status = 'pending' AND NOT d.held AND d.next_attempt_at <= $1 AND e.is_active
 		AND NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id AND a.status = 'suspended')
 		ORDER BY d.next_attempt_at LIMIT 500`, d.Now())
 	if err != nil {
