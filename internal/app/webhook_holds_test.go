@@ -56,13 +56,26 @@ func TestPausedEndpointHoldsEvents(t *testing.T) {
 	if ep := w.patch(t, id, map[string]any{"is_active": false}); ep["is_active"] != false || ep["disabled_reason"] != nil {
 		t.Fatalf("paused endpoint %v", ep)
 	}
+	// Another paused endpoint is deleted with its held deliveries.
+	gone := newReceiver(t, always(200))
+	goneID, _ := w.endpoint(t, map[string]any{"url": gone.URL})
+	w.patch(t, goneID, map[string]any{"is_active": false})
+
 	emailID := w.send(t, map[string]any{"from": "a@acme.test", "to": "ann@example.org", "subject": "While paused", "text": "t"})["id"].(string)
 	w.waitFor(t, emailID, status("delivered"))
 	// Both events wait as pending deliveries, never attempted.
 	held := w.waitDeliveries(t, id, 2, unattempted("pending", ""))
+	w.waitDeliveries(t, goneID, 2, unattempted("pending", ""))
 	time.Sleep(300 * time.Millisecond) // a stray attempt would have come by now
-	if n := len(rcv.requests()); n != 0 {
-		t.Fatalf("the paused endpoint got %d requests", n)
+	if n := len(rcv.requests()) + len(gone.requests()); n != 0 {
+		t.Fatalf("the paused endpoints got %d requests", n)
+	}
+	if r := w.Do("DELETE", "/v1/webhooks/"+goneID, w.key, nil); r.Status != 204 {
+		t.Fatalf("delete: %d", r.Status)
+	}
+	var left int
+	if err := w.Pool.QueryRow(t.Context(), "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1", goneID).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d deliveries of the deleted endpoint remain (%v)", left, err)
 	}
 	// The secret changes while paused: the held events are signed with the new one.
 	newSecret := w.Do("POST", "/v1/webhooks/"+id+"/rotate-secret", w.key, nil).JSON(t)["secret"].(string)
@@ -102,6 +115,9 @@ func TestPausedEndpointHoldsEvents(t *testing.T) {
 		if d["attempts"] != 1.0 || d["response_status"] != 200.0 {
 			t.Fatalf("delivery after resume %v", d)
 		}
+	}
+	if n := len(gone.requests()); n != 0 {
+		t.Fatalf("the deleted endpoint got %d requests", n)
 	}
 }
 
