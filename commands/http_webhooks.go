@@ -60,12 +60,17 @@ func (h handlers) createWebhook(c echo.Context) error {
 }
 
 func (h handlers) updateWebhook(c echo.Context) error {
+	ctx := c.Request().Context()
+	acct := authn.From(c).AccountID
+	// The endpoint first: another account's id is a 404 whatever the body
+	// holds, and its body is not even read.
+	if err := h.s.OwnWebhook(ctx, acct, c.Param("id")); err != nil {
+		return problem(err)
+	}
 	var req webhookRequest
 	if err := httpserver.BindJSON(c, &req); err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	acct := authn.From(c).AccountID
 	if err := h.s.UpdateWebhook(ctx, acct, c.Param("id"), req.settings(), req.IsActive, meta(c)); err != nil {
 		return problem(err)
 	}

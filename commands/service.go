@@ -49,7 +49,7 @@ type Service struct {
 	blobs   blob.Store
 	egress  URLChecker
 
-	endpointCount func(ctx context.Context, accountID string) (int, error)
+	endpointIDs   func(ctx context.Context, accountID string) ([]string, error)
 	activeAPIKeys func(ctx context.Context, accountID string) (int, error)
 	identity      IdentityCheck
 	domainsNamed  func(ctx context.Context, name string) ([]sendingdomain.State, error)
@@ -85,8 +85,9 @@ type Deps struct {
 	Domains func(ctx context.Context, accountID, name string) (sendingdomain.State, error)
 	Blobs   blob.Store
 	Egress  URLChecker
-	// EndpointCount counts an account's webhook endpoints (read model).
-	EndpointCount func(ctx context.Context, accountID string) (int, error)
+	// EndpointIDs lists an account's webhook endpoints (read model), to
+	// seed its slots stream.
+	EndpointIDs func(ctx context.Context, accountID string) ([]string, error)
 	// ActiveAPIKeys counts an account's active API keys (read model).
 	ActiveAPIKeys func(ctx context.Context, accountID string) (int, error)
 	// Identity, when set, must also see a domain verified.
@@ -105,7 +106,7 @@ func New(d Deps) *Service {
 		d.Settle = func(context.Context, eventstore.Position, ...string) bool { return true }
 	}
 	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
-		domains: d.Domains, blobs: d.Blobs, egress: d.Egress, endpointCount: d.EndpointCount, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity,
+		domains: d.Domains, blobs: d.Blobs, egress: d.Egress, endpointIDs: d.EndpointIDs, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity,
 		domainsNamed: d.DomainsNamed, domainCount: d.DomainCount, keyGenerated: d.KeyGenerated}
 }
 

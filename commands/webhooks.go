@@ -3,7 +3,7 @@ package commands
 import (
 	"context"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -52,31 +52,77 @@ func (s *Service) Webhook(ctx context.Context, id string) (webhook.State, error)
 	return st, err
 }
 
-// CreateWebhook creates an endpoint and returns it with its secret.
+// CreateWebhook creates an endpoint and returns it with its secret. The
+// request is validated first; then a slot is taken on the account's slots
+// stream, where racing creates meet, and only then is the endpoint's own
+// stream created.
 func (s *Service) CreateWebhook(ctx context.Context, accountID string, in webhook.Settings, meta Meta) (webhook.State, string, error) {
 	if in.URL == nil {
 		empty := ""
 		in.URL = &empty
 	}
+	if err := webhook.ValidateSettings(in); err != nil {
+		return webhook.State{}, "", err
+	}
 	if err := s.checkURL(ctx, in.URL); err != nil {
 		return webhook.State{}, "", err
 	}
-	n, err := s.endpointCount(ctx, accountID)
-	if err != nil {
+	id := uuid.NewString()
+	if err := s.takeSlot(ctx, accountID, id, meta); err != nil {
 		return webhook.State{}, "", err
 	}
-	if n >= webhook.MaxEndpoints {
-		return webhook.State{}, "", &LimitError{Detail: fmt.Sprintf("an account may hold at most %d webhook endpoints", webhook.MaxEndpoints)}
-	}
-	id := uuid.NewString()
 	secret, sealed := s.sealSecret(id)
 	evs, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.Create(st, id, accountID, in, sealed, s.now())
 	}, meta, webhooksProjection)
 	if err != nil {
+		// The slot is not freed here: the append may have been recorded
+		// after all. One whose endpoint never came is free after
+		// webhook.SlotGrace.
 		return webhook.State{}, "", err
 	}
 	return fold(webhook.State{}, webhook.Evolve, evs), secret, nil
+}
+
+// takeSlot takes one of the account's endpoint slots for endpointID. A
+// slots stream that has not started is seeded with the endpoints the read
+// model shows, made before slots were recorded; a slot older than
+// webhook.SlotGrace counts only if its endpoint's stream shows it alive.
+func (s *Service) takeSlot(ctx context.Context, accountID, endpointID string, meta Meta) error {
+	_, err := execute(ctx, s, webhook.SlotsStream(accountID), webhook.EvolveSlots, func(sl webhook.Slots) ([]domain.Event, error) {
+		now := s.now()
+		var existing []string
+		if !sl.Seeded {
+			ids, err := s.endpointIDs(ctx, accountID)
+			if err != nil {
+				return nil, err
+			}
+			existing = ids
+		}
+		live := map[string]bool{}
+		for _, id := range sl.Stale(now) {
+			st, err := s.Webhook(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			live[id] = st.Exists()
+		}
+		return webhook.TakeSlot(sl, accountID, endpointID, existing, live, now)
+	}, meta)
+	if errors.Is(err, webhook.ErrEndpointLimit) {
+		return &LimitError{Detail: err.Error()}
+	}
+	return err
+}
+
+// freeSlot releases a deleted endpoint's slot. Callers ignore its error: a
+// slot whose endpoint is gone is freed by the next create after
+// webhook.SlotGrace.
+func (s *Service) freeSlot(ctx context.Context, accountID, endpointID string, meta Meta) error {
+	_, err := execute(ctx, s, webhook.SlotsStream(accountID), webhook.EvolveSlots, func(sl webhook.Slots) ([]domain.Event, error) {
+		return webhook.FreeSlot(sl, accountID, endpointID, s.now()), nil
+	}, meta)
+	return err
 }
 
 // LimitError is a request refused because an account limit is reached.
@@ -84,13 +130,31 @@ type LimitError struct{ Detail string }
 
 func (e *LimitError) Error() string { return e.Detail }
 
-// UpdateWebhook applies a PATCH.
-func (s *Service) UpdateWebhook(ctx context.Context, accountID, id string, in webhook.Settings, active *bool, meta Meta) error {
-	if err := s.checkURL(ctx, in.URL); err != nil {
+// OwnWebhook reports domain.ErrNotFound unless id is an endpoint of the
+// account: routes ask it before reading or judging a request's body, so an
+// unknown or another account's id is a 404 whatever the body holds.
+func (s *Service) OwnWebhook(ctx context.Context, accountID, id string) error {
+	st, err := s.Webhook(ctx, id)
+	if err != nil {
 		return err
 	}
-	if _, err := uuid.Parse(id); err != nil {
+	if !st.Exists() || st.AccountID != accountID {
 		return domain.ErrNotFound
+	}
+	return nil
+}
+
+// UpdateWebhook applies a PATCH: the endpoint is found before the
+// settings are judged.
+func (s *Service) UpdateWebhook(ctx context.Context, accountID, id string, in webhook.Settings, active *bool, meta Meta) error {
+	if err := s.OwnWebhook(ctx, accountID, id); err != nil {
+		return err
+	}
+	if err := webhook.ValidateSettings(in); err != nil {
+		return err
+	}
+	if err := s.checkURL(ctx, in.URL); err != nil {
+		return err
 	}
 	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.Update(st, accountID, in, active, s.now())
@@ -111,8 +175,8 @@ func (s *Service) RotateWebhookSecret(ctx context.Context, accountID, id string,
 	return secret, err
 }
 
-// DeleteWebhook removes an endpoint; its pending retries stop and its
-// delivery history goes with it.
+// DeleteWebhook removes an endpoint; its pending retries stop, its
+// delivery history goes with it, and its slot is free for another.
 func (s *Service) DeleteWebhook(ctx context.Context, accountID, id string, meta Meta) error {
 	if _, err := uuid.Parse(id); err != nil {
 		return domain.ErrNotFound
@@ -120,7 +184,11 @@ func (s *Service) DeleteWebhook(ctx context.Context, accountID, id string, meta 
 	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.Delete(st, accountID, s.now())
 	}, meta, webhooksProjection)
-	return err
+	if err != nil {
+		return err
+	}
+	s.freeSlot(ctx, accountID, id, meta)
+	return nil
 }
 
 // Envelope is the body of every webhook delivery.
@@ -168,6 +236,26 @@ func (s *Service) CreateDelivery(ctx context.Context, c delivery.Created, meta M
 		return delivery.Create(st, c), nil
 	}, meta)
 	return pos, err
+}
+
+// RecordSkippedDelivery records a delivery of an event to an endpoint
+// disabled after consecutive failures: failed at once, unattempted, and
+// marked for sending when the endpoint is recovered.
+func (s *Service) RecordSkippedDelivery(ctx context.Context, c delivery.Created, meta Meta) (eventstore.Position, error) {
+	_, pos, err := executeAt(ctx, s, delivery.Stream(c.DeliveryID), delivery.Evolve, func(st delivery.State) ([]domain.Event, error) {
+		return delivery.CreateSkipped(st, c, s.now()), nil
+	}, meta)
+	return pos, err
+}
+
+// ExpireDelivery fails a pending delivery held by its inactive endpoint
+// (disabled after failures when disabled is true) once it is older than
+// delivery.HoldCap; otherwise it does nothing.
+func (s *Service) ExpireDelivery(ctx context.Context, id string, disabled bool, meta Meta) error {
+	_, err := execute(ctx, s, delivery.Stream(id), delivery.Evolve, func(st delivery.State) ([]domain.Event, error) {
+		return delivery.Expire(st, disabled, s.now()), nil
+	}, meta)
+	return err
 }
 
 // Delivery returns a delivery's state from its stream.

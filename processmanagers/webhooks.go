@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/commands"
@@ -25,15 +26,23 @@ import (
 	whsig "github.com/mailroom/mailroom/webhook"
 )
 
-// Fanout turns each email event into one delivery per active endpoint of
-// the account that subscribes to its type.
+// Fanout turns each email event into one delivery per endpoint of the
+// account that subscribes to its type. A paused endpoint's deliveries wait
+// for it (the dispatcher attempts only active endpoints'); an endpoint
+// disabled after failures gets its deliveries recorded as skipped.
 type Fanout struct {
 	Commands *commands.Service
-	// Endpoints lists the ids of the account's active endpoints that
-	// subscribe to eventType.
-	Endpoints func(ctx context.Context, accountID, eventType string) ([]string, error)
+	// Endpoints lists the account's endpoints that subscribe to eventType,
+	// active or not.
+	Endpoints func(ctx context.Context, accountID, eventType string) ([]Target, error)
 	Settle    commands.Settle
 	Wake      func() // tells the dispatcher new deliveries are waiting
+}
+
+// Target is an endpoint an event goes to.
+type Target struct {
+	ID       string
+	Disabled bool // disabled after consecutive failures (not paused)
 }
 
 var fanoutMeta = commands.Meta{Actor: "system:webhook-fanout"}
@@ -105,9 +114,14 @@ func (f *Fanout) Handle(ctx context.Context, ev eventstore.RecordedEvent) error 
 	var last eventstore.Position
 	for _, ep := range endpoints {
 		// One delivery per (event, endpoint), whatever the redeliveries.
-		id := uuid.NewHash(sha1.New(), deliveryNamespace, []byte(ev.ID.String()+"/"+ep), 5).String()
-		pos, err := f.Commands.CreateDelivery(ctx, delivery.Created{DeliveryID: id, EndpointID: ep, AccountID: q.AccountID,
-			EmailID: q.EmailID, Type: typ, Payload: string(payload), CreatedAt: at}, fanoutMeta)
+		id := uuid.NewHash(sha1.New(), deliveryNamespace, []byte(ev.ID.String()+"/"+ep.ID), 5).String()
+		c := delivery.Created{DeliveryID: id, EndpointID: ep.ID, AccountID: q.AccountID,
+			EmailID: q.EmailID, Type: typ, Payload: string(payload), CreatedAt: at}
+		record := f.Commands.CreateDelivery
+		if ep.Disabled {
+			record = f.Commands.RecordSkippedDelivery
+		}
+		pos, err := record(ctx, c, fanoutMeta)
 		if err != nil {
 			return Transient(err)
 		}
@@ -148,12 +162,13 @@ type Dispatcher struct {
 	UserAgent   string
 	Outcomes    *Outcomes // may be nil
 
-	once     sync.Once
-	wake     chan struct{}
-	mu       sync.Mutex
-	inFlight map[string]bool
-	perEP    map[string]int
-	slots    chan struct{}
+	once      sync.Once
+	lastSweep time.Time // of held deliveries, by Now
+	wake      chan struct{}
+	mu        sync.Mutex
+	inFlight  map[string]bool
+	perEP     map[string]int
+	slots     chan struct{}
 }
 
 var dispatchMeta = commands.Meta{Actor: "system:webhook-dispatcher"}
@@ -195,6 +210,9 @@ func (d *Dispatcher) loop(ctx context.Context) {
 	t := time.NewTicker(d.Poll)
 	defer t.Stop()
 	for {
+		if err := d.expireHeld(ctx); err != nil && ctx.Err() == nil {
+			d.Log.Warn("webhook expiry", "err", err)
+		}
 		if err := d.dispatch(ctx, &wg); err != nil && ctx.Err() == nil {
 			d.Log.Warn("webhook dispatch", "err", err)
 		}
@@ -207,6 +225,49 @@ func (d *Dispatcher) loop(ctx context.Context) {
 	}
 }
 
+// sweepEvery is how often held deliveries are looked at for expiry; one
+// may outlive delivery.HoldCap by that much.
+const sweepEvery = time.Minute
+
+// expireHeld fails the deliveries that waited longer than
+// delivery.HoldCap for their paused or disabled endpoint, at most 500 per
+// sweepEvery. Each is decided on its own stream; one whose attempt is under
+// way (its endpoint was paused meanwhile) is left to that attempt.
+func (d *Dispatcher) expireHeld(ctx context.Context) error {
+	now := d.Now()
+	if now.Sub(d.lastSweep) < sweepEvery {
+		return nil
+	}
+	rows, err := d.Pool.Query(ctx, `SELECT d.id, e.disabled_reason IS NOT NULL
+		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+		WHERE d.status = 'pending' AND d.held AND d.created_at < $1
+		ORDER BY d.created_at LIMIT 500`, now.Add(-delivery.HoldCap))
+	if err != nil {
+		return err
+	}
+	type held struct {
+		ID       string
+		Disabled bool
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[held])
+	if err != nil {
+		return err
+	}
+	for _, h := range list {
+		d.mu.Lock()
+		busy := d.inFlight[h.ID]
+		d.mu.Unlock()
+		if busy {
+			continue
+		}
+		if err := d.Commands.ExpireDelivery(ctx, h.ID, h.Disabled, dispatchMeta); err != nil {
+			return err
+		}
+	}
+	d.lastSweep = now
+	return nil
+}
+
 type due struct{ id, endpoint, url, sealed string }
 
 func (d *Dispatcher) dispatch(ctx context.Context, wg *sync.WaitGroup) error {
@@ -214,7 +275,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, wg *sync.WaitGroup) error {
 	// retries is spent; they are due at once when it is reinstated.
 	rows, err := d.Pool.Query(ctx, `SELECT d.id, d.endpoint_id, e.url, e.sealed_secret
 		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND e.is_active
+		WHERE d.status = 'pending' AND NOT d.held AND d.next_attempt_at <= $1 AND e.is_active
 		AND NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id AND a.status = 'suspended')
 		ORDER BY d.next_attempt_at LIMIT 500`, d.Now())
 	if err != nil {

@@ -11,11 +11,14 @@ import (
 
 // Webhooks projects webhook endpoints and their deliveries: the routes'
 // views, and the due list the dispatcher polls. Deleting an endpoint
-// deletes its delivery history.
+// deletes its delivery history. A delivery waiting for a paused or
+// disabled endpoint is pending and held: held deliveries stay out of the
+// due index, so however many wait, the dispatcher's poll does not walk
+// them. Skipped and expired ones are failed with their error.
 type Webhooks struct{}
 
 func (Webhooks) Name() string     { return "webhooks" }
-func (Webhooks) Version() int     { return 1 }
+func (Webhooks) Version() int     { return 2 }
 func (Webhooks) Tables() []string { return []string{"webhook_endpoints", "webhook_deliveries"} }
 
 func (Webhooks) Schema() string {
@@ -49,11 +52,17 @@ CREATE TABLE IF NOT EXISTS webhook_deliveries (
     created_at      timestamptz NOT NULL,
     last_attempt_at timestamptz,
     delivered_at    timestamptz,
-    next_attempt_at timestamptz
+    next_attempt_at timestamptz,
+    held            boolean NOT NULL DEFAULT false
 );
 CREATE INDEX IF NOT EXISTS webhook_deliveries_endpoint_idx ON webhook_deliveries (endpoint_id, created_at DESC);
-CREATE INDEX IF NOT EXISTS webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';`
+CREATE INDEX IF NOT EXISTS webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) WHERE status = 'pending' AND NOT held;
+CREATE INDEX IF NOT EXISTS webhook_deliveries_held_idx ON webhook_deliveries (created_at) WHERE status = 'pending' AND held;`
 }
+
+// holdDeliveries takes a paused or disabled endpoint's pending deliveries
+// out of the due index.
+const holdDeliveries = `UPDATE webhook_deliveries SET held = true WHERE endpoint_id = $1 AND status = 'pending' AND NOT held`
 
 func (Webhooks) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	e, err := codec.Decode(ev)
@@ -71,10 +80,13 @@ func (Webhooks) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 			e.EndpointID, e.URL, e.Description, e.EventTypes, e.UpdatedAt)
 	case *webhook.Paused:
 		b.Queue(`UPDATE webhook_endpoints SET is_active = false, disabled_reason = NULL, updated_at = $2 WHERE id = $1`, e.EndpointID, e.PausedAt)
+		b.Queue(holdDeliveries, e.EndpointID)
 	case *webhook.Resumed:
 		b.Queue(`UPDATE webhook_endpoints SET is_active = true, disabled_reason = NULL, consecutive_failures = 0, updated_at = $2 WHERE id = $1`, e.EndpointID, e.ResumedAt)
+		b.Queue(`UPDATE webhook_deliveries SET held = false WHERE endpoint_id = $1 AND status = 'pending' AND held`, e.EndpointID)
 	case *webhook.Disabled:
 		b.Queue(`UPDATE webhook_endpoints SET is_active = false, disabled_reason = $2, updated_at = $3 WHERE id = $1`, e.EndpointID, e.Reason, e.DisabledAt)
+		b.Queue(holdDeliveries, e.EndpointID)
 	case *webhook.SecretRotated:
 		b.Queue(`UPDATE webhook_endpoints SET sealed_secret = $2, updated_at = $3 WHERE id = $1`, e.EndpointID, e.SealedSecret, e.RotatedAt)
 	case *webhook.Deleted:
@@ -85,9 +97,10 @@ func (Webhooks) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	case *webhook.FailuresReset:
 		b.Queue(`UPDATE webhook_endpoints SET consecutive_failures = 0 WHERE id = $1`, e.EndpointID)
 	case *delivery.Created:
-		// Only for an endpoint that still exists: a deleted one's history is gone.
-		b.Queue(`INSERT INTO webhook_deliveries (id, endpoint_id, account_id, email_id, event_type, status, created_at, next_attempt_at)
-			SELECT $1, $2, $3, $4, $5, 'pending', $6, $6 WHERE EXISTS (SELECT 1 FROM webhook_endpoints WHERE id = $2)
+		// Only for an endpoint that still exists: a deleted one's history is
+		// gone. An inactive endpoint's is held.
+		b.Queue(`INSERT INTO webhook_deliveries (id, endpoint_id, account_id, email_id, event_type, status, created_at, next_attempt_at, held)
+			SELECT $1, $2, $3, $4, $5, 'pending', $6, $6, NOT is_active FROM webhook_endpoints WHERE id = $2
 			ON CONFLICT (id) DO NOTHING`, e.DeliveryID, e.EndpointID, e.AccountID, e.EmailID, e.Type, e.CreatedAt)
 	case *delivery.AttemptSucceeded:
 		b.Queue(`UPDATE webhook_deliveries SET status = 'delivered', attempts = $2, response_status = $3, error = NULL,
@@ -102,6 +115,10 @@ func (Webhooks) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 		b.Queue(`UPDATE webhook_deliveries SET status = $2, attempts = $3, response_status = $4, error = $5,
 			last_attempt_at = $6, next_attempt_at = $7 WHERE id = $1`, e.DeliveryID, status, e.Attempt, e.ResponseStatus, e.Error, e.At, next)
 		b.Queue(`UPDATE webhook_endpoints SET last_failure_at = greatest(coalesce(last_failure_at, $2), $2) WHERE id = $1`, e.EndpointID, e.At)
+	case *delivery.Skipped:
+		b.Queue(`UPDATE webhook_deliveries SET status = 'failed', error = $2, next_attempt_at = NULL WHERE id = $1`, e.DeliveryID, e.Error)
+	case *delivery.Expired:
+		b.Queue(`UPDATE webhook_deliveries SET status = 'failed', error = $2, next_attempt_at = NULL WHERE id = $1`, e.DeliveryID, e.Error)
 	}
 	return nil
 }

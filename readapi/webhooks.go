@@ -62,6 +62,15 @@ func Endpoint(ctx context.Context, q Querier, accountID, id string) (WebhookEndp
 	return e, err
 }
 
+// EndpointIDs lists an account's endpoints.
+func EndpointIDs(ctx context.Context, q Querier, accountID string) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM webhook_endpoints WHERE account_id = $1 ORDER BY id`, accountID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 func (r reader) listWebhooks(c echo.Context) error {
 	rows, err := r.pool.Query(c.Request().Context(), `SELECT `+endpointColumns+` FROM webhook_endpoints
 		WHERE account_id = $1 ORDER BY created_at, id`, authn.From(c).AccountID)
@@ -105,6 +114,13 @@ type Delivery struct {
 
 func (r reader) listDeliveries(c echo.Context) error {
 	ctx := c.Request().Context()
+	// The endpoint first: another account's id is a 404 whatever the query.
+	id := c.Param("id")
+	if _, err := Endpoint(ctx, r.pool, authn.From(c).AccountID, id); errors.Is(err, ErrNotFound) {
+		return httpserver.NotFound("no such webhook endpoint")
+	} else if err != nil {
+		return err
+	}
 	limit, limitErr := httpserver.QueryInt(c, "limit", 25, 100)
 	status := c.QueryParam("status")
 	var statusErr *httpserver.FieldError
@@ -114,12 +130,6 @@ func (r reader) listDeliveries(c echo.Context) error {
 		statusErr = &httpserver.FieldError{Field: "status", Message: "must be pending, delivered or failed"}
 	}
 	if err := validationOf(limitErr, statusErr); err != nil {
-		return err
-	}
-	id := c.Param("id")
-	if _, err := Endpoint(ctx, r.pool, authn.From(c).AccountID, id); errors.Is(err, ErrNotFound) {
-		return httpserver.NotFound("no such webhook endpoint")
-	} else if err != nil {
 		return err
 	}
 	rows, err := r.pool.Query(ctx, `SELECT id, email_id, event_type, status, attempts, response_status, error,

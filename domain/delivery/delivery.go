@@ -4,6 +4,7 @@
 package delivery
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -43,6 +44,24 @@ type (
 		ResponseStatus int       `json:"response_status"`
 		At             time.Time `json:"at"`
 	}
+	// Skipped: the delivery was recorded for an endpoint disabled after
+	// consecutive failures and failed at once, unattempted. The event marks
+	// it for sending again when the endpoint is recovered.
+	Skipped struct {
+		DeliveryID string    `json:"delivery_id"`
+		EndpointID string    `json:"endpoint_id"`
+		Reason     string    `json:"reason"`
+		Error      string    `json:"error"`
+		At         time.Time `json:"at"`
+	}
+	// Expired: the delivery waited longer than HoldCap for its paused or
+	// disabled endpoint and failed without another attempt.
+	Expired struct {
+		DeliveryID string    `json:"delivery_id"`
+		EndpointID string    `json:"endpoint_id"`
+		Error      string    `json:"error"`
+		At         time.Time `json:"at"`
+	}
 	// AttemptFailed: NextAttemptAt is zero when the schedule is exhausted
 	// and the delivery has failed.
 	AttemptFailed struct {
@@ -59,11 +78,22 @@ type (
 func (Created) EventType() string          { return "WebhookDeliveryCreated" }
 func (AttemptSucceeded) EventType() string { return "WebhookAttemptSucceeded" }
 func (AttemptFailed) EventType() string    { return "WebhookAttemptFailed" }
+func (Skipped) EventType() string          { return "WebhookDeliverySkipped" }
+func (Expired) EventType() string          { return "WebhookDeliveryExpired" }
 
 // Events lists a fresh value of every event type of this aggregate.
 func Events() []domain.Event {
-	return []domain.Event{&Created{}, &AttemptSucceeded{}, &AttemptFailed{}}
+	return []domain.Event{&Created{}, &AttemptSucceeded{}, &AttemptFailed{}, &Skipped{}, &Expired{}}
 }
+
+// ReasonEndpointDisabled is the reason of a delivery skipped because its
+// endpoint was disabled after consecutive failures.
+const ReasonEndpointDisabled = "endpoint_disabled"
+
+// HoldCap is how long a delivery waits for its paused (or disabled)
+// endpoint, counted from its event: longer, and it fails instead of
+// reaching the receiver days late.
+const HoldCap = 72 * time.Hour
 
 // State is the delivery as its events left it.
 type State struct {
@@ -85,6 +115,8 @@ func Evolve(s State, e domain.Event) State {
 		if e.NextAttemptAt.IsZero() {
 			s.Status = Failed
 		}
+	case *Skipped, *Expired:
+		s.Status, s.NextAt = Failed, time.Time{}
 	}
 	return s
 }
@@ -96,6 +128,32 @@ func Create(s State, c Created) []domain.Event {
 		return nil
 	}
 	return []domain.Event{&c}
+}
+
+// CreateSkipped decides a new delivery for an endpoint disabled after
+// consecutive failures: recorded, so that recovering the endpoint can send
+// it, and failed at once without an attempt.
+func CreateSkipped(s State, c Created, now time.Time) []domain.Event {
+	if s.Created != nil {
+		return nil
+	}
+	return []domain.Event{&c, &Skipped{DeliveryID: c.DeliveryID, EndpointID: c.EndpointID, Reason: ReasonEndpointDisabled,
+		Error: "endpoint disabled after consecutive failures", At: now}}
+}
+
+// Expire decides failing a pending delivery whose endpoint is inactive
+// (paused, or disabled when disabled is true) once its event is older
+// than HoldCap. A younger one, or one that ended, decides nothing.
+func Expire(s State, disabled bool, now time.Time) []domain.Event {
+	if s.Created == nil || s.Status != Pending || now.Sub(s.Created.CreatedAt) <= HoldCap {
+		return nil
+	}
+	why := "paused"
+	if disabled {
+		why = "disabled"
+	}
+	return []domain.Event{&Expired{DeliveryID: s.Created.DeliveryID, EndpointID: s.Created.EndpointID,
+		Error: fmt.Sprintf("held longer than %dh while the endpoint was %s", int(HoldCap.Hours()), why), At: now}}
 }
 
 // Due reports whether the delivery should be attempted at now.

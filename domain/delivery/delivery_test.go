@@ -66,3 +66,50 @@ func TestSuccessEnds(t *testing.T) {
 		t.Fatal("a redirect is not a success")
 	}
 }
+
+func TestSkippedForADisabledEndpoint(t *testing.T) {
+	c := delivery.Created{DeliveryID: "d1", EndpointID: "e1", CreatedAt: t0}
+	evs := delivery.CreateSkipped(delivery.State{}, c, t0.Add(time.Second))
+	s := fold(delivery.State{}, evs)
+	skip, ok := evs[len(evs)-1].(*delivery.Skipped)
+	if !ok || skip.Reason != delivery.ReasonEndpointDisabled || skip.Error != "endpoint disabled after consecutive failures" {
+		t.Fatalf("events %+v", evs)
+	}
+	if s.Status != delivery.Failed || s.Attempts != 0 || s.Due(t0.Add(time.Hour)) {
+		t.Fatalf("skipped delivery %+v", s)
+	}
+	if again := delivery.CreateSkipped(s, c, t0); len(again) != 0 {
+		t.Fatal("recorded twice")
+	}
+	if evs := delivery.Expire(s, true, t0.Add(100*time.Hour)); len(evs) != 0 {
+		t.Fatal("a failed delivery expired")
+	}
+}
+
+func TestHeldDeliveryExpires(t *testing.T) {
+	s := fold(delivery.State{}, delivery.Create(delivery.State{}, delivery.Created{DeliveryID: "d1", EndpointID: "e1", CreatedAt: t0}))
+	if evs := delivery.Expire(s, false, t0.Add(delivery.HoldCap)); len(evs) != 0 {
+		t.Fatal("expired at the cap, not past it")
+	}
+	for _, tc := range []struct {
+		disabled bool
+		want     string
+	}{
+		{false, "held longer than 72h while the endpoint was paused"},
+		{true, "held longer than 72h while the endpoint was disabled"},
+	} {
+		evs := delivery.Expire(s, tc.disabled, t0.Add(delivery.HoldCap+time.Second))
+		if len(evs) != 1 || evs[0].(*delivery.Expired).Error != tc.want {
+			t.Fatalf("expiry %+v", evs)
+		}
+		if after := fold(s, evs); after.Status != delivery.Failed || after.Due(t0.Add(100*time.Hour)) {
+			t.Fatalf("after expiry %+v", after)
+		}
+	}
+	// A delivered one stays delivered.
+	ok := 200
+	done := fold(s, delivery.RecordAttempt(s, delivery.Outcome{ResponseStatus: &ok}, delivery.DefaultSchedule, 0, t0))
+	if evs := delivery.Expire(done, false, t0.Add(100*time.Hour)); len(evs) != 0 {
+		t.Fatal("a delivered delivery expired")
+	}
+}

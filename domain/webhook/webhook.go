@@ -100,7 +100,8 @@ func (FailuresReset) EventType() string  { return "WebhookFailuresReset" }
 
 // Events lists a fresh value of every event type of this aggregate.
 func Events() []domain.Event {
-	return []domain.Event{&Created{}, &Updated{}, &Paused{}, &Resumed{}, &Disabled{}, &SecretRotated{}, &Deleted{}, &EventExhausted{}, &FailuresReset{}}
+	return []domain.Event{&Created{}, &Updated{}, &Paused{}, &Resumed{}, &Disabled{}, &SecretRotated{}, &Deleted{}, &EventExhausted{}, &FailuresReset{},
+		&SlotsSeeded{}, &SlotTaken{}, &SlotFreed{}}
 }
 
 // State is the endpoint as its events left it.

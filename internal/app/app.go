@@ -388,10 +388,8 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 		DomainCount: func(ctx context.Context, accountID string) (int, error) {
 			return readapi.DomainCount(ctx, a.Pool, accountID)
 		},
-		EndpointCount: func(ctx context.Context, accountID string) (int, error) {
-			var n int
-			err := a.Pool.QueryRow(ctx, "SELECT count(*) FROM webhook_endpoints WHERE account_id = $1", accountID).Scan(&n)
-			return n, err
+		EndpointIDs: func(ctx context.Context, accountID string) ([]string, error) {
+			return readapi.EndpointIDs(ctx, a.Pool, accountID)
 		},
 	})
 }
@@ -441,13 +439,13 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	dispatcher := a.dispatcher()
 	fanout := &processmanagers.Fanout{
 		Commands: a.Commands, Settle: a.Waiter.WaitFor, Wake: dispatcher.Wake,
-		Endpoints: func(ctx context.Context, accountID, eventType string) ([]string, error) {
-			rows, err := a.Pool.Query(ctx, `SELECT id FROM webhook_endpoints
-				WHERE account_id = $1 AND is_active AND $2 = ANY(event_types) ORDER BY id`, accountID, eventType)
+		Endpoints: func(ctx context.Context, accountID, eventType string) ([]processmanagers.Target, error) {
+			rows, err := a.Pool.Query(ctx, `SELECT id, disabled_reason IS NOT NULL FROM webhook_endpoints
+				WHERE account_id = $1 AND $2 = ANY(event_types) ORDER BY id`, accountID, eventType)
 			if err != nil {
 				return nil, err
 			}
-			return pgx.CollectRows(rows, pgx.RowTo[string])
+			return pgx.CollectRows(rows, pgx.RowToStructByPos[processmanagers.Target])
 		},
 	}
 	pipeline := a.pipeline()
