@@ -105,11 +105,7 @@ func TestCatchUpAppliesEachEventOnce(t *testing.T) {
 	if err := r.Prepare(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	pos, err := r.CatchUp(context.Background(), tally{version: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pos != last {
+	if pos := catchUpTo(t, r, tally{version: 1}, last); pos != last {
 		t.Fatalf("checkpoint %v, want %v", pos, last)
 	}
 	if total, seen := counts(t, pool); total != 1234 || seen != 1234 {
@@ -473,9 +469,7 @@ func TestWaiterTimesOutWithoutRunner(t *testing.T) {
 		t.Fatal("waiter reported a position no projector reached")
 	}
 	// Another process catching up is seen through the checkpoint table.
-	if _, err := r.CatchUp(context.Background(), tally{version: 1}); err != nil {
-		t.Fatal(err)
-	}
+	catchUpTo(t, r, tally{version: 1}, pos)
 	if !w.WaitFor(context.Background(), pos, "tally") {
 		t.Fatal("waiter missed a checkpoint written by another runner")
 	}
