@@ -2,18 +2,12 @@ package app_test
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"net/mail"
 	"os"
 	"testing"
 
-	"github.com/google/uuid"
-
 	"github.com/mailroom/mailroom/domain/email"
-	"github.com/mailroom/mailroom/internal/codec"
-	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
 // readEML parses the message the sandbox wrote for an email.
@@ -109,34 +103,9 @@ func TestAddressesWithCommas(t *testing.T) {
 // with ", "; it is still read as the addresses it meant, and sent.
 func TestReplyToQueuedAsJoinedString(t *testing.T) {
 	w := newSendWorld(t)
-	ctx := context.Background()
-	var domainID string
-	if err := w.Pool.QueryRow(ctx, `SELECT id FROM domains WHERE account_id = $1`, w.account).Scan(&domainID); err != nil {
-		t.Fatal(err)
-	}
-	text, err := w.Blobs.Put(ctx, []byte("hello"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := uuid.NewString()
-	data, err := codec.Encode(&email.Queued{EmailID: id, AccountID: w.account, DomainID: domainID, From: "a@acme.test", FromEmail: "a@acme.test",
-		To: []string{"x@example.org"}, Subject: "old", TextDigest: string(text), QueuedAt: w.Clock.Now()}, eventstore.Metadata{Actor: "operator"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fields map[string]any
-	if err := json.Unmarshal(data.Data, &fields); err != nil {
-		t.Fatal(err)
-	}
-	fields["reply_to"] = "Desk <desk@acme.test>, sales@acme.test"
-	if data.Data, err = json.Marshal(fields); err != nil {
-		t.Fatal(err)
-	}
-	res, err := w.Store.Append(ctx, email.Stream(id), eventstore.NoStream, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Waiter.WaitFor(ctx, res.Position, "emails")
+	id := w.queueAsBefore(t, email.Queued{}, func(fields map[string]any) {
+		fields["reply_to"] = "Desk <desk@acme.test>, sales@acme.test"
+	})
 	w.waitFor(t, id, status("delivered"))
 	_, msg := w.readEML(t, id)
 	if got := addressList(t, msg, "Reply-To"); fmt.Sprint(got) != "[Desk|desk@acme.test |sales@acme.test]" {

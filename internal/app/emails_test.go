@@ -350,27 +350,7 @@ func TestPathAttachmentQueuedInTheClear(t *testing.T) {
 		rw.Write([]byte("old bytes"))
 	}))
 	defer srv.Close()
-	ctx := context.Background()
-	var domainID string
-	if err := w.Pool.QueryRow(ctx, `SELECT id FROM domains WHERE account_id = $1`, w.account).Scan(&domainID); err != nil {
-		t.Fatal(err)
-	}
-	text, err := w.Blobs.Put(ctx, []byte("hello"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := uuid.NewString()
-	data, err := codec.Encode(&email.Queued{EmailID: id, AccountID: w.account, DomainID: domainID, From: "a@acme.test", FromEmail: "a@acme.test",
-		To: []string{"x@example.org"}, Subject: "old", TextDigest: string(text), Attachments: []email.Attachment{{Filename: "old.txt", ContentType: "text/plain", Path: srv.URL + "/old.txt?sig=old"}},
-		QueuedAt: w.Clock.Now()}, eventstore.Metadata{Actor: "operator"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := w.Store.Append(ctx, email.Stream(id), eventstore.NoStream, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Waiter.WaitFor(ctx, res.Position, "emails")
+	id := w.queueAsBefore(t, email.Queued{Attachments: []email.Attachment{{Filename: "old.txt", ContentType: "text/plain", Path: srv.URL + "/old.txt?sig=old"}}}, nil)
 	e := w.waitFor(t, id, status("delivered"))
 	if a := e["attachments"].([]any)[0].(map[string]any); a["size_bytes"] != float64(len("old bytes")) {
 		t.Fatalf("attachment %v", a)
@@ -496,4 +476,41 @@ func TestProviderOutage(t *testing.T) {
 	if r := w.Do("GET", "/readyz", "", nil); r.Status != 200 {
 		t.Fatalf("/readyz after recovery: %d %s", r.Status, r.Body)
 	}
+}
+
+// queueAsBefore appends an EmailQueued as an older version recorded it:
+// the fields given, a text body, and edit applied to its JSON. It returns
+// the email's id once the emails projection shows it.
+func (w *sendWorld) queueAsBefore(t *testing.T, q email.Queued, edit func(fields map[string]any)) string {
+	t.Helper()
+	ctx := context.Background()
+	if err := w.Pool.QueryRow(ctx, `SELECT id FROM domains WHERE account_id = $1`, w.account).Scan(&q.DomainID); err != nil {
+		t.Fatal(err)
+	}
+	text, err := w.Blobs.Put(ctx, []byte("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.EmailID, q.AccountID, q.From, q.FromEmail = uuid.NewString(), w.account, "a@acme.test", "a@acme.test"
+	q.To, q.Subject, q.TextDigest, q.QueuedAt = []string{"x@example.org"}, "old", string(text), w.Clock.Now()
+	data, err := codec.Encode(&q, eventstore.Metadata{Actor: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		var fields map[string]any
+		if err := json.Unmarshal(data.Data, &fields); err != nil {
+			t.Fatal(err)
+		}
+		edit(fields)
+		if data.Data, err = json.Marshal(fields); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := w.Store.Append(ctx, email.Stream(q.EmailID), eventstore.NoStream, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Waiter.WaitFor(ctx, res.Position, "emails")
+	return q.EmailID
 }
