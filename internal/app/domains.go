@@ -39,7 +39,7 @@ func (p *DomainPoller) Run(ctx context.Context) error {
 	t := time.NewTicker(p.Interval)
 	defer t.Stop()
 	for {
-		if err := p.Tick(ctx); err != nil && ctx.Err() == nil {
+		if _, err := p.Tick(ctx); err != nil && ctx.Err() == nil {
 			p.Log.Error("domain poll", "err", err)
 		}
 		select {
@@ -50,23 +50,24 @@ func (p *DomainPoller) Run(ctx context.Context) error {
 	}
 }
 
-// Tick runs one pass over the domains that have something pending.
-func (p *DomainPoller) Tick(ctx context.Context) error {
+// Tick runs one pass over the domains that have something pending, unless
+// another instance is running one: then it reports that it did not run.
+func (p *DomainPoller) Tick(ctx context.Context) (ran bool, err error) {
 	conn, err := p.Pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Release()
 	var mine bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pollLock).Scan(&mine); err != nil || !mine {
-		return err
+		return false, err
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", pollLock)
 
 	rows, err := conn.Query(ctx, `SELECT id, state FROM domains
 		WHERE status = 'pending' OR state ? 'transition' ORDER BY created_at`)
 	if err != nil {
-		return err
+		return false, err
 	}
 	type due struct {
 		id string
@@ -78,17 +79,17 @@ func (p *DomainPoller) Tick(ctx context.Context) error {
 		var raw []byte
 		if err := rows.Scan(&d.id, &raw); err != nil {
 			rows.Close()
-			return err
+			return false, err
 		}
 		if err := json.Unmarshal(raw, &d.st); err != nil {
 			rows.Close()
-			return err
+			return false, err
 		}
 		work = append(work, d)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err
+		return false, err
 	}
 
 	meta := commands.Meta{Actor: "system:domain-poller"}
@@ -108,5 +109,5 @@ func (p *DomainPoller) Tick(ctx context.Context) error {
 			p.Log.Warn("domain poll", "domain_id", d.id, "err", err)
 		}
 	}
-	return nil
+	return true, nil
 }

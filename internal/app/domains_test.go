@@ -87,8 +87,26 @@ func (w *dnsWorld) verify(t *testing.T, id string) map[string]any {
 
 func (w *dnsWorld) tick(t *testing.T) {
 	t.Helper()
-	if err := w.DomainPoller().Tick(context.Background()); err != nil {
-		t.Fatal(err)
+	pollDomains(t, w.Server)
+}
+
+// pollDomains runs one pass of the domain poller, waiting while the
+// server's own background poller holds the poll lock.
+func pollDomains(t *testing.T, s *apptest.Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ran, err := s.DomainPoller().Tick(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ran {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the domain poll lock stayed taken")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

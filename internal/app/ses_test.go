@@ -235,9 +235,7 @@ func TestSESProvider(t *testing.T) {
 	}
 	newSel := rot.JSON(t)["dkim_transition"].(map[string]any)["selector"].(string)
 	publish(t, rot.JSON(t), dns)
-	if err := w.DomainPoller().Tick(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	pollDomains(t, w.Server)
 	swap := waitRecorded(t, fake, "the signing-key swap", func(r sesfake.Request) bool {
 		return r.Method == "PUT" && strings.HasSuffix(r.Path, "/dkim/signing")
 	})
