@@ -43,6 +43,20 @@ func (m *meteredStore) Append(ctx context.Context, stream string, expected event
 	return res, err
 }
 
+func (m *meteredStore) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	start := time.Now()
+	res, err := m.Store.AppendMany(ctx, parts...)
+	outcome := "ok"
+	switch {
+	case eventstore.IsConflict(err):
+		outcome = "conflict"
+	case err != nil:
+		outcome = "error"
+	}
+	m.appends.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	return res, err
+}
+
 // CountAfter passes through to stores that can count.
 func (m *meteredStore) CountAfter(ctx context.Context, from eventstore.Position, limit int64) (int64, error) {
 	c, ok := m.Store.(eventstore.Counter)

@@ -19,6 +19,15 @@ type Store interface {
 	// version satisfies expected. A mismatch returns a *ConflictError.
 	Append(ctx context.Context, stream string, expected ExpectedVersion, events ...EventData) (AppendResult, error)
 
+	// AppendMany appends to several streams at once, one result per part in
+	// the caller's order. On PostgreSQL it is one transaction: every part is
+	// written or none is, and a *ConflictError names the first part whose
+	// expectation failed. An EventStoreDB has no multi-stream transaction, so
+	// there the parts are appended one after the other and an error may
+	// leave earlier parts written: callers must be able to repeat it (each
+	// part idempotent, as every process manager's work is).
+	AppendMany(ctx context.Context, parts ...StreamAppend) ([]AppendResult, error)
+
 	// ReadStream returns up to max events of stream, starting at revision from
 	// (inclusive), in revision order. A stream that does not exist yields
 	// ErrStreamNotFound.
@@ -205,6 +214,13 @@ type RecordedEvent struct {
 	RecordedAt     time.Time
 	// Hash chains the event to the previous event of its stream; see ChainHash.
 	Hash string
+}
+
+// StreamAppend is one stream's part of an AppendMany.
+type StreamAppend struct {
+	Stream   string
+	Expected ExpectedVersion
+	Events   []EventData
 }
 
 // AppendResult tells where the last appended event landed.

@@ -331,6 +331,23 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 	}
 }
 
+// AppendMany appends the parts one after the other: EventStoreDB has no
+// transaction across streams, so an error may leave earlier parts written.
+func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	res := make([]eventstore.AppendResult, 0, len(parts))
+	for _, p := range parts {
+		if len(p.Events) == 0 {
+			return nil, fmt.Errorf("eventstore/esdb: append to %s has no events", p.Stream)
+		}
+		r, err := s.Append(ctx, p.Stream, p.Expected, p.Events...)
+		if err != nil {
+			return nil, err
+		}
+		res = append(res, r)
+	}
+	return res, nil
+}
+
 // head is a stream's last event as far as appends care.
 type head struct {
 	exists   bool

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -95,117 +96,185 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 	if len(events) == 0 {
 		return s.checkExpected(ctx, stream, expected)
 	}
-	events = append([]eventstore.EventData(nil), events...) // do not touch the caller's slice
-	for i := range events {
-		ev := &events[i]
-		if ev.ID == uuid.Nil {
-			ev.ID = uuid.New()
-		}
-		if ev.Type == "" {
-			return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: append to %s: event %d has no type", stream, i)
-		}
-		if !json.Valid(ev.Data) {
-			return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: append to %s: event %d data is not valid JSON", stream, i)
-		}
-	}
-
-	// Read committed whatever the server default: the stream head must be
-	// read with a snapshot taken after the stream lock was granted.
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	res, err := appendTx(ctx, tx, stream, expected, events)
+	res, err := s.AppendMany(ctx, eventstore.StreamAppend{Stream: stream, Expected: expected, Events: events})
 	if err != nil {
 		return eventstore.AppendResult{}, err
 	}
+	return res[0], nil
+}
+
+// AppendMany writes every part in one transaction: all or nothing. Each
+// part must name a different stream and carry at least one event.
+func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	seen := make(map[string]bool, len(parts))
+	prepared := make([]eventstore.StreamAppend, len(parts))
+	for i, p := range parts {
+		if p.Stream == "" {
+			return nil, errors.New("eventstore/postgres: empty stream name")
+		}
+		if seen[p.Stream] {
+			return nil, fmt.Errorf("eventstore/postgres: stream %s appears twice in one append", p.Stream)
+		}
+		seen[p.Stream] = true
+		if len(p.Events) == 0 {
+			return nil, fmt.Errorf("eventstore/postgres: append to %s has no events", p.Stream)
+		}
+		events := append([]eventstore.EventData(nil), p.Events...) // do not touch the caller's slice
+		for j := range events {
+			ev := &events[j]
+			if ev.ID == uuid.Nil {
+				ev.ID = uuid.New()
+			}
+			if ev.Type == "" {
+				return nil, fmt.Errorf("eventstore/postgres: append to %s: event %d has no type", p.Stream, j)
+			}
+			if !json.Valid(ev.Data) {
+				return nil, fmt.Errorf("eventstore/postgres: append to %s: event %d data is not valid JSON", p.Stream, j)
+			}
+		}
+		prepared[i] = eventstore.StreamAppend{Stream: p.Stream, Expected: p.Expected, Events: events}
+	}
+
+	// Read committed whatever the server default: the stream heads must be
+	// read with a snapshot taken after the stream locks were granted.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, fmt.Errorf("eventstore/postgres: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	res, err := appendTx(ctx, tx, prepared)
+	if err != nil {
+		return nil, err
+	}
 	if err := tx.Commit(ctx); err != nil {
-		return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: commit append to %s: %w", stream, err)
+		return nil, fmt.Errorf("eventstore/postgres: commit append to %s: %w", prepared[0].Stream, err)
 	}
 	return res, nil
 }
 
-// appendTx appends inside tx, a read committed transaction that must not
-// have been assigned a transaction id yet (no prior writes): the id must be
-// taken after the stream lock (see package doc). Events must be validated.
-func appendTx(ctx context.Context, tx pgx.Tx, stream string, expected eventstore.ExpectedVersion, events []eventstore.EventData) (eventstore.AppendResult, error) {
-	// Lock first (an advisory lock assigns no transaction id), then read the
-	// stream head in a separate statement so that its snapshot is taken
-	// after the previous holder committed.
+// appendTx appends parts inside tx, a read committed transaction that must
+// not have been assigned a transaction id yet (no prior writes): the id must
+// be taken after every stream lock (see package doc). Events must be
+// validated.
+func appendTx(ctx context.Context, tx pgx.Tx, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	// Lock every stream first, in one order for all writers so that two
+	// multi-stream appends cannot deadlock (an advisory lock assigns no
+	// transaction id), then read the heads in a separate statement so that
+	// its snapshot is taken after the previous holders committed.
+	streams := make([]string, len(parts))
+	for i, p := range parts {
+		streams[i] = p.Stream
+	}
+	locks := slices.Clone(streams)
+	slices.Sort(locks)
 	b := &pgx.Batch{}
-	b.Queue("SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(lockClass), stream)
-	b.Queue("SELECT last_revision, last_hash FROM streams WHERE stream_id = $1", stream)
+	for _, st := range locks {
+		b.Queue("SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(lockClass), st)
+	}
+	b.Queue("SELECT stream_id, last_revision, last_hash FROM streams WHERE stream_id = ANY($1)", streams)
 	br := tx.SendBatch(ctx, b)
-	var (
-		last     int64
-		prevHash string
-		exists   = true
-	)
-	_, err := br.Exec()
-	if err == nil {
-		err = br.QueryRow().Scan(&last, &prevHash)
-		if errors.Is(err, pgx.ErrNoRows) {
-			exists, err = false, nil
-		}
+	type streamHead struct {
+		last int64
+		hash string
 	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: lock stream %s: %w", stream, err)
-	}
-	current := uint64(0)
-	if exists {
-		current = uint64(last)
-	}
-	if !expected.Satisfied(current, exists) {
-		return eventstore.AppendResult{}, &eventstore.ConflictError{Stream: stream, Expected: expected, Actual: current, ActualExists: exists}
-	}
-
-	next := uint64(0)
-	if exists {
-		next = current + 1
-	}
-	b = &pgx.Batch{}
-	for i, ev := range events {
-		rev := next + uint64(i)
-		prevHash = eventstore.ChainHash(prevHash, stream, rev, ev)
-		meta, err := json.Marshal(ev.Metadata)
-		if err != nil {
-			return eventstore.AppendResult{}, err
-		}
-		b.Queue(`INSERT INTO events (event_id, stream_id, stream_revision, event_type, schema_version, data, metadata, hash)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING transaction_id, seq`,
-			ev.ID, stream, int64(rev), ev.Type, ev.SchemaVersion, []byte(ev.Data), meta, prevHash)
-	}
-	lastRev := next + uint64(len(events)) - 1
-	b.Queue(`INSERT INTO streams (stream_id, last_revision, last_hash) VALUES ($1, $2, $3)
-		ON CONFLICT (stream_id) DO UPDATE SET last_revision = EXCLUDED.last_revision, last_hash = EXCLUDED.last_hash`,
-		stream, int64(lastRev), prevHash)
-	b.Queue("SELECT pg_notify($1, '')", notifyChannel)
-	br = tx.SendBatch(ctx, b)
-	var pos eventstore.Position
-	for range events {
-		var seq int64
-		if err = br.QueryRow().Scan(&pos.Commit, &seq); err != nil {
+	heads := make(map[string]streamHead, len(parts))
+	var err error
+	for range locks {
+		if _, err = br.Exec(); err != nil {
 			break
 		}
-		pos.Prepare = uint64(seq)
 	}
 	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		_, err = br.Exec()
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			for rows.Next() {
+				var (
+					id string
+					h  streamHead
+				)
+				if err = rows.Scan(&id, &h.last, &h.hash); err != nil {
+					break
+				}
+				heads[id] = h
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return eventstore.AppendResult{}, fmt.Errorf("eventstore/postgres: append to %s: %w", stream, err)
+		return nil, fmt.Errorf("eventstore/postgres: lock stream %s: %w", parts[0].Stream, err)
 	}
-	return eventstore.AppendResult{NextRevision: lastRev, Position: pos}, nil
+
+	b = &pgx.Batch{}
+	lastRevs := make([]uint64, len(parts))
+	for i, p := range parts {
+		h, exists := heads[p.Stream]
+		current := uint64(0)
+		if exists {
+			current = uint64(h.last)
+		}
+		if !p.Expected.Satisfied(current, exists) {
+			return nil, &eventstore.ConflictError{Stream: p.Stream, Expected: p.Expected, Actual: current, ActualExists: exists}
+		}
+		next := uint64(0)
+		if exists {
+			next = current + 1
+		}
+		prevHash := h.hash
+		for j, ev := range p.Events {
+			rev := next + uint64(j)
+			prevHash = eventstore.ChainHash(prevHash, p.Stream, rev, ev)
+			meta, err := json.Marshal(ev.Metadata)
+			if err != nil {
+				return nil, err
+			}
+			b.Queue(`INSERT INTO events (event_id, stream_id, stream_revision, event_type, schema_version, data, metadata, hash)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING transaction_id, seq`,
+				ev.ID, p.Stream, int64(rev), ev.Type, ev.SchemaVersion, []byte(ev.Data), meta, prevHash)
+		}
+		lastRevs[i] = next + uint64(len(p.Events)) - 1
+		b.Queue(`INSERT INTO streams (stream_id, last_revision, last_hash) VALUES ($1, $2, $3)
+			ON CONFLICT (stream_id) DO UPDATE SET last_revision = EXCLUDED.last_revision, last_hash = EXCLUDED.last_hash`,
+			p.Stream, int64(lastRevs[i]), prevHash)
+	}
+	b.Queue("SELECT pg_notify($1, '')", notifyChannel)
+	br = tx.SendBatch(ctx, b)
+	res := make([]eventstore.AppendResult, len(parts))
+	for i, p := range parts {
+		var pos eventstore.Position
+		for range p.Events {
+			var seq int64
+			if err = br.QueryRow().Scan(&pos.Commit, &seq); err != nil {
+				break
+			}
+			pos.Prepare = uint64(seq)
+		}
+		if err == nil {
+			_, err = br.Exec() // the stream head
+		}
+		if err != nil {
+			break
+		}
+		res[i] = eventstore.AppendResult{NextRevision: lastRevs[i], Position: pos}
+	}
+	if err == nil {
+		_, err = br.Exec() // the notification
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("eventstore/postgres: append to %s: %w", parts[0].Stream, err)
+	}
+	return res, nil
 }
 
 // checkExpected serves an append of no events.
