@@ -111,23 +111,16 @@ func (f *Fanout) Handle(ctx context.Context, ev eventstore.RecordedEvent) error 
 	if err != nil {
 		return err
 	}
-	var last eventstore.Position
-	for _, ep := range endpoints {
+	ds := make([]commands.NewDelivery, len(endpoints))
+	for i, ep := range endpoints {
 		// One delivery per (event, endpoint), whatever the redeliveries.
 		id := uuid.NewHash(sha1.New(), deliveryNamespace, []byte(ev.ID.String()+"/"+ep.ID), 5).String()
-		c := delivery.Created{DeliveryID: id, EndpointID: ep.ID, AccountID: q.AccountID,
-			EmailID: q.EmailID, Type: typ, Payload: string(payload), CreatedAt: at}
-		record := f.Commands.CreateDelivery
-		if ep.Disabled {
-			record = f.Commands.RecordSkippedDelivery
-		}
-		pos, err := record(ctx, c, fanoutMeta)
-		if err != nil {
-			return Transient(err)
-		}
-		if last.Less(pos) {
-			last = pos
-		}
+		ds[i] = commands.NewDelivery{Created: delivery.Created{DeliveryID: id, EndpointID: ep.ID, AccountID: q.AccountID,
+			EmailID: q.EmailID, Type: typ, Payload: string(payload), CreatedAt: at}, Skipped: ep.Disabled}
+	}
+	_, last, err := f.Commands.CreateDeliveries(ctx, ds, fanoutMeta)
+	if err != nil {
+		return Transient(err)
 	}
 	if f.Wake != nil {
 		// Wake the dispatcher once the rows it polls exist, without holding
@@ -268,12 +261,15 @@ func (d *Dispatcher) expireHeld(ctx context.Context) error {
 	return nil
 }
 
-type due struct{ id, endpoint, url, sealed string }
+type due struct {
+	id, endpoint, url, sealed string
+	clean                     bool // the endpoint has no failures counted
+}
 
 func (d *Dispatcher) dispatch(ctx context.Context, wg *sync.WaitGroup) error {
 	// A suspended account's deliveries wait, unattempted, so none of their
 	// retries is spent; they are due at once when it is reinstated.
-	rows, err := d.Pool.Query(ctx, `SELECT d.id, d.endpoint_id, e.url, e.sealed_secret
+	rows, err := d.Pool.Query(ctx, `SELECT d.id, d.endpoint_id, e.url, e.sealed_secret, e.consecutive_failures = 0
 		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
 		WHERE d.status = 'pending' AND NOT d.held AND d.next_attempt_at <= $1 AND e.is_active
 		AND NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id AND a.status = 'suspended')
@@ -284,7 +280,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, wg *sync.WaitGroup) error {
 	var work []due
 	for rows.Next() {
 		var w due
-		if err := rows.Scan(&w.id, &w.endpoint, &w.url, &w.sealed); err != nil {
+		if err := rows.Scan(&w.id, &w.endpoint, &w.url, &w.sealed, &w.clean); err != nil {
 			rows.Close()
 			return err
 		}
@@ -336,7 +332,7 @@ func (d *Dispatcher) release(w due) {
 
 // attempt makes one attempt of a due delivery and records it.
 func (d *Dispatcher) attempt(ctx context.Context, w due) error {
-	st, err := d.Commands.Delivery(ctx, w.id)
+	st, expected, err := d.Commands.Delivery(ctx, w.id)
 	if err != nil {
 		return err
 	}
@@ -368,17 +364,8 @@ func (d *Dispatcher) attempt(ctx context.Context, w due) error {
 		o.Error = egress.DescribeStatus(code)
 	}
 	d.Outcomes.attempt(o.Succeeded())
-	final, err := d.Commands.RecordDeliveryAttempt(ctx, w.id, st.Attempts+1, o, d.Schedule, rand.Float64()*2-1, dispatchMeta)
-	if err != nil {
-		return err
-	}
-	switch final.Status {
-	case delivery.Delivered:
-		return d.Commands.RecordEndpointOutcome(ctx, w.endpoint, w.id, true, dispatchMeta)
-	case delivery.Failed:
-		return d.Commands.RecordEndpointOutcome(ctx, w.endpoint, w.id, false, dispatchMeta)
-	}
-	return nil
+	_, err = d.Commands.RecordAttempt(ctx, st, expected, o, d.Schedule, rand.Float64()*2-1, w.clean, dispatchMeta)
+	return err
 }
 
 // drain reads a little of the body so the connection can be reused.
