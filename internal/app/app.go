@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"golang.org/x/sync/errgroup"
@@ -436,29 +435,20 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	}
 	router.Handle("domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box, a.Log))
 	router.Handle("email-release", a.releaser().Handle)
-	dispatcher := a.dispatcher()
-	fanout := &processmanagers.Fanout{
-		Commands: a.Commands, Settle: a.Waiter.WaitFor, Wake: dispatcher.Wake,
-		Endpoints: func(ctx context.Context, accountID, eventType string) ([]processmanagers.Target, error) {
-			rows, err := a.Pool.Query(ctx, `SELECT id, disabled_reason IS NOT NULL FROM webhook_endpoints
-				WHERE account_id = $1 AND $2 = ANY(event_types) ORDER BY id`, accountID, eventType)
-			if err != nil {
-				return nil, err
-			}
-			return pgx.CollectRows(rows, pgx.RowToStructByPos[processmanagers.Target])
-		},
+	webhooks, err := a.startWebhooks(ctx, router)
+	if err != nil {
+		return err
 	}
 	pipeline := a.pipeline()
 	n := a.Config.SendConcurrency
 	for i := range n {
 		router.Handle(fmt.Sprintf("email-pipeline-%d-of-%d", i, n), processmanagers.Shard(i, n, pipeline.Handle))
-		router.Handle(fmt.Sprintf("webhook-fanout-%d-of-%d", i, n), processmanagers.Shard(i, n, fanout.Handle))
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return router.Run(ctx) })
 	poller := a.DomainPoller()
 	g.Go(func() error { return poller.Run(ctx) })
-	g.Go(func() error { return dispatcher.Run(ctx) })
+	g.Go(func() error { return webhooks(ctx) })
 	if a.ses != nil && a.Config.SESEventsQueueURL != "" {
 		g.Go(func() error {
 			processmanagers.SESFeedback(ctx, a.ses, a.Commands, a.Pool, a.Log)

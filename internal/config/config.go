@@ -61,11 +61,15 @@ type Config struct {
 	SendMaxAge         time.Duration
 	SendConcurrency    int
 	WebhookRetries     string
-	EgressResolver     string
-	SMTPURL            string
-	SESConfigSet       string
-	SESEventsQueueURL  string
-	SESEndpoint        string
+	// WebhookConcurrency bounds webhook attempts in flight per worker
+	// process; WebhookAccountConcurrency bounds one account's.
+	WebhookConcurrency        int
+	WebhookAccountConcurrency int
+	EgressResolver            string
+	SMTPURL                   string
+	SESConfigSet              string
+	SESEventsQueueURL         string
+	SESEndpoint               string
 
 	envErrors []error // MAILROOM_* values that did not parse
 }
@@ -118,6 +122,8 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	c.duration(fs, &c.SendMaxAge, "send-max-age", "MAILROOM_SEND_MAX_AGE", 24*time.Hour, "how long transient provider failures are retried before an email fails with provider_unavailable")
 	c.integer(fs, &c.SendConcurrency, "send-concurrency", "MAILROOM_SEND_CONCURRENCY", 8, "emails handled in parallel by each worker process")
 	str(fs, &c.WebhookRetries, "webhook-retry-schedule", "MAILROOM_WEBHOOK_RETRY_SCHEDULE", "30s,2m,10m,30m,1h30m,3h", "waits before each webhook retry (comma-separated Go durations)")
+	c.integer(fs, &c.WebhookConcurrency, "webhook-concurrency", "MAILROOM_WEBHOOK_CONCURRENCY", 128, "webhook attempts in flight per worker process")
+	c.integer(fs, &c.WebhookAccountConcurrency, "webhook-account-concurrency", "MAILROOM_WEBHOOK_ACCOUNT_CONCURRENCY", 16, "webhook attempts of one account in flight per worker process, so one account's slow endpoints cannot hold the others' up")
 	c.boolean(fs, &c.Bootstrap, "bootstrap", "MAILROOM_BOOTSTRAP", false, "on first start, create an account, admin token and API key and print them")
 }
 
@@ -148,6 +154,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SendConcurrency <= 0 || c.SendConcurrency > 64 {
 		return errors.New("send-concurrency must be between 1 and 64")
+	}
+	if c.WebhookConcurrency <= 0 || c.WebhookAccountConcurrency <= 0 {
+		return errors.New("webhook-concurrency and webhook-account-concurrency must be positive")
 	}
 	if c.Environment == "production" && (c.EgressAllowCIDRs != "" || c.WebhookAllowHTTP) {
 		return errors.New("egress-allow-cidrs and webhook-allow-http are for development only")
