@@ -387,6 +387,7 @@ func (c *cluster) burst(d time.Duration) burst {
 	}
 	if out.failed > 0 {
 		fmt.Printf("%s: %d sends refused or failed, the first: %v\n", c.name, out.failed, out.firstErr)
+		fmt.Printf("%s: the end of %s's log:\n%s\n", c.name, c.procs[0].name, tail(c.procs[0].log))
 	}
 	return out
 }
