@@ -7,12 +7,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,10 +33,14 @@ const (
 )
 
 // binary is the mailroom binary the figures run: MAILROOM_BENCH_BIN (what
-// `make bench` builds), or one built here once.
+// `make bench` builds; a relative path is taken from the repository's
+// root, where make runs), or one built here once.
 var (
 	binary = sync.OnceValues(func() (string, error) {
 		if p := os.Getenv("MAILROOM_BENCH_BIN"); p != "" {
+			if !filepath.IsAbs(p) {
+				p = filepath.Join("..", "..", p) // tests run in internal/benchrun
+			}
 			return filepath.Abs(p)
 		}
 		dir, err := os.MkdirTemp("", "mailroom-bench-")
@@ -94,8 +100,9 @@ func TestMain(m *testing.M) {
 	if len(figures) > 0 {
 		// Other work on the machine slows every figure: say how busy it was.
 		load, _ := os.ReadFile("/proc/loadavg")
+		avg := strings.Fields(string(load))
 		fmt.Printf("\nFigures (%d CPUs, load average over 1, 5, 15 min at the end: %s):\n",
-			runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+			runtime.NumCPU(), strings.Join(avg[:min(3, len(avg))], " "))
 		for _, f := range figures {
 			fmt.Println("  " + f)
 		}
@@ -158,6 +165,19 @@ func newCluster(b *testing.B, name string, env ...string) *cluster {
 	// Registered after the database's cleanup, so it runs before the drop.
 	b.Cleanup(c.stop)
 	return c
+}
+
+// pooled is the cluster's database URL with a pool of at most conns
+// connections for one process.
+func (c *cluster) pooled(conns int) string {
+	u, err := url.Parse(c.db)
+	if err != nil {
+		c.b.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(conns))
+	u.RawQuery = q.Encode()
+	return "MAILROOM_DATABASE_URL=" + u.String()
 }
 
 func freeAddr(b *testing.B) string {
