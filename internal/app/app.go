@@ -128,7 +128,7 @@ func (a *App) open(ctx context.Context) error {
 	switch cfg.Provider {
 	case "sandbox":
 		a.Identities = sandbox.NewIdentities()
-		if a.Sender, err = sandbox.NewOutbox(cfg.SandboxOutbox); err != nil {
+		if a.Sender, err = sandbox.NewOutbox(cfg.SandboxOutbox, cfg.SandboxLatency); err != nil {
 			return err
 		}
 	case "smtp":
