@@ -43,5 +43,17 @@ type TxProjector interface {
 	ApplyTx(ctx context.Context, tx pgx.Tx, ev eventstore.RecordedEvent) error
 }
 
+// BatchProjector is a projector that can apply a whole batch with
+// set-based statements (each touched row written once) instead of a few
+// statements per event. The runner uses ApplyBatch for a batch and falls
+// back to Apply event by event when the batch is refused, to find the event
+// at fault.
+type BatchProjector interface {
+	Projector
+	// ApplyBatch queues statements leaving the read model as Apply of each
+	// event in turn would. An error names the event it failed on.
+	ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error
+}
+
 // All is every projector Mailroom runs.
 func All() []Projector { return []Projector{Accounts{}, APIKeys{}, Domains{}, Emails{}, Webhooks{}} }

@@ -302,6 +302,21 @@ func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from ev
 // the returned batch, which the caller sends.
 func project(ctx context.Context, tx pgx.Tx, p Projector, events []eventstore.RecordedEvent, skip map[string]bool) (*pgx.Batch, error) {
 	b := &pgx.Batch{}
+	if bp, ok := p.(BatchProjector); ok {
+		if len(skip) > 0 {
+			kept := make([]eventstore.RecordedEvent, 0, len(events))
+			for _, ev := range events {
+				if !skip[ev.StreamID] {
+					kept = append(kept, ev)
+				}
+			}
+			events = kept
+		}
+		if err := bp.ApplyBatch(events, b); err != nil {
+			return nil, &batchError{projection: p.Name(), err: err}
+		}
+		return b, nil
+	}
 	txp, direct := p.(TxProjector)
 	for _, ev := range events {
 		if skip[ev.StreamID] {
