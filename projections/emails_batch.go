@@ -178,10 +178,12 @@ const upsertEmails = `WITH ins AS (
 			AS d(id, mark_status, mark_rank, mark_at, reached, soft, attachments, sent, provider_message_id, sent_at,
 				delivered_at, opened_at, clicked_at, bounced_at)
 	), o AS (
-		SELECT d.*, e.top_status AS old_status, e.top_rank AS old_rank, e.top_at AS old_at,
+		SELECT d.*, e.row, e.top_status AS old_status, e.top_rank AS old_rank, e.top_at AS old_at,
 			e.reached_at AS old_reached, e.soft_bounced_at AS old_soft,
 			d.mark_status IS NOT NULL AND (e.top_rank, e.top_at, e.top_status COLLATE "C") < (d.mark_rank, d.mark_at, d.mark_status COLLATE "C") AS up
-		FROM d JOIN emails e ON e.id = d.id
+		-- One index probe per email (OFFSET 0 keeps the subquery apart):
+		-- a hash join would read the whole table for every batch.
+		FROM d CROSS JOIN LATERAL (SELECT ctid AS row, * FROM emails WHERE id = d.id OFFSET 0) e
 	), n AS (
 		SELECT o.*,
 			CASE WHEN up THEN mark_status ELSE old_status END AS top_status,
@@ -204,7 +206,7 @@ const upsertEmails = `WITH ins AS (
 		opened_at = LEAST(e.opened_at, n.opened_at),
 		clicked_at = LEAST(e.clicked_at, n.clicked_at),
 		bounced_at = LEAST(e.bounced_at, n.bounced_at)
-	FROM n WHERE e.id = n.id`
+	FROM n WHERE e.ctid = n.row`
 
 // emailInserts are the columns of the rows of emails queued in a batch.
 type emailInserts struct {
