@@ -55,5 +55,25 @@ type BatchProjector interface {
 	ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error
 }
 
+// IndexedProjector is a projector whose secondary indexes are declared
+// apart from its tables, so that a rebuild creates them once the replay is
+// done: building an index over a full table is far cheaper than keeping it
+// up to date row by row. Indexes that statements rely on while projecting
+// (keys for ON CONFLICT, lookups) stay in Schema.
+type IndexedProjector interface {
+	Projector
+	// Indexes returns idempotent DDL creating the secondary indexes, with
+	// unqualified names, run like Schema.
+	Indexes() string
+}
+
+// ddl is all of p's DDL: its tables and then their indexes.
+func ddl(p Projector) string {
+	if ip, ok := p.(IndexedProjector); ok {
+		return p.Schema() + ";\n" + ip.Indexes()
+	}
+	return p.Schema()
+}
+
 // All is every projector Mailroom runs.
 func All() []Projector { return []Projector{Accounts{}, APIKeys{}, Domains{}, Emails{}, Webhooks{}} }

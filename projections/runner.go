@@ -56,7 +56,7 @@ func (r *Runner) Prepare(ctx context.Context) error {
 			return err
 		}
 		if st.exists && st.version == p.Version() {
-			if _, err := r.pool.Exec(ctx, p.Schema()); err != nil {
+			if _, err := r.pool.Exec(ctx, ddl(p)); err != nil {
 				return fmt.Errorf("projection %s schema: %w", p.Name(), err)
 			}
 			continue
@@ -268,11 +268,17 @@ type batchResult struct {
 // tx. With isolate it applies them one by one and quarantines the streams
 // whose events fail (see applyEach); otherwise they go in one batch.
 func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from eventstore.Position, t target, isolate bool) (batchResult, error) {
-	none := batchResult{last: from}
 	events, err := r.store.ReadAll(ctx, from, r.batchSize)
 	if err != nil {
-		return none, err
+		return batchResult{last: from}, err
 	}
+	return r.applyEvents(ctx, tx, p, from, events, t, isolate)
+}
+
+// applyEvents is applyBatch of events already read after from.
+func (r *Runner) applyEvents(ctx context.Context, tx pgx.Tx, p Projector, from eventstore.Position, events []eventstore.RecordedEvent, t target, isolate bool) (batchResult, error) {
+	none := batchResult{last: from}
+	var err error
 	if len(events) == 0 {
 		return none, nil
 	}
