@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/codec"
@@ -213,12 +214,12 @@ type emailInserts struct {
 	id, account, from, to, toAddresses, subject, status, topStatus []string
 	topRank                                                        []int32
 	topAt                                                          []time.Time
-	soft, reached                                                  []*time.Time
-	providerMessageID                                              []*string
+	soft, reached                                                  []pgtype.Timestamptz
+	providerMessageID                                              []pgtype.Text
 	attachmentCount                                                []int32
 	attachments                                                    []string
 	created                                                        []time.Time
-	sent, delivered, opened, clicked, bounced                      []*time.Time
+	sent, delivered, opened, clicked, bounced                      []pgtype.Timestamptz
 }
 
 func (c *emailInserts) add(f *emailFold) error {
@@ -250,22 +251,22 @@ func (c *emailInserts) add(f *emailFold) error {
 	c.topStatus = append(c.topStatus, string(p.Top.Status))
 	c.topRank = append(c.topRank, int32(email.Rank(p.Top.Status)))
 	c.topAt = append(c.topAt, p.Top.At)
-	c.soft = append(c.soft, nullTime(p.SoftBounce))
-	c.reached = append(c.reached, nullTime(p.Reached))
-	var pmid *string
-	var sent *time.Time
+	c.soft = append(c.soft, stamp(p.SoftBounce))
+	c.reached = append(c.reached, stamp(p.Reached))
+	var pmid pgtype.Text
+	var sent pgtype.Timestamptz
 	if f.sent != nil {
-		pmid, sent = &f.sent.ProviderMessageID, &f.sent.SentAt
+		pmid, sent = text(f.sent.ProviderMessageID), stamp(f.sent.SentAt)
 	}
 	c.providerMessageID = append(c.providerMessageID, pmid)
 	c.attachmentCount = append(c.attachmentCount, int32(len(q.Attachments)))
 	c.attachments = append(c.attachments, atts)
 	c.created = append(c.created, q.QueuedAt)
 	c.sent = append(c.sent, sent)
-	c.delivered = append(c.delivered, nullTime(f.delivered))
-	c.opened = append(c.opened, nullTime(f.opened))
-	c.clicked = append(c.clicked, nullTime(f.clicked))
-	c.bounced = append(c.bounced, nullTime(f.bounced))
+	c.delivered = append(c.delivered, stamp(f.delivered))
+	c.opened = append(c.opened, stamp(f.opened))
+	c.clicked = append(c.clicked, stamp(f.clicked))
+	c.bounced = append(c.bounced, stamp(f.bounced))
 	return nil
 }
 
@@ -278,40 +279,43 @@ func (c *emailInserts) args() []any {
 // emailUpdates are a batch's folded effects on email rows already there.
 type emailUpdates struct {
 	id                                          []string
-	markStatus                                  []*string
+	markStatus                                  []pgtype.Text
 	markRank                                    []int32
-	markAt, reached, soft                       []*time.Time
-	attachments                                 []*string
+	markAt, reached, soft                       []pgtype.Timestamptz
+	attachments                                 []pgtype.Text
 	sent                                        []bool
-	providerMessageID                           []*string
-	sentAt, delivered, opened, clicked, bounced []*time.Time
+	providerMessageID                           []pgtype.Text
+	sentAt, delivered, opened, clicked, bounced []pgtype.Timestamptz
 }
 
 func (c *emailUpdates) add(f *emailFold) {
-	var mark *string
+	var mark pgtype.Text
 	if f.moved.Top.Status != "" {
-		s := string(f.moved.Top.Status)
-		mark = &s
+		mark = text(string(f.moved.Top.Status))
 	}
-	var pmid *string
-	var sentAt *time.Time
+	var pmid pgtype.Text
+	var sentAt pgtype.Timestamptz
 	if f.sent != nil {
-		pmid, sentAt = &f.sent.ProviderMessageID, &f.sent.SentAt
+		pmid, sentAt = text(f.sent.ProviderMessageID), stamp(f.sent.SentAt)
 	}
 	c.id = append(c.id, f.id)
 	c.markStatus = append(c.markStatus, mark)
 	c.markRank = append(c.markRank, int32(email.Rank(f.moved.Top.Status)))
-	c.markAt = append(c.markAt, nullTime(f.moved.Top.At))
-	c.reached = append(c.reached, nullTime(f.moved.Reached))
-	c.soft = append(c.soft, nullTime(f.moved.SoftBounce))
-	c.attachments = append(c.attachments, f.attachments)
+	c.markAt = append(c.markAt, stamp(f.moved.Top.At))
+	c.reached = append(c.reached, stamp(f.moved.Reached))
+	c.soft = append(c.soft, stamp(f.moved.SoftBounce))
+	var atts pgtype.Text
+	if f.attachments != nil {
+		atts = text(*f.attachments)
+	}
+	c.attachments = append(c.attachments, atts)
 	c.sent = append(c.sent, f.sent != nil)
 	c.providerMessageID = append(c.providerMessageID, pmid)
 	c.sentAt = append(c.sentAt, sentAt)
-	c.delivered = append(c.delivered, nullTime(f.delivered))
-	c.opened = append(c.opened, nullTime(f.opened))
-	c.clicked = append(c.clicked, nullTime(f.clicked))
-	c.bounced = append(c.bounced, nullTime(f.bounced))
+	c.delivered = append(c.delivered, stamp(f.delivered))
+	c.opened = append(c.opened, stamp(f.opened))
+	c.clicked = append(c.clicked, stamp(f.clicked))
+	c.bounced = append(c.bounced, stamp(f.bounced))
 }
 
 func (c *emailUpdates) args() []any {
@@ -319,6 +323,12 @@ func (c *emailUpdates) args() []any {
 		c.sentAt, c.delivered, c.opened, c.clicked, c.bounced,
 		email.Rank(email.StatusBounced), string(email.StatusBounced)}
 }
+
+// stamp is t for a nullable timestamptz column: NULL when zero. Typed
+// values spare pgx encoding a slice of pointers by reflection.
+func stamp(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()} }
+
+func text(s string) pgtype.Text { return pgtype.Text{String: s, Valid: true} }
 
 // timelineRows are a batch's email_events rows.
 type timelineRows struct {
