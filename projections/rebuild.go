@@ -68,7 +68,7 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 	// runner does, under the rebuild's name.
 	readCtx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
-	batches := r.readAhead(readCtx, eventstore.Start, rebuildBatch)
+	batches := prepareAhead(readCtx, p, r.readAhead(readCtx, eventstore.Start, rebuildBatch))
 	pos, applied := eventstore.Start, int64(0)
 	for {
 		var res batchResult
@@ -85,7 +85,12 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 					return err
 				}
 				var err error
-				res, err = r.applyEvents(ctx, tx, p, pos, next.events, t, isolate)
+				pre := next.prepared
+				if isolate || touches(next.events, t.skip) {
+					pre = nil // made without knowing of these quarantines
+				}
+				next.prepared = nil // a batch is sent once
+				res, err = r.applyEvents(ctx, tx, p, pos, next.events, pre, t, isolate)
 				return err
 			})
 		}
@@ -165,10 +170,54 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 // than the live runner's batches, as a rebuild is all backlog.
 const rebuildBatch = 2000
 
-// readBatch is one read of the log, or why it failed.
+// readBatch is one read of the log, or why it failed, and for a
+// BatchProjector the statements made of it when they could be.
 type readBatch struct {
-	events []eventstore.RecordedEvent
-	err    error
+	events   []eventstore.RecordedEvent
+	err      error
+	prepared *pgx.Batch
+}
+
+// prepareAhead makes a BatchProjector's statements for each batch from in
+// while the previous batch is being written, so that decoding and folding
+// the events overlaps with the database's work. A batch that fails to
+// prepare goes on without, to fail (and be isolated) where it is applied.
+func prepareAhead(ctx context.Context, p Projector, in <-chan readBatch) <-chan readBatch {
+	bp, ok := p.(BatchProjector)
+	if !ok {
+		return in
+	}
+	out := make(chan readBatch, 1)
+	go func() {
+		defer close(out)
+		for rb := range in {
+			if rb.err == nil && len(rb.events) > 0 {
+				b := &pgx.Batch{}
+				if err := bp.ApplyBatch(rb.events, b); err == nil {
+					rb.prepared = b
+				}
+			}
+			select {
+			case out <- rb:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// touches reports whether any of events belongs to a stream in skip.
+func touches(events []eventstore.RecordedEvent, skip map[string]bool) bool {
+	if len(skip) == 0 {
+		return false
+	}
+	for _, ev := range events {
+		if skip[ev.StreamID] {
+			return true
+		}
+	}
+	return false
 }
 
 // readAhead reads the log after from in batches of n, one batch ahead of

@@ -272,11 +272,13 @@ func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from ev
 	if err != nil {
 		return batchResult{last: from}, err
 	}
-	return r.applyEvents(ctx, tx, p, from, events, t, isolate)
+	return r.applyEvents(ctx, tx, p, from, events, nil, t, isolate)
 }
 
-// applyEvents is applyBatch of events already read after from.
-func (r *Runner) applyEvents(ctx context.Context, tx pgx.Tx, p Projector, from eventstore.Position, events []eventstore.RecordedEvent, t target, isolate bool) (batchResult, error) {
+// applyEvents is applyBatch of events already read after from. pre, when
+// not nil, is the batch of statements already made of them (ApplyBatch of
+// every event, none of which is in t.skip).
+func (r *Runner) applyEvents(ctx context.Context, tx pgx.Tx, p Projector, from eventstore.Position, events []eventstore.RecordedEvent, pre *pgx.Batch, t target, isolate bool) (batchResult, error) {
 	none := batchResult{last: from}
 	var err error
 	if len(events) == 0 {
@@ -292,9 +294,11 @@ func (r *Runner) applyEvents(ctx context.Context, tx pgx.Tx, p Projector, from e
 		}
 		return res, nil
 	}
-	b, err := project(ctx, tx, p, events, t.skip)
-	if err != nil {
-		return none, err
+	b := pre
+	if b == nil {
+		if b, err = project(ctx, tx, p, events, t.skip); err != nil {
+			return none, err
+		}
 	}
 	b.Queue(upsertCheckpoint, t.checkpoint, int64(res.last.Commit), int64(res.last.Prepare), t.version)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
