@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -84,49 +85,49 @@ func (Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error 
 			f := fold(e.EmailID)
 			progress(f)
 			f.sent = e
-			tl.add(ev, e.EmailID, "sent", map[string]any{"provider_message_id": e.ProviderMessageID}, e.SentAt)
+			tl.add(ev, e.EmailID, "sent", object().str("provider_message_id", e.ProviderMessageID).end(), e.SentAt)
 		case *email.Failed:
 			progress(fold(e.EmailID))
-			meta := map[string]any{"reason": e.Reason}
+			meta := object().str("reason", e.Reason)
 			if e.Detail != "" {
-				meta["detail"] = e.Detail
+				meta = meta.str("detail", e.Detail)
 			}
-			tl.add(ev, e.EmailID, "failed", meta, e.FailedAt)
+			tl.add(ev, e.EmailID, "failed", meta.end(), e.FailedAt)
 		case *email.Delivered:
 			f := fold(e.EmailID)
 			progress(f)
 			earliest(&f.delivered, e.OccurredAt)
-			tl.add(ev, e.EmailID, "delivered", map[string]any{"recipients": e.Recipients}, e.OccurredAt)
+			tl.add(ev, e.EmailID, "delivered", object().strs("recipients", e.Recipients).end(), e.OccurredAt)
 		case *email.Bounced:
 			f := fold(e.EmailID)
 			progress(f)
 			earliest(&f.bounced, e.OccurredAt)
-			tl.add(ev, e.EmailID, "bounced", map[string]any{"bounce_type": e.BounceType, "bounce_subtype": e.BounceSubtype, "recipients": e.Recipients}, e.OccurredAt)
+			tl.add(ev, e.EmailID, "bounced", object().str("bounce_type", e.BounceType).str("bounce_subtype", e.BounceSubtype).strs("recipients", e.Recipients).end(), e.OccurredAt)
 			if email.Permanent(e.BounceType) {
 				sup.add(e.EmailID, e.Recipients, "bounce", e.OccurredAt)
 			}
 		case *email.Complained:
 			progress(fold(e.EmailID))
-			meta := map[string]any{"recipients": e.Recipients}
+			meta := object().strs("recipients", e.Recipients)
 			if e.FeedbackType != "" {
-				meta["feedback_type"] = e.FeedbackType
+				meta = meta.str("feedback_type", e.FeedbackType)
 			}
-			tl.add(ev, e.EmailID, "complained", meta, e.OccurredAt)
+			tl.add(ev, e.EmailID, "complained", meta.end(), e.OccurredAt)
 			sup.add(e.EmailID, e.Recipients, "complaint", e.OccurredAt)
 		case *email.Opened:
 			f := fold(e.EmailID)
 			progress(f)
 			earliest(&f.opened, e.OccurredAt)
-			meta := map[string]any{}
+			meta := object()
 			if e.UserAgent != "" {
-				meta["user_agent"] = e.UserAgent
+				meta = meta.str("user_agent", e.UserAgent)
 			}
-			tl.add(ev, e.EmailID, "opened", meta, e.OccurredAt)
+			tl.add(ev, e.EmailID, "opened", meta.end(), e.OccurredAt)
 		case *email.Clicked:
 			f := fold(e.EmailID)
 			progress(f)
 			earliest(&f.clicked, e.OccurredAt)
-			tl.add(ev, e.EmailID, "clicked", map[string]any{"link": e.Link}, e.OccurredAt)
+			tl.add(ev, e.EmailID, "clicked", object().str("link", e.Link).end(), e.OccurredAt)
 		}
 	}
 	if len(order) > 0 {
@@ -337,15 +338,79 @@ type timelineRows struct {
 	commit, prepare             []int64
 }
 
-func (t *timelineRows) add(ev eventstore.RecordedEvent, id, typ string, meta map[string]any, at time.Time) {
-	raw, _ := json.Marshal(meta)
+func (t *timelineRows) add(ev eventstore.RecordedEvent, id, typ, meta string, at time.Time) {
 	t.eventID = append(t.eventID, ev.ID.String())
 	t.emailID = append(t.emailID, id)
 	t.typ = append(t.typ, typ)
-	t.meta = append(t.meta, string(raw))
+	t.meta = append(t.meta, meta)
 	t.at = append(t.at, at)
 	t.commit = append(t.commit, int64(ev.Position.Commit))
 	t.prepare = append(t.prepare, int64(ev.Position.Prepare))
+}
+
+// jsonObject writes a timeline row's metadata straight to JSON: what
+// json.Marshal of a map holds, without reflection. jsonb keeps neither key
+// order nor escapes, so the stored value is the same.
+type jsonObject []byte
+
+func object() jsonObject { return jsonObject{'{'} }
+
+func (o jsonObject) key(k string) jsonObject {
+	if len(o) > 1 {
+		o = append(o, ',')
+	}
+	o = appendJSONString(o, k)
+	return append(o, ':')
+}
+
+func (o jsonObject) str(k, v string) jsonObject { return appendJSONString(o.key(k), v) }
+
+// strs writes v as an array, or null when nil, as json.Marshal does.
+func (o jsonObject) strs(k string, v []string) jsonObject {
+	o = o.key(k)
+	if v == nil {
+		return append(o, "null"...)
+	}
+	o = append(o, '[')
+	for i, s := range v {
+		if i > 0 {
+			o = append(o, ',')
+		}
+		o = appendJSONString(o, s)
+	}
+	return append(o, ']')
+}
+
+func (o jsonObject) end() string { return string(append(o, '}')) }
+
+// appendJSONString appends s as a JSON string; invalid UTF-8 becomes
+// U+FFFD, as with json.Marshal.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, "\\ufffd"...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
 }
 
 const insertTimeline = `INSERT INTO email_events (event_id, email_id, event_type, metadata, occurred_at, position)
