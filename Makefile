@@ -18,8 +18,11 @@ run: build
 test:
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 
-bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3s -count=1 -timeout 30m $(PKGS)
+# The package benchmarks first, then the figures on real processes
+# (internal/benchrun), which end with one line per figure and its goal.
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 3s -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v /internal/benchrun)
+	MAILROOM_BENCH_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchtime 1x -count=1 -timeout 30m ./internal/benchrun/
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi

@@ -35,6 +35,13 @@ import (
 // WebhookQueue is the River queue of webhook fan-out and attempts.
 const WebhookQueue = "webhook"
 
+// WebhookReaderName is the process manager that turns the log into webhook
+// jobs; it takes over the checkpoints of the fan-out shards it replaced.
+const (
+	WebhookReaderName       = "webhooks"
+	WebhookShardCheckpoints = "webhook-fanout-%-of-%"
+)
+
 // Webhooks delivers email events to endpoints with River jobs that any
 // worker process claims. Each email event becomes a fan-out job, which
 // records one delivery per endpoint of the account subscribing to its type

@@ -47,8 +47,6 @@ CREATE TABLE IF NOT EXISTS emails (
     clicked_at          timestamptz,
     bounced_at          timestamptz
 );
-CREATE INDEX IF NOT EXISTS emails_account_created_idx ON emails (account_id, created_at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS emails_account_status_idx ON emails (account_id, status, created_at DESC);
 CREATE TABLE IF NOT EXISTS email_events (
     event_id    uuid PRIMARY KEY,
     email_id    text NOT NULL,
@@ -57,7 +55,6 @@ CREATE TABLE IF NOT EXISTS email_events (
     occurred_at timestamptz NOT NULL,
     position    numeric NOT NULL
 );
-CREATE INDEX IF NOT EXISTS email_events_email_idx ON email_events (email_id, occurred_at, position);
 CREATE TABLE IF NOT EXISTS suppressions (
     account_id text NOT NULL,
     email      text NOT NULL,
@@ -66,6 +63,15 @@ CREATE TABLE IF NOT EXISTS suppressions (
     created_at timestamptz NOT NULL,
     PRIMARY KEY (account_id, email)
 );`
+}
+
+// Indexes serve the list's filters and an email's timeline; nothing the
+// projector writes looks them up.
+func (Emails) Indexes() string {
+	return `
+CREATE INDEX IF NOT EXISTS emails_account_created_idx ON emails (account_id, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS emails_account_status_idx ON emails (account_id, status, created_at DESC);
+CREATE INDEX IF NOT EXISTS email_events_email_idx ON email_events (email_id, occurred_at, position);`
 }
 
 // moveProgress merges one event's email.Effect into the row's Progress (top_*,

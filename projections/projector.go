@@ -43,5 +43,37 @@ type TxProjector interface {
 	ApplyTx(ctx context.Context, tx pgx.Tx, ev eventstore.RecordedEvent) error
 }
 
+// BatchProjector is a projector that can apply a whole batch with
+// set-based statements (each touched row written once) instead of a few
+// statements per event. The runner uses ApplyBatch for a batch and falls
+// back to Apply event by event when the batch is refused, to find the event
+// at fault.
+type BatchProjector interface {
+	Projector
+	// ApplyBatch queues statements leaving the read model as Apply of each
+	// event in turn would. An error names the event it failed on.
+	ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error
+}
+
+// IndexedProjector is a projector whose secondary indexes are declared
+// apart from its tables, so that a rebuild creates them once the replay is
+// done: building an index over a full table is far cheaper than keeping it
+// up to date row by row. Indexes that statements rely on while projecting
+// (keys for ON CONFLICT, lookups) stay in Schema.
+type IndexedProjector interface {
+	Projector
+	// Indexes returns idempotent DDL creating the secondary indexes, with
+	// unqualified names, run like Schema.
+	Indexes() string
+}
+
+// ddl is all of p's DDL: its tables and then their indexes.
+func ddl(p Projector) string {
+	if ip, ok := p.(IndexedProjector); ok {
+		return p.Schema() + ";\n" + ip.Indexes()
+	}
+	return p.Schema()
+}
+
 // All is every projector Mailroom runs.
 func All() []Projector { return []Projector{Accounts{}, APIKeys{}, Domains{}, Emails{}, Webhooks{}} }

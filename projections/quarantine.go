@@ -44,6 +44,17 @@ func (e *eventError) Error() string {
 
 func (e *eventError) Unwrap() error { return e.err }
 
+// batchError is a BatchProjector's failure on a batch, from its own code:
+// applied event by event, the batch shows which event is at fault.
+type batchError struct {
+	projection string
+	err        error
+}
+
+func (e *batchError) Error() string { return fmt.Sprintf("projection %s: %v", e.projection, e.err) }
+
+func (e *batchError) Unwrap() error { return e.err }
+
 // isDataError reports a failure that belongs to the events being applied, so
 // that quarantining the stream at fault lets the others through: PostgreSQL
 // refusing a value (class 22, data exception: a NUL, invalid UTF-8, a number
@@ -61,7 +72,8 @@ func isDataError(err error) bool {
 		return strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23") || strings.HasPrefix(pgErr.Code, "54")
 	}
 	var ev *eventError
-	return errors.As(err, &ev)
+	var be *batchError
+	return errors.As(err, &ev) || errors.As(err, &be)
 }
 
 const insertQuarantine = `INSERT INTO public.projection_quarantine

@@ -45,8 +45,11 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 	if _, err := r.pool.Exec(ctx, "DELETE FROM public.projection_quarantine WHERE projection = $1", t.checkpoint); err != nil {
 		return fmt.Errorf("rebuild %s: %w", p.Name(), err)
 	}
+	// A shadow batch need not wait for its commit to reach the disk: a
+	// crash loses a few of them, together with their checkpoint, and the
+	// next rebuild starts afresh anyway. The swap commits as usual.
 	inShadow := func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL search_path TO %s, public", shadow))
+		_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL search_path TO %s, public; SET LOCAL synchronous_commit = off", shadow))
 		return err
 	}
 	if err := r.inTx(ctx, func(tx pgx.Tx) error {
@@ -59,19 +62,35 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 		return fmt.Errorf("rebuild %s: create tables: %w", p.Name(), err)
 	}
 
-	// Replay in batches, each its own transaction, without the live lock. A
-	// batch refused for one event's data is applied again event by event,
-	// quarantining streams as the live runner does, under the rebuild's name.
+	// Replay in batches, each its own transaction, without the live lock,
+	// while the next batch is being read. A batch refused for one event's
+	// data is applied again event by event, quarantining streams as the live
+	// runner does, under the rebuild's name.
+	readCtx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	batches := prepareAhead(readCtx, p, r.readAhead(readCtx, eventstore.Start, rebuildBatch))
 	pos, applied := eventstore.Start, int64(0)
 	for {
 		var res batchResult
+		next, ok := <-batches
+		if !ok {
+			return fmt.Errorf("rebuild %s: %w", p.Name(), context.Cause(ctx))
+		}
+		if next.err != nil {
+			return fmt.Errorf("rebuild %s: %w", p.Name(), next.err)
+		}
 		replay := func(isolate bool) error {
 			return r.inTx(ctx, func(tx pgx.Tx) error {
 				if err := inShadow(tx); err != nil {
 					return err
 				}
 				var err error
-				res, err = r.applyBatch(ctx, tx, p, pos, t, isolate)
+				pre := next.prepared
+				if isolate || touches(next.events, t.skip) {
+					pre = nil // made without knowing of these quarantines
+				}
+				next.prepared = nil // a batch is sent once
+				res, err = r.applyEvents(ctx, tx, p, pos, next.events, pre, t, isolate)
 				return err
 			})
 		}
@@ -91,8 +110,22 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 		if progress != nil {
 			progress(applied)
 		}
-		if res.n < r.batchSize {
+		if res.n < rebuildBatch {
 			break
+		}
+	}
+	stopReading()
+
+	// Secondary indexes, built over the replayed tables, before the swap.
+	if ip, ok := p.(IndexedProjector); ok {
+		if err := r.inTx(ctx, func(tx pgx.Tx) error {
+			if err := inShadow(tx); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, ip.Indexes())
+			return err
+		}); err != nil {
+			return fmt.Errorf("rebuild %s: create indexes: %w", p.Name(), err)
 		}
 	}
 
@@ -131,6 +164,83 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 	}
 	r.log.Info("projection rebuilt", "projection", p.Name(), "events", applied, "position", pos.String())
 	return nil
+}
+
+// rebuildBatch is how many events a rebuild replays per transaction: more
+// than the live runner's batches, as a rebuild is all backlog.
+const rebuildBatch = 2000
+
+// readBatch is one read of the log, or why it failed, and for a
+// BatchProjector the statements made of it when they could be.
+type readBatch struct {
+	events   []eventstore.RecordedEvent
+	err      error
+	prepared *pgx.Batch
+}
+
+// prepareAhead makes a BatchProjector's statements for each batch from in
+// while the previous batch is being written, so that decoding and folding
+// the events overlaps with the database's work. A batch that fails to
+// prepare goes on without, to fail (and be isolated) where it is applied.
+func prepareAhead(ctx context.Context, p Projector, in <-chan readBatch) <-chan readBatch {
+	bp, ok := p.(BatchProjector)
+	if !ok {
+		return in
+	}
+	out := make(chan readBatch, 1)
+	go func() {
+		defer close(out)
+		for rb := range in {
+			if rb.err == nil && len(rb.events) > 0 {
+				b := &pgx.Batch{}
+				if err := bp.ApplyBatch(rb.events, b); err == nil {
+					rb.prepared = b
+				}
+			}
+			select {
+			case out <- rb:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// touches reports whether any of events belongs to a stream in skip.
+func touches(events []eventstore.RecordedEvent, skip map[string]bool) bool {
+	if len(skip) == 0 {
+		return false
+	}
+	for _, ev := range events {
+		if skip[ev.StreamID] {
+			return true
+		}
+	}
+	return false
+}
+
+// readAhead reads the log after from in batches of n, one batch ahead of
+// its reader, and closes the channel after a short batch, an error, or ctx's
+// end.
+func (r *Runner) readAhead(ctx context.Context, from eventstore.Position, n int) <-chan readBatch {
+	out := make(chan readBatch, 1)
+	go func() {
+		defer close(out)
+		for {
+			evs, err := r.store.ReadAll(ctx, from, n)
+			select {
+			case out <- readBatch{events: evs, err: err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || len(evs) < n {
+				return
+			}
+			from = evs[len(evs)-1].Position
+		}
+	}()
+	return out
 }
 
 func (r *Runner) inTx(ctx context.Context, fn func(pgx.Tx) error) error {

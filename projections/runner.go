@@ -56,7 +56,7 @@ func (r *Runner) Prepare(ctx context.Context) error {
 			return err
 		}
 		if st.exists && st.version == p.Version() {
-			if _, err := r.pool.Exec(ctx, p.Schema()); err != nil {
+			if _, err := r.pool.Exec(ctx, ddl(p)); err != nil {
 				return fmt.Errorf("projection %s schema: %w", p.Name(), err)
 			}
 			continue
@@ -268,11 +268,19 @@ type batchResult struct {
 // tx. With isolate it applies them one by one and quarantines the streams
 // whose events fail (see applyEach); otherwise they go in one batch.
 func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from eventstore.Position, t target, isolate bool) (batchResult, error) {
-	none := batchResult{last: from}
 	events, err := r.store.ReadAll(ctx, from, r.batchSize)
 	if err != nil {
-		return none, err
+		return batchResult{last: from}, err
 	}
+	return r.applyEvents(ctx, tx, p, from, events, nil, t, isolate)
+}
+
+// applyEvents is applyBatch of events already read after from. pre, when
+// not nil, is the batch of statements already made of them (ApplyBatch of
+// every event, none of which is in t.skip).
+func (r *Runner) applyEvents(ctx context.Context, tx pgx.Tx, p Projector, from eventstore.Position, events []eventstore.RecordedEvent, pre *pgx.Batch, t target, isolate bool) (batchResult, error) {
+	none := batchResult{last: from}
+	var err error
 	if len(events) == 0 {
 		return none, nil
 	}
@@ -286,9 +294,11 @@ func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from ev
 		}
 		return res, nil
 	}
-	b, err := project(ctx, tx, p, events, t.skip)
-	if err != nil {
-		return none, err
+	b := pre
+	if b == nil {
+		if b, err = project(ctx, tx, p, events, t.skip); err != nil {
+			return none, err
+		}
 	}
 	b.Queue(upsertCheckpoint, t.checkpoint, int64(res.last.Commit), int64(res.last.Prepare), t.version)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -302,6 +312,21 @@ func (r *Runner) applyBatch(ctx context.Context, tx pgx.Tx, p Projector, from ev
 // the returned batch, which the caller sends.
 func project(ctx context.Context, tx pgx.Tx, p Projector, events []eventstore.RecordedEvent, skip map[string]bool) (*pgx.Batch, error) {
 	b := &pgx.Batch{}
+	if bp, ok := p.(BatchProjector); ok {
+		if len(skip) > 0 {
+			kept := make([]eventstore.RecordedEvent, 0, len(events))
+			for _, ev := range events {
+				if !skip[ev.StreamID] {
+					kept = append(kept, ev)
+				}
+			}
+			events = kept
+		}
+		if err := bp.ApplyBatch(events, b); err != nil {
+			return nil, &batchError{projection: p.Name(), err: err}
+		}
+		return b, nil
+	}
 	txp, direct := p.(TxProjector)
 	for _, ev := range events {
 		if skip[ev.StreamID] {

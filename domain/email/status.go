@@ -93,6 +93,13 @@ func (p Progress) Add(e domain.Event) Progress {
 	if !ok {
 		return p
 	}
+	return p.With(ef)
+}
+
+// With folds one effect in. Each field is a maximum, so effects fold in
+// any grouping: a Progress folded from some events is itself an effect
+// (Progress.Effect) that gives the same result as those events one by one.
+func (p Progress) With(ef Effect) Progress {
 	if ef.Mark.Status != "" && ef.Mark.Above(p.Top) {
 		p.Top = ef.Mark
 	}
@@ -103,6 +110,11 @@ func (p Progress) Add(e domain.Event) Progress {
 		p.SoftBounce = ef.SoftBounce
 	}
 	return p
+}
+
+// Effect is p as one effect, to fold into another Progress.
+func (p Progress) Effect() Effect {
+	return Effect{Mark: p.Top, Reached: p.Reached, SoftBounce: p.SoftBounce}
 }
 
 // Status is the email's status. A transient bounce ranks with bounced

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/riverqueue/river"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mailroom/mailroom/commands"
@@ -32,6 +33,7 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore/esdb"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
 	"github.com/mailroom/mailroom/internal/httpserver"
+	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/provider/sandbox"
 	"github.com/mailroom/mailroom/internal/provider/ses"
@@ -127,7 +129,7 @@ func (a *App) open(ctx context.Context) error {
 	switch cfg.Provider {
 	case "sandbox":
 		a.Identities = sandbox.NewIdentities()
-		if a.Sender, err = sandbox.NewOutbox(cfg.SandboxOutbox); err != nil {
+		if a.Sender, err = sandbox.NewOutbox(cfg.SandboxOutbox, cfg.SandboxLatency); err != nil {
 			return err
 		}
 	case "smtp":
@@ -435,9 +437,18 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	}
 	router.Handle("domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box, a.Log))
 	router.Handle("email-release", a.releaser().Handle)
-	webhooks, err := a.startWebhooks(ctx, router)
+	// Webhook delivery is River jobs: one reader turns events into them,
+	// and every worker process's client claims and works them.
+	workers := river.NewWorkers()
+	hooks := a.webhooks()
+	webhookReader := a.webhookJobs(hooks, workers)
+	client, err := jobs.NewClient(a.Pool, jobs.Config{
+		Queues:  map[string]int{processmanagers.WebhookQueue: a.Config.WebhookConcurrency},
+		Workers: workers,
+		Log:     a.Log,
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("job queue: %w", err)
 	}
 	pipeline := a.pipeline()
 	n := a.Config.SendConcurrency
@@ -448,7 +459,8 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	g.Go(func() error { return router.Run(ctx) })
 	poller := a.DomainPoller()
 	g.Go(func() error { return poller.Run(ctx) })
-	g.Go(func() error { return webhooks(ctx) })
+	g.Go(func() error { return webhookReader.Run(ctx) })
+	g.Go(func() error { return runJobs(ctx, client, hooks) })
 	if a.ses != nil && a.Config.SESEventsQueueURL != "" {
 		g.Go(func() error {
 			processmanagers.SESFeedback(ctx, a.ses, a.Commands, a.Pool, a.Log)

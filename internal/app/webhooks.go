@@ -3,16 +3,12 @@ package app
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/processmanagers"
 )
 
@@ -42,72 +38,31 @@ func (a *App) webhooks() *processmanagers.Webhooks {
 	}
 }
 
-// startWebhooks prepares webhook delivery on River: the job tables, a
-// client working the webhook queue, and the one handler of the log that
-// turns events into jobs. It returns what runs the client and the sweep
-// until ctx ends.
-func (a *App) startWebhooks(ctx context.Context, router *processmanagers.Router) (func(context.Context) error, error) {
-	driver := riverpgxv5.New(a.Pool)
-	if err := migrateJobs(ctx, a.Pool, driver, a.Log); err != nil {
-		return nil, fmt.Errorf("job queue schema: %w", err)
-	}
-	hooks := a.webhooks()
-	workers := river.NewWorkers()
+// webhookJobs adds webhook delivery's workers to workers and returns the
+// one reader of the log that turns events into its jobs.
+func (a *App) webhookJobs(hooks *processmanagers.Webhooks, workers *river.Workers) *jobs.Reader {
 	hooks.Register(workers)
-	client, err := river.NewClient(driver, &river.Config{
-		Queues:  map[string]river.QueueConfig{processmanagers.WebhookQueue: {MaxWorkers: a.Config.WebhookConcurrency}},
-		Workers: workers, Logger: a.Log,
-		// A new job is fetched within a few milliseconds of its insert, and
-		// a snoozed one (a retry's short wait, an account over its share)
-		// soon after it wakes.
-		FetchCooldown:               5 * time.Millisecond,
-		FetchPollInterval:           50 * time.Millisecond,
-		CompletedJobRetentionPeriod: time.Hour,
-	})
-	if err != nil {
-		return nil, err
-	}
-	router.Handle("webhook-jobs", func(ctx context.Context, ev eventstore.RecordedEvent) error {
-		jobs, err := hooks.Plan(ctx, ev)
-		if err != nil || len(jobs) == 0 {
-			return err
-		}
-		_, err = client.InsertMany(ctx, jobs)
-		return processmanagers.Transient(err)
-	})
-	return func(ctx context.Context) error {
-		// Stopping is Stop's: a cancelled context would cancel attempts
-		// under way instead of letting them finish and be recorded.
-		if err := client.Start(context.WithoutCancel(ctx)); err != nil {
-			return err
-		}
-		go hooks.RunSweep(ctx, client)
-		<-ctx.Done()
-		// Attempts under way finish and are recorded.
-		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		return client.Stop(stop)
-	}, nil
+	r := jobs.NewReader(processmanagers.WebhookReaderName, a.Pool, a.Store, hooks.Plan, a.Log)
+	r.Inherit = processmanagers.WebhookShardCheckpoints
+	return r
 }
 
-// jobsMigrationLock makes processes starting together migrate the job
-// queue's tables one after another.
-const jobsMigrationLock = 7261004
-
-func migrateJobs(ctx context.Context, pool *pgxpool.Pool, driver *riverpgxv5.Driver, log *slog.Logger) error {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
+// runJobs works the River client's queues, and the webhook sweep beside
+// them, until ctx ends.
+func runJobs(ctx context.Context, client *river.Client[pgx.Tx], hooks *processmanagers.Webhooks) error {
+	// Stopping is Stop's: a cancelled context would cancel attempts under
+	// way instead of letting them finish and be recorded.
+	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("job queue: %w", err)
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", jobsMigrationLock); err != nil {
-		return err
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", jobsMigrationLock)
-	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: log})
-	if err != nil {
-		return err
-	}
-	_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
-	return err
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hooks.RunSweep(ctx, client)
+	}()
+	<-ctx.Done()
+	<-done
+	stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return client.Stop(stop)
 }

@@ -29,6 +29,7 @@ type Config struct {
 	Environment        string
 	Provider           string
 	SandboxOutbox      string
+	SandboxLatency     time.Duration
 	Region             string
 	LogFormat          string
 	LogLevel           string
@@ -86,6 +87,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.Environment, "env", "MAILROOM_ENV", "development", `"development" or "production" (production requires an explicit master key)`)
 	str(fs, &c.Provider, "provider", "MAILROOM_PROVIDER", "sandbox", "mail provider: sandbox, ses or smtp")
 	str(fs, &c.SandboxOutbox, "sandbox-outbox", "MAILROOM_SANDBOX_OUTBOX", "./.mailroom/outbox", "where the sandbox provider writes <email_id>.eml")
+	c.duration(fs, &c.SandboxLatency, "sandbox-latency", "MAILROOM_SANDBOX_LATENCY", 0, "time the sandbox provider takes to accept each message, as a provider's API round trip does (e.g. 50ms), to measure throughput without a real provider")
 	str(fs, &c.Region, "region", "MAILROOM_REGION", "us-east-1", "provider region of sending identities")
 	str(fs, &c.LogFormat, "log-format", "MAILROOM_LOG_FORMAT", "text", `log format: "text" or "json"`)
 	str(fs, &c.LogLevel, "log-level", "MAILROOM_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -148,6 +150,9 @@ func (c *Config) Validate() error {
 		default:
 			return fmt.Errorf("roles: unknown role %q (want api, projections, workers)", r)
 		}
+	}
+	if c.SandboxLatency < 0 {
+		return errors.New("sandbox-latency must not be negative")
 	}
 	if c.DKIMRotationDays <= 0 {
 		return errors.New("dkim-rotation-days must be positive")

@@ -1,7 +1,8 @@
 // Package database opens Mailroom's PostgreSQL database, creating it when it
-// is missing, and applies the schema migrations that the event store and the
-// projection engine need. Read-model tables belong to their projectors (see
-// package projections) so that they can be rebuilt into shadow tables.
+// is missing, and applies the schema migrations that the event store, the
+// projection engine and the job queue (River's own, see package jobs) need.
+// Read-model tables belong to their projectors (see package projections) so
+// that they can be rebuilt into shadow tables.
 package database
 
 import (
@@ -19,6 +20,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+
+	"github.com/mailroom/mailroom/internal/jobs"
 )
 
 //go:embed migrations/*.sql
@@ -108,10 +111,10 @@ func isDuplicateDatabase(err error) bool {
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	return migrate(ctx, db)
+	return migrate(ctx, db, pool)
 }
 
-func migrate(ctx context.Context, db *sql.DB) error {
+func migrate(ctx context.Context, db *sql.DB, pool *pgxpool.Pool) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
@@ -133,5 +136,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	for _, r := range results {
 		slog.Info("applied migration", "source", r.Source.Path, "duration", r.Duration)
 	}
-	return nil
+	// The job queue's tables are River's, migrated by River's own migrator
+	// so they always match the River this build links.
+	return jobs.Migrate(ctx, pool)
 }

@@ -44,6 +44,8 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 	t.Run("SubscriptionClose", func(t *testing.T) { testSubscriptionClose(t, newStore(t)) })
 	t.Run("ConcurrentExactAppendsOneWins", func(t *testing.T) { testConcurrentExact(t, newStore(t)) })
 	t.Run("ConcurrentAppendsWithSubscriber", func(t *testing.T) { testConcurrentSubscriber(t, newStore(t)) })
+	t.Run("AppendMany", func(t *testing.T) { testAppendMany(t, newStore(t)) })
+	t.Run("AppendManyConflict", func(t *testing.T) { testAppendManyConflict(t, newStore(t)) })
 }
 
 // ---- helpers ----

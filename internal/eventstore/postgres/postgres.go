@@ -26,6 +26,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
@@ -146,6 +147,10 @@ func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	res, err := appendTx(ctx, tx, prepared)
+	if errors.Is(err, errStreamExists) {
+		tx.Rollback(context.WithoutCancel(ctx))
+		return nil, s.existing(ctx, prepared)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -155,18 +160,70 @@ func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend
 	return res, nil
 }
 
+// errStreamExists is appendTx finding, in one round trip, that a stream
+// expected to be new has events.
+var errStreamExists = errors.New("eventstore/postgres: stream exists")
+
+// existing is the conflict of an append of new streams that found one of
+// them existing: the first such part's.
+func (s *Store) existing(ctx context.Context, parts []eventstore.StreamAppend) error {
+	streams := make([]string, len(parts))
+	for i, p := range parts {
+		streams[i] = p.Stream
+	}
+	rows, err := s.pool.Query(ctx, "SELECT stream_id, last_revision FROM streams WHERE stream_id = ANY($1)", streams)
+	if err != nil {
+		return fmt.Errorf("eventstore/postgres: read stream heads: %w", err)
+	}
+	last := map[string]int64{}
+	for rows.Next() {
+		var id string
+		var rev int64
+		if err := rows.Scan(&id, &rev); err != nil {
+			rows.Close()
+			return fmt.Errorf("eventstore/postgres: read stream heads: %w", err)
+		}
+		last[id] = rev
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("eventstore/postgres: read stream heads: %w", err)
+	}
+	for _, p := range parts {
+		if rev, ok := last[p.Stream]; ok {
+			return &eventstore.ConflictError{Stream: p.Stream, Expected: p.Expected, Actual: uint64(rev), ActualExists: true}
+		}
+	}
+	return fmt.Errorf("eventstore/postgres: append to %s: a stream expected to be new existed, then did not", parts[0].Stream)
+}
+
+// insertEvents writes one stream's events, in revision order from $3, in
+// one statement; seq follows that order.
+const insertEvents = `INSERT INTO events (event_id, stream_id, stream_revision, event_type, schema_version, data, metadata, hash)
+	SELECT e.id, $2, $3 + e.n - 1, e.typ, e.ver, e.data::json, e.meta::json, e.hash
+	FROM unnest($1::uuid[], $4::text[], $5::integer[], $6::text[], $7::text[], $8::text[])
+		WITH ORDINALITY AS e(id, typ, ver, data, meta, hash, n)
+	ORDER BY e.n
+	RETURNING transaction_id, seq`
+
 // appendTx appends parts inside tx, a read committed transaction that must
 // not have been assigned a transaction id yet (no prior writes): the id must
 // be taken after every stream lock (see package doc). Events must be
 // validated.
+//
+// When every part expects a new stream, the heads are known without reading
+// them (none, and no previous hash), so the locks, the head inserts and the
+// events go in one round trip: a head insert that meets an existing stream
+// fails with errStreamExists. Otherwise the heads are read first.
 func appendTx(ctx context.Context, tx pgx.Tx, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
 	// Lock every stream first, in one order for all writers so that two
 	// multi-stream appends cannot deadlock (an advisory lock assigns no
 	// transaction id), then read the heads in a separate statement so that
 	// its snapshot is taken after the previous holders committed.
 	streams := make([]string, len(parts))
+	allNew := true
 	for i, p := range parts {
 		streams[i] = p.Stream
+		allNew = allNew && p.Expected.IsNoStream()
 	}
 	locks := slices.Clone(streams)
 	slices.Sort(locks)
@@ -174,46 +231,48 @@ func appendTx(ctx context.Context, tx pgx.Tx, parts []eventstore.StreamAppend) (
 	for _, st := range locks {
 		b.Queue("SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(lockClass), st)
 	}
-	b.Queue("SELECT stream_id, last_revision, last_hash FROM streams WHERE stream_id = ANY($1)", streams)
-	br := tx.SendBatch(ctx, b)
 	type streamHead struct {
 		last int64
 		hash string
 	}
 	heads := make(map[string]streamHead, len(parts))
-	var err error
-	for range locks {
-		if _, err = br.Exec(); err != nil {
-			break
+	if !allNew {
+		b.Queue("SELECT stream_id, last_revision, last_hash FROM streams WHERE stream_id = ANY($1)", streams)
+		br := tx.SendBatch(ctx, b)
+		var err error
+		for range locks {
+			if _, err = br.Exec(); err != nil {
+				break
+			}
 		}
-	}
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			for rows.Next() {
-				var (
-					id string
-					h  streamHead
-				)
-				if err = rows.Scan(&id, &h.last, &h.hash); err != nil {
-					break
+		if err == nil {
+			var rows pgx.Rows
+			if rows, err = br.Query(); err == nil {
+				for rows.Next() {
+					var (
+						id string
+						h  streamHead
+					)
+					if err = rows.Scan(&id, &h.last, &h.hash); err != nil {
+						break
+					}
+					heads[id] = h
 				}
-				heads[id] = h
-			}
-			rows.Close()
-			if err == nil {
-				err = rows.Err()
+				rows.Close()
+				if err == nil {
+					err = rows.Err()
+				}
 			}
 		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("eventstore/postgres: lock stream %s: %w", parts[0].Stream, err)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("eventstore/postgres: lock stream %s: %w", parts[0].Stream, err)
+		}
+		b = &pgx.Batch{}
 	}
 
-	b = &pgx.Batch{}
 	lastRevs := make([]uint64, len(parts))
 	for i, p := range parts {
 		h, exists := heads[p.Stream]
@@ -229,39 +288,73 @@ func appendTx(ctx context.Context, tx pgx.Tx, parts []eventstore.StreamAppend) (
 			next = current + 1
 		}
 		prevHash := h.hash
+		ids := make([]string, len(p.Events))
+		types := make([]string, len(p.Events))
+		versions := make([]int32, len(p.Events))
+		data := make([]string, len(p.Events))
+		metas := make([]string, len(p.Events))
+		hashes := make([]string, len(p.Events))
 		for j, ev := range p.Events {
-			rev := next + uint64(j)
-			prevHash = eventstore.ChainHash(prevHash, p.Stream, rev, ev)
+			prevHash = eventstore.ChainHash(prevHash, p.Stream, next+uint64(j), ev)
 			meta, err := json.Marshal(ev.Metadata)
 			if err != nil {
 				return nil, err
 			}
-			b.Queue(`INSERT INTO events (event_id, stream_id, stream_revision, event_type, schema_version, data, metadata, hash)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING transaction_id, seq`,
-				ev.ID, p.Stream, int64(rev), ev.Type, ev.SchemaVersion, []byte(ev.Data), meta, prevHash)
+			ids[j], types[j], versions[j] = ev.ID.String(), ev.Type, int32(ev.SchemaVersion)
+			data[j], metas[j], hashes[j] = string(ev.Data), string(meta), prevHash
 		}
 		lastRevs[i] = next + uint64(len(p.Events)) - 1
-		b.Queue(`INSERT INTO streams (stream_id, last_revision, last_hash) VALUES ($1, $2, $3)
-			ON CONFLICT (stream_id) DO UPDATE SET last_revision = EXCLUDED.last_revision, last_hash = EXCLUDED.last_hash`,
-			p.Stream, int64(lastRevs[i]), prevHash)
+		if allNew {
+			// A unique violation here is the stream existing.
+			b.Queue(`INSERT INTO streams (stream_id, last_revision, last_hash) VALUES ($1, $2, $3)`,
+				p.Stream, int64(lastRevs[i]), prevHash)
+		} else {
+			b.Queue(`INSERT INTO streams (stream_id, last_revision, last_hash) VALUES ($1, $2, $3)
+				ON CONFLICT (stream_id) DO UPDATE SET last_revision = EXCLUDED.last_revision, last_hash = EXCLUDED.last_hash`,
+				p.Stream, int64(lastRevs[i]), prevHash)
+		}
+		b.Queue(insertEvents, ids, p.Stream, int64(next), types, versions, data, metas, hashes)
 	}
 	b.Queue("SELECT pg_notify($1, '')", notifyChannel)
-	br = tx.SendBatch(ctx, b)
-	res := make([]eventstore.AppendResult, len(parts))
-	for i, p := range parts {
-		var pos eventstore.Position
-		for range p.Events {
-			var seq int64
-			if err = br.QueryRow().Scan(&pos.Commit, &seq); err != nil {
+	br := tx.SendBatch(ctx, b)
+	var err error
+	if allNew {
+		for range locks {
+			if _, err = br.Exec(); err != nil {
 				break
 			}
-			pos.Prepare = uint64(seq)
 		}
-		if err == nil {
-			_, err = br.Exec() // the stream head
-		}
+	}
+	res := make([]eventstore.AppendResult, len(parts))
+	for i := range parts {
 		if err != nil {
 			break
+		}
+		if _, err = br.Exec(); err != nil { // the stream head
+			if allNew && isUniqueViolation(err, "streams_pkey") {
+				br.Close()
+				return nil, errStreamExists
+			}
+			break
+		}
+		var rows pgx.Rows
+		if rows, err = br.Query(); err != nil {
+			break
+		}
+		var pos eventstore.Position
+		for rows.Next() {
+			var p eventstore.Position
+			var seq int64
+			if err = rows.Scan(&p.Commit, &seq); err != nil {
+				break
+			}
+			if p.Prepare = uint64(seq); pos.Less(p) {
+				pos = p
+			}
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
 		}
 		res[i] = eventstore.AppendResult{NextRevision: lastRevs[i], Position: pos}
 	}
@@ -275,6 +368,12 @@ func appendTx(ctx context.Context, tx pgx.Tx, parts []eventstore.StreamAppend) (
 		return nil, fmt.Errorf("eventstore/postgres: append to %s: %w", parts[0].Stream, err)
 	}
 	return res, nil
+}
+
+// isUniqueViolation reports err being a unique violation of constraint.
+func isUniqueViolation(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == constraint
 }
 
 // checkExpected serves an append of no events.

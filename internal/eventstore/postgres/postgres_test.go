@@ -142,11 +142,20 @@ func TestSubscriptionsShareOneConnection(t *testing.T) {
 // stream must not hold a transaction id yet, else a later append to the same
 // stream could get a lower id and come before it in $all.
 func TestAppendLocksStreamBeforeTakingTransactionID(t *testing.T) {
+	// An append to an existing stream reads its head first; one to a new
+	// stream sends the lock and the inserts at once.
+	t.Run("Existing", func(t *testing.T) { testLocksFirst(t, eventstore.Exact(0)) })
+	t.Run("New", func(t *testing.T) { testLocksFirst(t, eventstore.NoStream) })
+}
+
+func testLocksFirst(t *testing.T, exp eventstore.ExpectedVersion) {
 	pool := pgtest.NewPool(t)
 	s := newStore(t, pool)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	mustAppend(t, s, "email-1", eventstore.NoStream, testEvent("First"))
+	if !exp.IsNoStream() {
+		mustAppend(t, s, "email-1", eventstore.NoStream, testEvent("First"))
+	}
 
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -158,7 +167,7 @@ func TestAppendLocksStreamBeforeTakingTransactionID(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Append(ctx, "email-1", eventstore.Exact(0), testEvent("Second"))
+		_, err := s.Append(ctx, "email-1", exp, testEvent("Second"))
 		done <- err
 	}()
 	for {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/mailroom/mailroom/internal/provider"
 )
@@ -15,14 +16,22 @@ import (
 // Outbox writes every message as <email_id>.eml into a directory instead
 // of delivering it. A message is written at most once: a repeated send of
 // the same email (after a crash, say) finds its file and changes nothing.
-type Outbox struct{ dir string }
+type Outbox struct {
+	dir     string
+	latency time.Duration
+}
 
-// NewOutbox returns an outbox writing into dir, created if missing.
-func NewOutbox(dir string) (*Outbox, error) {
+// NewOutbox returns an outbox writing into dir, created if missing. Each
+// send first waits latency, as a provider's API round trip does, so the
+// pipeline's throughput against a real provider can be measured without one.
+func NewOutbox(dir string, latency time.Duration) (*Outbox, error) {
+	if latency < 0 {
+		return nil, fmt.Errorf("sandbox outbox: negative latency %s", latency)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox outbox: %w", err)
 	}
-	return &Outbox{dir: dir}, nil
+	return &Outbox{dir: dir, latency: latency}, nil
 }
 
 var _ provider.Sender = (*Outbox)(nil)
@@ -33,10 +42,20 @@ func MessageID(emailID string) string { return "sandbox-" + emailID }
 // Path is where the message of emailID is written.
 func (o *Outbox) Path(emailID string) string { return filepath.Join(o.dir, emailID+".eml") }
 
-// Send writes the message to a temporary file and links it under its final
-// name, which fails if the file exists: no partial file is ever visible and
-// no message is written twice.
-func (o *Outbox) Send(_ context.Context, m provider.Outbound) (string, error) {
+// Send waits the outbox's latency, then writes the message to a temporary
+// file and links it under its final name, which fails if the file exists:
+// no partial file is ever visible and no message is written twice. A
+// context ended during the wait returns its error and writes nothing.
+func (o *Outbox) Send(ctx context.Context, m provider.Outbound) (string, error) {
+	if o.latency > 0 {
+		t := time.NewTimer(o.latency)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", ctx.Err()
+		case <-t.C:
+		}
+	}
 	if m.EmailID == "" || strings.ContainsAny(m.EmailID, `/\.`) {
 		return "", &provider.RejectedError{Reason: "invalid email id"}
 	}

@@ -1,0 +1,143 @@
+// Package jobs is Mailroom's work queue: River (github.com/riverqueue/river)
+// on the same PostgreSQL database. Process managers turn events into jobs
+// through a Reader (one reader of the $all log per process manager, the jobs
+// inserted in the transaction that moves its checkpoint), and every worker
+// process runs one River client that claims and works them, so the work is
+// shared by all worker processes and a dead one's claims are taken over.
+//
+// The events stay the source of truth: a job is a to-do derived from them,
+// and its worker reads the state it needs from the streams, so working a job
+// twice (after a crash) repeats nothing that was recorded done.
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Migrate brings River's tables (river_job, river_queue, …) to the version
+// this build's River needs. database.Migrate runs it under its migration
+// lock, after the project's own migrations.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	m, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: quiet()})
+	if err != nil {
+		return fmt.Errorf("jobs: migrations: %w", err)
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("jobs: migrations: %w", err)
+	}
+	return nil
+}
+
+// Config is what a worker process's River client is built from.
+type Config struct {
+	// Queues maps a queue name to its concurrency (River's MaxWorkers).
+	Queues map[string]int
+	// Workers holds every job kind's worker (river.AddWorker).
+	Workers *river.Workers
+	// JobTimeout ends a job's context; zero means DefaultJobTimeout.
+	JobTimeout time.Duration
+	// RescueAfter is how long a job may stay running before River hands it
+	// to another worker process (its worker is presumed dead). Zero means
+	// JobTimeout plus a minute.
+	RescueAfter time.Duration
+	Log         *slog.Logger
+}
+
+// DefaultJobTimeout bounds a job's run when Config.JobTimeout is zero.
+const DefaultJobTimeout = 3 * time.Minute
+
+// completedRetention is how long finished jobs stay in river_job. At a
+// thousand emails a second River's default of a day would keep tens of
+// millions of rows; the events already record what was done.
+const completedRetention = 10 * time.Minute
+
+// NewClient returns the River client of a worker process: it works the
+// given queues with the given workers, and wakes on a job's insertion
+// (LISTEN/NOTIFY) with a short fetch cooldown so a job starts within
+// milliseconds of the transaction that inserted it.
+func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
+	timeout := cfg.JobTimeout
+	if timeout <= 0 {
+		timeout = DefaultJobTimeout
+	}
+	rescue := cfg.RescueAfter
+	if rescue <= 0 {
+		rescue = timeout + time.Minute
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
+	for name, n := range cfg.Queues {
+		queues[name] = river.QueueConfig{MaxWorkers: n}
+	}
+	return river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:                      queues,
+		Workers:                     cfg.Workers,
+		FetchCooldown:               2 * time.Millisecond,
+		FetchPollInterval:           250 * time.Millisecond,
+		JobTimeout:                  timeout,
+		RescueStuckJobsAfter:        rescue,
+		CompletedJobRetentionPeriod: completedRetention,
+		RetryPolicy:                 Backoff{Min: time.Second, Max: 5 * time.Minute},
+		Logger:                      quietAbove(log),
+	})
+}
+
+// Backoff is the retry schedule of a failed job: doubling from Min up to
+// Max with ±25 % jitter, so jobs that failed together (a provider outage)
+// do not come back together.
+type Backoff struct{ Min, Max time.Duration }
+
+// NextRetry implements river.ClientRetryPolicy.
+func (b Backoff) NextRetry(job *rivertype.JobRow) time.Time {
+	return time.Now().Add(b.Delay(max(job.Attempt, 1)))
+}
+
+// Delay is the wait before retry number attempt (1 for the first).
+func (b Backoff) Delay(attempt int) time.Duration {
+	d := b.Min
+	for i := 1; i < attempt && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	return time.Duration(float64(d) * (0.75 + rand.Float64()/2))
+}
+
+// quiet is a logger for River's own bookkeeping messages, which are noise
+// at Info.
+func quiet() *slog.Logger { return quietAbove(slog.Default()) }
+
+func quietAbove(log *slog.Logger) *slog.Logger {
+	return slog.New(levelFloor{log.Handler(), slog.LevelWarn})
+}
+
+// levelFloor passes on records at or above min only.
+type levelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelFloor{h.Handler.WithAttrs(a), h.min}
+}
+
+func (h levelFloor) WithGroup(n string) slog.Handler {
+	return levelFloor{h.Handler.WithGroup(n), h.min}
+}

@@ -1,0 +1,319 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/mailroom/mailroom/internal/eventstore"
+)
+
+// Plan turns one event into the jobs it calls for (none for most events).
+// It must be a pure function of the event: a crash makes the reader plan
+// the event again, and only the plan of a committed batch counts.
+type Plan func(ctx context.Context, ev eventstore.RecordedEvent) ([]river.InsertManyParams, error)
+
+// Reader is the one reader of the $all log for a process manager. It holds
+// a PostgreSQL session advisory lock while it reads, so one process at a
+// time reads for a name, and turns batches of events into River jobs,
+// inserted in the same transaction that advances the process manager's
+// checkpoint (table processmanager_checkpoints). Each event therefore
+// becomes its jobs exactly once: a crash rolls back both the jobs and the
+// checkpoint, and the batch is read again.
+type Reader struct {
+	name     string
+	pool     *pgxpool.Pool
+	store    eventstore.Store
+	plan     Plan
+	log      *slog.Logger
+	inserter *river.Client[pgx.Tx]
+
+	// BatchSize bounds the events planned in one transaction.
+	BatchSize int
+	// LockPoll is how often a standby tries the lock, and how often the
+	// holder checks its lock connection while idle.
+	LockPoll time.Duration
+	// Inherit, when set, is a LIKE pattern naming older checkpoints this
+	// reader replaces: with no checkpoint of its own, the reader starts at
+	// the lowest of them, and deletes them when it first saves its own.
+	Inherit string
+}
+
+// NewReader returns the reader of the process manager name. log may be nil.
+func NewReader(name string, pool *pgxpool.Pool, store eventstore.Store, plan Plan, log *slog.Logger) *Reader {
+	if log == nil {
+		log = slog.Default()
+	}
+	// An insert-only client: it works no queue, it only writes jobs.
+	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: quietAbove(log)})
+	if err != nil {
+		panic(fmt.Sprintf("jobs: insert-only River client: %v", err)) // only on invalid static config
+	}
+	return &Reader{
+		name: name, pool: pool, store: store, plan: plan,
+		log: log.With("process_manager", name), inserter: inserter,
+		BatchSize: 500, LockPoll: time.Second,
+	}
+}
+
+// queryTimeout bounds every statement of the reader's own.
+const queryTimeout = 10 * time.Second
+
+// Run reads and plans until ctx ends; it returns nil then. Failures end
+// the current lock tenure and a new one starts after a backoff, from the
+// saved checkpoint.
+func (r *Reader) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		progressed, err := r.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if progressed {
+			backoff = 100 * time.Millisecond
+		}
+		r.log.Error("job reader stopped; restarting", "err", err, "retry_in", backoff)
+		if !sleep(ctx, backoff) {
+			return nil
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// session is one lock tenure. It reports whether a batch was committed.
+func (r *Reader) session(ctx context.Context) (bool, error) {
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig)
+	if err != nil {
+		return false, fmt.Errorf("lock connection: %w", err)
+	}
+	defer func() { // closing the session releases the lock
+		cctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+		defer cancel()
+		conn.Close(cctx)
+	}()
+	if err := r.acquire(ctx, conn); err != nil {
+		return false, err
+	}
+	cp, err := r.load(ctx)
+	if err != nil {
+		return false, err
+	}
+	r.log.Info("job reader active", "from", cp.pos.String())
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sub, err := r.store.SubscribeAll(sctx, cp.pos)
+	if err != nil {
+		return false, fmt.Errorf("subscribe: %w", err)
+	}
+	defer sub.Close()
+	events := make(chan eventstore.RecordedEvent, r.BatchSize)
+	subErr := make(chan error, 1)
+	go func() {
+		defer close(events)
+		for {
+			ev, err := sub.Next(sctx)
+			if err != nil {
+				subErr <- err
+				return
+			}
+			select {
+			case events <- ev:
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+
+	progressed := false
+	tick := time.NewTicker(r.LockPoll)
+	defer tick.Stop()
+	batch := make([]eventstore.RecordedEvent, 0, r.BatchSize)
+	for {
+		select {
+		case <-ctx.Done():
+			return progressed, nil
+		case <-tick.C:
+			pctx, pcancel := context.WithTimeout(ctx, queryTimeout)
+			err := conn.Ping(pctx)
+			pcancel()
+			if err != nil {
+				return progressed, fmt.Errorf("lock connection: %w", err)
+			}
+			continue
+		case ev, ok := <-events:
+			if !ok {
+				if ctx.Err() != nil {
+					return progressed, nil
+				}
+				return progressed, fmt.Errorf("subscription: %w", <-subErr)
+			}
+			batch = append(batch[:0], ev)
+		}
+		// Take what else is already there: one transaction for many events.
+	drain:
+		for len(batch) < r.BatchSize {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, ev)
+			default:
+				break drain
+			}
+		}
+		if err := r.commit(ctx, cp, batch); err != nil {
+			return progressed, err
+		}
+		progressed = true
+	}
+}
+
+// acquire polls for the reader's advisory lock until it holds it.
+func (r *Reader) acquire(ctx context.Context, conn *pgx.Conn) error {
+	waiting := false
+	for {
+		var ok bool
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		err := conn.QueryRow(qctx, "SELECT pg_try_advisory_lock($1)", LockKey(r.name)).Scan(&ok)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("advisory lock: %w", err)
+		}
+		if ok {
+			return nil
+		}
+		if !waiting {
+			r.log.Info("job reader is active in another process; standing by")
+			waiting = true
+		}
+		if !sleep(ctx, r.LockPoll) {
+			return ctx.Err()
+		}
+	}
+}
+
+// checkpoint is the reader's saved position; saved says whether a row
+// exists for it.
+type checkpoint struct {
+	pos   eventstore.Position
+	saved bool
+}
+
+func (r *Reader) load(ctx context.Context) (*checkpoint, error) {
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	var commit, prepare int64
+	err := r.pool.QueryRow(qctx, `SELECT commit_position, prepare_position
+		FROM processmanager_checkpoints WHERE name = $1`, r.name).Scan(&commit, &prepare)
+	if err == nil {
+		return &checkpoint{pos: eventstore.Position{Commit: uint64(commit), Prepare: uint64(prepare)}, saved: true}, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("read checkpoint: %w", err)
+	}
+	if r.Inherit == "" {
+		return &checkpoint{}, nil // a new process manager starts at the beginning of the log
+	}
+	err = r.pool.QueryRow(qctx, `SELECT commit_position, prepare_position
+		FROM processmanager_checkpoints WHERE name LIKE $1 AND name <> $2
+		ORDER BY commit_position, prepare_position LIMIT 1`, r.Inherit, r.name).Scan(&commit, &prepare)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &checkpoint{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read inherited checkpoints: %w", err)
+	}
+	pos := eventstore.Position{Commit: uint64(commit), Prepare: uint64(prepare)}
+	r.log.Info("job reader takes over older checkpoints", "pattern", r.Inherit, "from", pos.String())
+	return &checkpoint{pos: pos}, nil
+}
+
+// errCheckpointMoved means another reader wrote the checkpoint: this one
+// has lost its lock and must stop before it plans anything twice.
+var errCheckpointMoved = errors.New("checkpoint moved under the reader; another instance is reading")
+
+// commit plans batch and, in one transaction, inserts its jobs and moves
+// the checkpoint past it. The checkpoint only moves from where this reader
+// left it, so even a reader that lost its lock unnoticed cannot insert a
+// batch a second time.
+func (r *Reader) commit(ctx context.Context, cp *checkpoint, batch []eventstore.RecordedEvent) error {
+	var params []river.InsertManyParams
+	for _, ev := range batch {
+		p, err := r.plan(ctx, ev)
+		if err != nil {
+			return fmt.Errorf("plan %s (%s at %s): %w", ev.ID, ev.Type, ev.Position, err)
+		}
+		params = append(params, p...)
+	}
+	next := batch[len(batch)-1].Position
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	err := pgx.BeginFunc(qctx, r.pool, func(tx pgx.Tx) error {
+		if len(params) > 0 {
+			if _, err := r.inserter.InsertManyTx(qctx, tx, params); err != nil {
+				return fmt.Errorf("insert jobs: %w", err)
+			}
+		}
+		var tag interface{ RowsAffected() int64 }
+		var err error
+		if cp.saved {
+			tag, err = tx.Exec(qctx, `UPDATE processmanager_checkpoints
+				SET commit_position = $2, prepare_position = $3, updated_at = now()
+				WHERE name = $1 AND commit_position = $4 AND prepare_position = $5`,
+				r.name, int64(next.Commit), int64(next.Prepare), int64(cp.pos.Commit), int64(cp.pos.Prepare))
+		} else {
+			tag, err = tx.Exec(qctx, `INSERT INTO processmanager_checkpoints (name, commit_position, prepare_position)
+				VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`, r.name, int64(next.Commit), int64(next.Prepare))
+		}
+		if err != nil {
+			return fmt.Errorf("write checkpoint: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			return errCheckpointMoved
+		}
+		if !cp.saved && r.Inherit != "" {
+			if _, err := tx.Exec(qctx, `DELETE FROM processmanager_checkpoints WHERE name LIKE $1 AND name <> $2`, r.Inherit, r.name); err != nil {
+				return fmt.Errorf("drop inherited checkpoints: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	cp.pos, cp.saved = next, true
+	return nil
+}
+
+// LockKey is the session advisory lock of the reader called name; it is
+// the key the older per-handler subscribers used for the same name.
+func LockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("processmanager:" + name))
+	return int64(h.Sum64())
+}
+
+// sleep waits d or until ctx ends; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
