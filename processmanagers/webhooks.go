@@ -74,6 +74,8 @@ type Webhooks struct {
 	mu        sync.Mutex
 	accounts  map[string]int // attempts in flight by account
 	endpoints map[string]int // and by endpoint
+	waiting   map[string]int // attempts waiting for a place, by account
+	freed     chan struct{}  // closed when a place is freed
 	lastSweep time.Time      // of held deliveries, by Now
 }
 
@@ -281,20 +283,56 @@ type attemptWorker struct {
 // Timeout covers the receiver's 10 s and recording the outcome.
 func (*attemptWorker) Timeout(*river.Job[AttemptArgs]) time.Duration { return time.Minute }
 
-// busy is how long an attempt over its account's or endpoint's share waits
-// before asking again, instead of holding one of the process's slots.
+// busy is how long an attempt that found no place within its shares waits
+// in the queue before asking again, instead of holding one of the
+// process's slots.
 func busy() time.Duration { return 200*time.Millisecond + rand.N(400*time.Millisecond) }
 
+// shareWait is how long an attempt waits in the process for a place within
+// its shares: a fast receiver frees one within milliseconds, so its
+// account's backlog flows without a round trip through the queue; a slow
+// one does not, and its attempts go back to the queue.
+const shareWait = 250 * time.Millisecond
+
 // take claims a place for an attempt within its account's and endpoint's
-// shares.
-func (w *Webhooks) take(accountID, endpointID string) bool {
+// shares, waiting up to shareWait. At most an account's share of its
+// attempts wait at once, so one account never holds more than twice its
+// share of the process's slots.
+func (w *Webhooks) take(ctx context.Context, accountID, endpointID string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.accounts == nil {
-		w.accounts, w.endpoints = map[string]int{}, map[string]int{}
+		w.accounts, w.endpoints, w.waiting = map[string]int{}, map[string]int{}, map[string]int{}
+		w.freed = make(chan struct{})
 	}
-	if w.accounts[accountID] >= w.PerAccount || w.endpoints[endpointID] >= w.PerEndpoint {
-		return false
+	var timeout <-chan time.Time
+	for w.accounts[accountID] >= w.PerAccount || w.endpoints[endpointID] >= w.PerEndpoint {
+		if w.waiting[accountID] >= w.PerAccount {
+			return false
+		}
+		if timeout == nil {
+			t := time.NewTimer(shareWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		freed := w.freed
+		w.waiting[accountID]++
+		w.mu.Unlock()
+		expired := false
+		select {
+		case <-freed:
+		case <-timeout:
+			expired = true
+		case <-ctx.Done():
+			expired = true
+		}
+		w.mu.Lock()
+		if w.waiting[accountID]--; w.waiting[accountID] <= 0 {
+			delete(w.waiting, accountID)
+		}
+		if expired {
+			return false
+		}
 	}
 	w.accounts[accountID]++
 	w.endpoints[endpointID]++
@@ -310,6 +348,8 @@ func (w *Webhooks) release(accountID, endpointID string) {
 	if w.endpoints[endpointID]--; w.endpoints[endpointID] <= 0 {
 		delete(w.endpoints, endpointID)
 	}
+	close(w.freed) // wakes the waiters
+	w.freed = make(chan struct{})
 }
 
 // Work makes the attempt if it is still due and its endpoint may receive
@@ -319,14 +359,6 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	if wait := a.NotBefore.Sub(w.Now()); wait > 0 {
 		return river.JobSnooze(wait)
 	}
-	if !w.take(a.AccountID, a.EndpointID) {
-		return river.JobSnooze(busy())
-	}
-	// The shares bound the time spent on receivers; recording is the
-	// database's and holds none.
-	var once sync.Once
-	release := func() { once.Do(func() { w.release(a.AccountID, a.EndpointID) }) }
-	defer release()
 	var url, sealed string
 	var active, clean, suspended bool
 	err := w.Pool.QueryRow(ctx, `SELECT e.url, e.sealed_secret, e.is_active, e.consecutive_failures = 0,
@@ -364,8 +396,13 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	if now := w.Now(); !st.Due(now) {
 		return river.JobSnooze(st.NextAt.Sub(now))
 	}
+	// The shares bound the time spent on receivers; reading and recording
+	// are the database's and hold none.
+	if !w.take(ctx, a.AccountID, a.EndpointID) {
+		return river.JobSnooze(busy())
+	}
 	o, err := w.post(ctx, st.Created, url, sealed)
-	release()
+	w.release(a.AccountID, a.EndpointID)
 	if err != nil {
 		return err
 	}
