@@ -25,6 +25,12 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
+// The queues of a worker process's River client.
+const (
+	EmailQueue   = "email"   // sending emails
+	WebhookQueue = "webhook" // webhook fan-out and delivery attempts
+)
+
 // Migrate brings River's tables (river_job, river_queue, …) to the version
 // this build's River needs. database.Migrate runs it under its migration
 // lock, after the project's own migrations.
