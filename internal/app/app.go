@@ -487,7 +487,9 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	// into jobs, and every worker process's client claims and works them.
 	workers := river.NewWorkers()
 	river.AddWorker(workers, a.sendWorker(a.rateLimit(ctx)))
+	clientID := jobs.NewClientID()
 	client, err := jobs.NewClient(a.Pool, jobs.Config{
+		ID: clientID,
 		Queues: map[string]int{
 			jobs.EmailQueue:   a.Config.ProviderConcurrency,
 			jobs.WebhookQueue: webhookQueueConcurrency,
@@ -504,7 +506,20 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return router.Run(ctx) })
 	g.Go(func() error { return sends.Run(ctx) })
-	g.Go(func() error { return runClient(ctx, client) })
+	alive := make(chan struct{})
+	g.Go(func() error {
+		jobs.KeepAlive(ctx, a.Pool, clientID, a.Log, alive)
+		return nil
+	})
+	g.Go(func() error {
+		// Claim nothing before the liveness lock tells others we are alive.
+		select {
+		case <-alive:
+		case <-ctx.Done():
+			return nil
+		}
+		return runClient(ctx, client)
+	})
 	poller := a.DomainPoller()
 	g.Go(func() error { return poller.Run(ctx) })
 	g.Go(func() error { return dispatcher.Run(ctx) })
