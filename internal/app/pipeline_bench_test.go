@@ -3,8 +3,8 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
