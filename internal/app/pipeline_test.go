@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/mail"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,4 +236,69 @@ func TestThrottledSendWaitsAndGoesOut(t *testing.T) {
 	relay.RejectData(nil)
 	w.waitFor(t, id, status("delivered"))
 	checkOnce(t, relayCounts(t, relay), []string{id})
+}
+
+// One account's emails whose attachments trickle in a byte a second take
+// no more than that account's share of the workers: another account's
+// emails are sent while they are still downloading.
+func TestSlowAttachmentsDelayNoOtherAccount(t *testing.T) {
+	stop := make(chan struct{})
+	var downloading atomic.Int32
+	trickle := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		downloading.Add(1)
+		defer downloading.Add(-1)
+		rw.Header().Set("Content-Type", "application/octet-stream")
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if _, err := rw.Write([]byte("x")); err != nil {
+				return
+			}
+			rw.(http.Flusher).Flush()
+			select {
+			case <-stop:
+				return
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}))
+	defer trickle.Close()
+	defer close(stop)
+
+	w := newSendWorld(t, func(c *config.Config) {
+		c.ProviderConcurrency = 4
+		c.AccountConcurrency = 2
+	})
+	var slow []string
+	for i := range 6 {
+		slow = append(slow, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "slow", "text": "t",
+			"attachments": []map[string]any{{"path": fmt.Sprintf("%s/files/slow-%d.bin", trickle.URL, i)}}})["id"].(string))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for downloading.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d downloads started", downloading.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	_, _, otherKey := w.Sender("other.test")
+	other := &sendWorld{Server: w.Server, key: otherKey}
+	var fast []string
+	for range 5 {
+		fast = append(fast, other.send(t, map[string]any{"from": "b@other.test", "to": "y@example.org", "subject": "fast", "text": "t"})["id"].(string))
+	}
+	for _, id := range fast {
+		other.waitFor(t, id, status("delivered"))
+	}
+	if downloading.Load() == 0 {
+		t.Fatal("the slow downloads ended before the other account's emails were sent")
+	}
+	for _, id := range slow {
+		if e := w.Do("GET", "/v1/emails/"+id, w.key, nil).JSON(t); e["status"] == "delivered" || e["status"] == "sent" {
+			t.Fatalf("slow email %s already %s", id, e["status"])
+		}
+	}
 }
