@@ -82,6 +82,7 @@ func (p *Pipeline) process(ctx context.Context, st email.State, pos eventstore.P
 		return err
 	}
 	atts := st.Attachments()
+	checked := false // the gateway has just checked the domain
 	if st.Scanned == nil {
 		p.Settle(ctx, pos, "domains", "emails")
 		var reason, detail string
@@ -93,8 +94,9 @@ func (p *Pipeline) process(ctx context.Context, st email.State, pos eventstore.P
 		if reason != "" {
 			return p.fail(ctx, id, reason, detail)
 		}
+		checked = true
 	}
-	return p.send(ctx, st, atts)
+	return p.send(ctx, st, atts, checked)
 }
 
 // hold records that the email waits, without holding up other emails,
@@ -236,13 +238,16 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State) (reason, detail 
 }
 
 // send renders the message, hands it to the provider and records the
-// outcome.
-func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attachment) error {
+// outcome. Unless the gateway has just done so (checked), it first checks
+// that the domain may still send: a resumed email may have waited.
+func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attachment, checked bool) error {
 	q := st.Queued
-	if ok, err := p.CanSend(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
-		return Transient(err)
-	} else if !ok {
-		return p.fail(ctx, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
+	if !checked {
+		if ok, err := p.CanSend(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
+			return Transient(err)
+		} else if !ok {
+			return p.fail(ctx, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
+		}
 	}
 	raw, err := p.render(ctx, st, atts)
 	if IsTransient(err) {
