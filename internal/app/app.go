@@ -64,7 +64,8 @@ type App struct {
 	// identityCheck asks the provider about a domain's verification.
 	identityCheck commands.IdentityCheck
 	Sender        provider.Sender
-	keysGenerated func() // counts DKIM keys made, for /metrics
+	keysGenerated func()   // counts DKIM keys made, for /metrics
+	dkimKeys      sync.Map // opened signing keys by domain id/selector
 	Blobs         blob.Store
 	Scanner       *scan.Scanner
 	Egress        egress.Policy

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"net"
@@ -148,10 +149,18 @@ func (a *App) signingKey(ctx context.Context, accountID, name string) (*provider
 	if err != nil || st.Active == nil {
 		return nil, err
 	}
+	// Opening and parsing a key costs about as much CPU as the rest of an
+	// email's preparation; a domain's key under one selector never changes
+	// (a rotation brings a new selector), so each is opened once.
+	cacheKey := st.ID + "/" + st.Active.Selector
+	if k, ok := a.dkimKeys.Load(cacheKey); ok {
+		return &provider.DKIMKey{Domain: st.Name, Selector: st.Active.Selector, PrivateKey: k.(*rsa.PrivateKey)}, nil
+	}
 	key, err := dkimkey.Open(a.Box, st.ID, *st.Active)
 	if err != nil {
 		return nil, err
 	}
+	a.dkimKeys.Store(cacheKey, key)
 	return &provider.DKIMKey{Domain: st.Name, Selector: st.Active.Selector, PrivateKey: key}, nil
 }
 

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -71,11 +70,18 @@ func BenchmarkSendsTo50msProvider(b *testing.B) {
 }
 
 // BenchmarkPipelineTo50msProvider queues b.N emails with no worker running,
-// then starts one worker process (default provider concurrency) and reports
-// the emails a second it hands to a relay taking 50 ms per message, timed
-// from the worker's start to the last message: the pipeline alone, not the
-// API.
+// then starts worker processes and reports the emails a second they hand to
+// a relay taking 50 ms per message, timed from the workers' start to the
+// last message: the pipeline alone, not the API. "default" is one worker
+// with the default provider concurrency; "1x16" and "2x16" compare one and
+// two workers limited to 16 messages in flight each.
 func BenchmarkPipelineTo50msProvider(b *testing.B) {
+	b.Run("default", func(b *testing.B) { benchPipeline(b, 1, 128) })
+	b.Run("1x16", func(b *testing.B) { benchPipeline(b, 1, 16) })
+	b.Run("2x16", func(b *testing.B) { benchPipeline(b, 2, 16) })
+}
+
+func benchPipeline(b *testing.B, workers, concurrency int) {
 	relay := smtptest.Start(b)
 	relay.Delay(50 * time.Millisecond)
 	api := apptest.Start(b, func(c *config.Config) {
@@ -111,12 +117,14 @@ func BenchmarkPipelineTo50msProvider(b *testing.B) {
 	start := time.Now()
 	cfg := api.Config
 	cfg.Roles = []string{"workers"}
+	cfg.ProviderConcurrency = concurrency
+	cfg.AccountConcurrency = 0 // one account sends everything
 	if n := os.Getenv("MAILROOM_BENCH_POOL"); n != "" {
 		cfg.DatabaseURL += "&pool_max_conns=" + n
 	}
-	cfg.ProviderConcurrency = 128
-	cfg.AccountConcurrency = 0 // one account sends everything
-	apptest.StartWith(b, cfg)
+	for range workers {
+		apptest.StartWith(b, cfg)
+	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for len(relay.Messages()) < b.N {
 		if time.Now().After(deadline) {
@@ -126,10 +134,4 @@ func BenchmarkPipelineTo50msProvider(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "emails/s")
-	if os.Getenv("MAILROOM_BENCH_JOBS") != "" {
-		var run, wait float64
-		var n int
-		api.Pool.QueryRow(context.Background(), `SELECT count(*), avg(extract(epoch from finalized_at - attempted_at)), avg(extract(epoch from attempted_at - created_at)) FROM river_job WHERE state = 'completed'`).Scan(&n, &run, &wait)
-		b.Logf("%d jobs: %.1f ms running, %.1f ms from insert to start", n, run*1000, wait*1000)
-	}
 }
