@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/riverqueue/river"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mailroom/mailroom/commands"
@@ -33,6 +34,7 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore/esdb"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
 	"github.com/mailroom/mailroom/internal/httpserver"
+	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/provider/sandbox"
 	"github.com/mailroom/mailroom/internal/provider/ses"
@@ -62,7 +64,8 @@ type App struct {
 	// identityCheck asks the provider about a domain's verification.
 	identityCheck commands.IdentityCheck
 	Sender        provider.Sender
-	keysGenerated func() // counts DKIM keys made, for /metrics
+	keysGenerated func()   // counts DKIM keys made, for /metrics
+	dkimKeys      sync.Map // opened signing keys by domain id/selector
 	Blobs         blob.Store
 	Scanner       *scan.Scanner
 	Egress        egress.Policy
@@ -428,7 +431,36 @@ func (a *App) DomainPoller() *DomainPoller {
 	return &DomainPoller{Pool: a.Pool, Commands: a.Commands, Now: func() time.Time { return a.Now() }, Interval: a.Config.DomainPollInterval, Log: a.Log}
 }
 
-// RunWorkers runs the process managers and the domain poller until ctx ends.
+// webhookQueueConcurrency is the webhook queue's concurrency until webhook
+// work moves onto it.
+const webhookQueueConcurrency = 128
+
+// sendJobTimeout bounds one send job: the preparation deadline, then the
+// provider call and its recording. River rescues a job still running a
+// minute after it (its process is presumed dead).
+const sendJobTimeout = processmanagers.PrepareDeadline + time.Minute
+
+// runClient runs a River client until ctx ends, then lets running jobs
+// finish for a while before cancelling them; a cancelled job snoozes and is
+// taken up at once by another process (or this one after a restart).
+func runClient(ctx context.Context, client *river.Client[pgx.Tx]) error {
+	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("job queue: %w", err)
+	}
+	<-ctx.Done()
+	soft, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := client.Stop(soft); err == nil {
+		return nil
+	}
+	hard, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	client.StopAndCancel(hard)
+	return nil
+}
+
+// RunWorkers runs the process managers, the job queue and the domain
+// poller until ctx ends.
 func (a *App) RunWorkers(ctx context.Context) error {
 	router, err := processmanagers.NewRouter(a.Pool, a.Store, a.Log)
 	if err != nil {
@@ -448,14 +480,47 @@ func (a *App) RunWorkers(ctx context.Context) error {
 			return pgx.CollectRows(rows, pgx.RowToStructByPos[processmanagers.Target])
 		},
 	}
-	pipeline := a.pipeline()
 	n := a.Config.SendConcurrency
 	for i := range n {
-		router.Handle(fmt.Sprintf("email-pipeline-%d-of-%d", i, n), processmanagers.Shard(i, n, pipeline.Handle))
 		router.Handle(fmt.Sprintf("webhook-fanout-%d-of-%d", i, n), processmanagers.Shard(i, n, fanout.Handle))
 	}
+	// Sending is River jobs: one reader turns EmailQueued/EmailReleased
+	// into jobs, and every worker process's client claims and works them.
+	workers := river.NewWorkers()
+	river.AddWorker(workers, a.sendWorker(a.rateLimit(ctx)))
+	clientID := jobs.NewClientID()
+	client, err := jobs.NewClient(a.Pool, jobs.Config{
+		ID: clientID,
+		Queues: map[string]int{
+			jobs.EmailQueue:   a.Config.ProviderConcurrency,
+			jobs.WebhookQueue: webhookQueueConcurrency,
+		},
+		Workers:    workers,
+		JobTimeout: sendJobTimeout,
+		Log:        a.Log,
+	})
+	if err != nil {
+		return fmt.Errorf("job queue: %w", err)
+	}
+	sends := jobs.NewReader(processmanagers.EmailReaderName, a.Pool, a.Store, processmanagers.PlanSends, a.Log)
+	sends.Inherit = processmanagers.EmailShardCheckpoints
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return router.Run(ctx) })
+	g.Go(func() error { return sends.Run(ctx) })
+	alive := make(chan struct{})
+	g.Go(func() error {
+		jobs.KeepAlive(ctx, a.Pool, clientID, a.Log, alive)
+		return nil
+	})
+	g.Go(func() error {
+		// Claim nothing before the liveness lock tells others we are alive.
+		select {
+		case <-alive:
+		case <-ctx.Done():
+			return nil
+		}
+		return runClient(ctx, client)
+	})
 	poller := a.DomainPoller()
 	g.Go(func() error { return poller.Run(ctx) })
 	g.Go(func() error { return dispatcher.Run(ctx) })

@@ -61,6 +61,14 @@ type Config struct {
 	WebhookAllowHTTP   bool
 	SendMaxAge         time.Duration
 	SendConcurrency    int
+	// ProviderConcurrency is the most messages in flight to the provider
+	// per worker process; ProviderMaxRate the most messages a second for
+	// all worker processes together (0: the provider's own limit).
+	ProviderConcurrency int
+	ProviderMaxRate     float64
+	// AccountConcurrency is the most emails of one account being prepared
+	// or sent at once per worker process.
+	AccountConcurrency int
 	WebhookRetries     string
 	EgressResolver     string
 	SMTPURL            string
@@ -118,7 +126,10 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.EgressResolver, "egress-resolver", "MAILROOM_EGRESS_RESOLVER", "", "development only: DNS server (host:port) that webhook and attachment host names are resolved with instead of the system's")
 	c.boolean(fs, &c.WebhookAllowHTTP, "webhook-allow-http", "MAILROOM_WEBHOOK_ALLOW_HTTP", false, "development only: allow plain http webhook and attachment URLs")
 	c.duration(fs, &c.SendMaxAge, "send-max-age", "MAILROOM_SEND_MAX_AGE", 24*time.Hour, "how long transient provider failures are retried before an email fails with provider_unavailable")
-	c.integer(fs, &c.SendConcurrency, "send-concurrency", "MAILROOM_SEND_CONCURRENCY", 8, "emails handled in parallel by each worker process")
+	c.integer(fs, &c.SendConcurrency, "send-concurrency", "MAILROOM_SEND_CONCURRENCY", 8, "deprecated: no longer used for sending (see provider-concurrency); the webhook fan-out handlers per worker process")
+	c.integer(fs, &c.ProviderConcurrency, "provider-concurrency", "MAILROOM_PROVIDER_CONCURRENCY", 128, "messages in flight to the provider per worker process (emails being prepared or sent)")
+	c.float(fs, &c.ProviderMaxRate, "provider-max-rate", "MAILROOM_PROVIDER_MAX_RATE", 0, "messages per second sent by all worker processes together; 0: the provider's own (SES: the account's maximum send rate; sandbox and smtp: unlimited)")
+	c.integer(fs, &c.AccountConcurrency, "account-concurrency", "MAILROOM_ACCOUNT_CONCURRENCY", 16, "emails of one account being prepared or sent at once per worker process, so one account cannot take every slot (0: no cap)")
 	str(fs, &c.WebhookRetries, "webhook-retry-schedule", "MAILROOM_WEBHOOK_RETRY_SCHEDULE", "30s,2m,10m,30m,1h30m,3h", "waits before each webhook retry (comma-separated Go durations)")
 	c.boolean(fs, &c.Bootstrap, "bootstrap", "MAILROOM_BOOTSTRAP", false, "on first start, create an account, admin token and API key and print them")
 }
@@ -153,6 +164,15 @@ func (c *Config) Validate() error {
 	}
 	if c.SendConcurrency <= 0 || c.SendConcurrency > 64 {
 		return errors.New("send-concurrency must be between 1 and 64")
+	}
+	if c.ProviderConcurrency <= 0 || c.ProviderConcurrency > 10000 {
+		return errors.New("provider-concurrency must be between 1 and 10000")
+	}
+	if c.ProviderMaxRate < 0 {
+		return errors.New("provider-max-rate must not be negative")
+	}
+	if c.AccountConcurrency < 0 {
+		return errors.New("account-concurrency must not be negative")
 	}
 	if c.Environment == "production" && (c.EgressAllowCIDRs != "" || c.WebhookAllowHTTP) {
 		return errors.New("egress-allow-cidrs and webhook-allow-http are for development only")
