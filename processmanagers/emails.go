@@ -1,10 +1,10 @@
 package processmanagers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strings"
 	"time"
@@ -13,7 +13,6 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/blob"
-	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/mailmsg"
@@ -21,19 +20,6 @@ import (
 	"github.com/mailroom/mailroom/internal/provider/sandbox"
 	"github.com/mailroom/mailroom/internal/scan"
 )
-
-// Shard restricts h to the streams whose hash falls in shard i of n, so that
-// n handlers share a stream category without ever handling one stream twice.
-func Shard(i, n int, h Handler) Handler {
-	return func(ctx context.Context, ev eventstore.RecordedEvent) error {
-		f := fnv.New32a()
-		f.Write([]byte(ev.StreamID))
-		if int(f.Sum32()%uint32(n)) != i {
-			return nil
-		}
-		return h(ctx, ev)
-	}
-}
 
 // Pipeline takes queued emails through the content gateway to the
 // provider. Every step is recorded on the email's stream, and each step is
@@ -57,6 +43,7 @@ type Pipeline struct {
 	Settle   commands.Settle
 	MaxAge   time.Duration // transient provider failures are retried this long
 	Download time.Duration // attachment download time-out
+	Prepare  time.Duration // preparation deadline; zero means PrepareDeadline
 	Now      func() time.Time
 	// Feedback, when set, gives the provider's feedback at the moment of
 	// sending (the sandbox's simulator); it is recorded with EmailSent.
@@ -67,57 +54,56 @@ type Pipeline struct {
 	Log *slog.Logger
 }
 
+// PrepareDeadline bounds an email's preparation (downloads, scanning,
+// rendering): an email whose attachments have not arrived by then fails,
+// instead of holding a worker.
+const PrepareDeadline = 2 * time.Minute
+
 var pipelineMeta = commands.Meta{Actor: "system:email-pipeline"}
 
-// Handle reacts to EmailQueued, and to EmailReleased as if the email had
-// just been queued.
-func (p *Pipeline) Handle(ctx context.Context, ev eventstore.RecordedEvent) error {
-	if ev.Type != (email.Queued{}).EventType() && ev.Type != (email.Released{}).EventType() {
-		return nil
-	}
-	e, err := codec.Decode(ev)
-	if err != nil {
-		return err
-	}
-	var id string
-	switch e := e.(type) {
-	case *email.Queued:
-		id = e.EmailID
-	case *email.Released:
-		id = e.EmailID
-	default:
-		return nil
-	}
+// Process takes the email id on from where its stream shows it: the work
+// of an EmailQueued, or of an EmailReleased as if the email had just been
+// queued, recorded at pos. Returning an error means try again (Transient
+// marks the ones expected to pass, such as a provider outage).
+func (p *Pipeline) Process(ctx context.Context, id string, pos eventstore.Position) error {
 	st, err := p.Commands.Email(ctx, id)
 	if err != nil {
 		return Transient(err)
 	}
+	return p.process(ctx, st, pos)
+}
+
+func (p *Pipeline) process(ctx context.Context, st email.State, pos eventstore.Position) error {
 	if !st.Exists() || st.Sent != nil || st.Failed != nil || st.Held {
 		return nil // done already, or waiting for its release
 	}
-	if held, err := p.hold(ctx, ev, st); held || err != nil {
+	id := st.Queued.EmailID
+	if held, err := p.hold(ctx, pos, st); held || err != nil {
 		return err
 	}
 	atts := st.Attachments()
+	checked := false // the gateway has just checked the domain
 	if st.Scanned == nil {
-		p.Settle(ctx, ev.Position, "domains", "emails")
+		p.Settle(ctx, pos, "domains", "emails")
 		var reason, detail string
-		reason, detail, atts, err = p.gateway(ctx, st)
+		var err error
+		reason, detail, atts, err = p.prepare(ctx, st)
 		if err != nil {
 			return Transient(err)
 		}
 		if reason != "" {
 			return p.fail(ctx, id, reason, detail)
 		}
+		checked = true
 	}
-	return p.send(ctx, st, atts)
+	return p.send(ctx, st, atts, checked)
 }
 
-// hold records that the email waits, without holding up the shard, when
-// its account is suspended; a reinstatement releases it (Releaser).
-func (p *Pipeline) hold(ctx context.Context, ev eventstore.RecordedEvent, st email.State) (bool, error) {
+// hold records that the email waits, without holding up other emails,
+// when its account is suspended; a reinstatement releases it (Releaser).
+func (p *Pipeline) hold(ctx context.Context, pos eventstore.Position, st email.State) (bool, error) {
 	// One wait for every read model this email's checks consult.
-	p.Settle(ctx, ev.Position, "accounts", "domains", "emails")
+	p.Settle(ctx, pos, "accounts", "domains", "emails")
 	suspended, err := p.AccountSuspended(ctx, st.Queued.AccountID)
 	if err != nil || !suspended {
 		return false, Transient(err)
@@ -130,6 +116,20 @@ func (p *Pipeline) fail(ctx context.Context, id, reason, detail string) error {
 		return Transient(err)
 	}
 	return nil
+}
+
+// prepare runs the gateway within the preparation deadline: an email that
+// cannot be prepared in time fails rather than holding a worker for good.
+func (p *Pipeline) prepare(ctx context.Context, st email.State) (reason, detail string, atts []email.Attachment, err error) {
+	limit := cmp.Or(p.Prepare, PrepareDeadline)
+	pctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	reason, detail, atts, err = p.gateway(pctx, st)
+	if err != nil && pctx.Err() != nil && ctx.Err() == nil {
+		p.logFailure(st.Queued.EmailID, "preparation deadline passed", err)
+		return email.ReasonAttachmentDownload, fmt.Sprintf("the attachments could not be fetched and scanned within %s", limit), nil, nil
+	}
+	return reason, detail, atts, err
 }
 
 // gateway runs the checks an email must pass before it leaves: the domain
@@ -160,6 +160,9 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State) (reason, detail 
 			return "", "", nil, err
 		}
 		v, err := p.Scanner.ScanBody(ctx, body)
+		if errors.Is(err, scan.ErrTooLarge) {
+			return email.ReasonMalware, "the message body is larger than the content scanner accepts", nil, nil
+		}
 		if err != nil {
 			return "", "", nil, err
 		}
@@ -216,6 +219,9 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State) (reason, detail 
 			return "", "", nil, err
 		}
 		v, err := p.Scanner.ScanAttachment(ctx, a.Filename, content)
+		if errors.Is(err, scan.ErrTooLarge) {
+			return email.ReasonAttachmentsTooLarge, fmt.Sprintf("attachment %q is larger than the content scanner accepts", a.Filename), nil, nil
+		}
 		if err != nil {
 			return "", "", nil, err
 		}
@@ -232,13 +238,16 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State) (reason, detail 
 }
 
 // send renders the message, hands it to the provider and records the
-// outcome.
-func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attachment) error {
+// outcome. Unless the gateway has just done so (checked), it first checks
+// that the domain may still send: a resumed email may have waited.
+func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attachment, checked bool) error {
 	q := st.Queued
-	if ok, err := p.CanSend(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
-		return Transient(err)
-	} else if !ok {
-		return p.fail(ctx, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
+	if !checked {
+		if ok, err := p.CanSend(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
+			return Transient(err)
+		} else if !ok {
+			return p.fail(ctx, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
+		}
 	}
 	raw, err := p.render(ctx, st, atts)
 	if IsTransient(err) {
@@ -260,6 +269,10 @@ func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attach
 	// Provider answers may name relay hosts, addresses or provider
 	// accounts: the customer's timeline gets their codes, the log the rest.
 	switch {
+	case provider.IsThrottled(err):
+		// Slowing down is not failing: no age limit, no provider_unavailable.
+		p.Outcomes.send("throttled", nil, p.Now())
+		return err
 	case errors.As(err, &rejected):
 		p.Outcomes.send("failed", err, p.Now())
 		p.logFailure(q.EmailID, "provider rejected the message", err)

@@ -24,7 +24,7 @@ type Outcomes struct {
 func NewOutcomes(reg prometheus.Registerer) *Outcomes {
 	o := &Outcomes{
 		Sends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_emails_sent_total",
-			Help: "Emails handed to the provider or failed, by outcome (sent, failed, retrying)."}, []string{"outcome"}),
+			Help: "Emails handed to the provider or failed, by outcome (sent, failed, retrying, throttled)."}, []string{"outcome"}),
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_webhook_attempts_total",
 			Help: "Webhook delivery attempts, by outcome (success, failure)."}, []string{"outcome"}),
 	}

@@ -28,12 +28,13 @@ import (
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	whsig "github.com/mailroom/mailroom/webhook"
 )
 
 // WebhookQueue is the River queue of webhook fan-out and attempts.
-const WebhookQueue = "webhook"
+const WebhookQueue = jobs.WebhookQueue
 
 // WebhookReaderName is the process manager that turns the log into webhook
 // jobs; it takes over the checkpoints of the fan-out shards it replaced.

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/riverqueue/river"
@@ -63,7 +64,8 @@ type App struct {
 	// identityCheck asks the provider about a domain's verification.
 	identityCheck commands.IdentityCheck
 	Sender        provider.Sender
-	keysGenerated func() // counts DKIM keys made, for /metrics
+	keysGenerated func()   // counts DKIM keys made, for /metrics
+	dkimKeys      sync.Map // opened signing keys by domain id/selector
 	Blobs         blob.Store
 	Scanner       *scan.Scanner
 	Egress        egress.Policy
@@ -429,7 +431,32 @@ func (a *App) DomainPoller() *DomainPoller {
 	return &DomainPoller{Pool: a.Pool, Commands: a.Commands, Now: func() time.Time { return a.Now() }, Interval: a.Config.DomainPollInterval, Log: a.Log}
 }
 
-// RunWorkers runs the process managers and the domain poller until ctx ends.
+// sendJobTimeout bounds one send job: the preparation deadline, then the
+// provider call and its recording. River rescues a job still running a
+// minute after it (its process is presumed dead).
+const sendJobTimeout = processmanagers.PrepareDeadline + time.Minute
+
+// runClient runs a River client until ctx ends, then lets running jobs
+// finish for a while before cancelling them; a cancelled job snoozes and is
+// taken up at once by another process (or this one after a restart).
+func runClient(ctx context.Context, client *river.Client[pgx.Tx]) error {
+	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("job queue: %w", err)
+	}
+	<-ctx.Done()
+	soft, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := client.Stop(soft); err == nil {
+		return nil
+	}
+	hard, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	client.StopAndCancel(hard)
+	return nil
+}
+
+// RunWorkers runs the process managers, the job queue and the domain
+// poller until ctx ends.
 func (a *App) RunWorkers(ctx context.Context) error {
 	router, err := processmanagers.NewRouter(a.Pool, a.Store, a.Log)
 	if err != nil {
@@ -437,30 +464,53 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	}
 	router.Handle("domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box, a.Log))
 	router.Handle("email-release", a.releaser().Handle)
-	// Webhook delivery is River jobs: one reader turns events into them,
-	// and every worker process's client claims and works them.
+	// Sending and webhook delivery are River jobs: one reader per process
+	// manager turns events into them, and every worker process's client
+	// claims and works them.
 	workers := river.NewWorkers()
+	river.AddWorker(workers, a.sendWorker(a.rateLimit(ctx)))
 	hooks := a.webhooks()
 	webhookReader := a.webhookJobs(hooks, workers)
+	clientID := jobs.NewClientID()
 	client, err := jobs.NewClient(a.Pool, jobs.Config{
-		Queues:  map[string]int{processmanagers.WebhookQueue: a.Config.WebhookConcurrency},
-		Workers: workers,
-		Log:     a.Log,
+		ID: clientID,
+		Queues: map[string]int{
+			jobs.EmailQueue:   a.Config.ProviderConcurrency,
+			jobs.WebhookQueue: a.Config.WebhookConcurrency,
+		},
+		Workers:    workers,
+		JobTimeout: sendJobTimeout,
+		Log:        a.Log,
 	})
 	if err != nil {
 		return fmt.Errorf("job queue: %w", err)
 	}
-	pipeline := a.pipeline()
-	n := a.Config.SendConcurrency
-	for i := range n {
-		router.Handle(fmt.Sprintf("email-pipeline-%d-of-%d", i, n), processmanagers.Shard(i, n, pipeline.Handle))
-	}
+	sends := jobs.NewReader(processmanagers.EmailReaderName, a.Pool, a.Store, processmanagers.PlanSends, a.Log)
+	sends.Inherit = processmanagers.EmailShardCheckpoints
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return router.Run(ctx) })
+	g.Go(func() error { return sends.Run(ctx) })
+	g.Go(func() error { return webhookReader.Run(ctx) })
+	alive := make(chan struct{})
+	g.Go(func() error {
+		jobs.KeepAlive(ctx, a.Pool, clientID, a.Log, alive)
+		return nil
+	})
+	g.Go(func() error {
+		// Claim nothing before the liveness lock tells others we are alive.
+		select {
+		case <-alive:
+		case <-ctx.Done():
+			return nil
+		}
+		return runClient(ctx, client)
+	})
+	g.Go(func() error {
+		hooks.RunSweep(ctx, client)
+		return nil
+	})
 	poller := a.DomainPoller()
 	g.Go(func() error { return poller.Run(ctx) })
-	g.Go(func() error { return webhookReader.Run(ctx) })
-	g.Go(func() error { return runJobs(ctx, client, hooks) })
 	if a.ses != nil && a.Config.SESEventsQueueURL != "" {
 		g.Go(func() error {
 			processmanagers.SESFeedback(ctx, a.ses, a.Commands, a.Pool, a.Log)

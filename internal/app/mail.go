@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"net"
@@ -14,7 +15,9 @@ import (
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/dkimkey"
 	"github.com/mailroom/mailroom/internal/egress"
+	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/provider"
+	"github.com/mailroom/mailroom/internal/provider/ratelimit"
 	"github.com/mailroom/mailroom/internal/scan"
 	"github.com/mailroom/mailroom/processmanagers"
 	"github.com/mailroom/mailroom/readapi"
@@ -103,16 +106,61 @@ func (a *App) pipeline() *processmanagers.Pipeline {
 	return p
 }
 
+// sendWorker works the email queue's jobs, drawing on limit (nil: no
+// rate limit) before each message goes to the provider.
+func (a *App) sendWorker(limit *ratelimit.Limiter) *processmanagers.SendWorker {
+	p := a.pipeline()
+	if limit != nil {
+		p.Sender = ratelimit.Sender{Next: p.Sender, Limiter: limit}
+	}
+	return &processmanagers.SendWorker{
+		Pipeline: p,
+		Accounts: processmanagers.NewAccountSlots(a.Config.AccountConcurrency),
+		Retry:    jobs.Backoff{Min: 100 * time.Millisecond, Max: time.Minute},
+		Log:      a.Log,
+	}
+}
+
+// rateLimit is the provider's maximum send rate shared by every worker
+// process: MAILROOM_PROVIDER_MAX_RATE, else SES's own; nil when unlimited.
+// An SES account whose rate cannot be read is held to one message a second
+// until the next start rather than risk going over its quota.
+func (a *App) rateLimit(ctx context.Context) *ratelimit.Limiter {
+	rate := a.Config.ProviderMaxRate
+	if rate == 0 && a.ses != nil {
+		qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		var err error
+		if rate, err = a.ses.MaxSendRate(qctx); err != nil || rate <= 0 {
+			a.Log.Warn("SES maximum send rate unknown; sending at most one message a second", "err", err)
+			rate = 1
+		}
+	}
+	if rate <= 0 {
+		return nil
+	}
+	a.Log.Info("provider send rate limited", "messages_per_second", rate)
+	return ratelimit.New(a.Pool, a.Config.Provider, rate)
+}
+
 // signingKey opens the active DKIM key of an account's domain.
 func (a *App) signingKey(ctx context.Context, accountID, name string) (*provider.DKIMKey, error) {
 	st, err := a.sendingDomain(ctx, accountID, name)
 	if err != nil || st.Active == nil {
 		return nil, err
 	}
+	// Opening and parsing a key costs about as much CPU as the rest of an
+	// email's preparation; a domain's key under one selector never changes
+	// (a rotation brings a new selector), so each is opened once.
+	cacheKey := st.ID + "/" + st.Active.Selector
+	if k, ok := a.dkimKeys.Load(cacheKey); ok {
+		return &provider.DKIMKey{Domain: st.Name, Selector: st.Active.Selector, PrivateKey: k.(*rsa.PrivateKey)}, nil
+	}
 	key, err := dkimkey.Open(a.Box, st.ID, *st.Active)
 	if err != nil {
 		return nil, err
 	}
+	a.dkimKeys.Store(cacheKey, key)
 	return &provider.DKIMKey{Domain: st.Name, Selector: st.Active.Selector, PrivateKey: key}, nil
 }
 

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,24 +44,4 @@ func (a *App) webhookJobs(hooks *processmanagers.Webhooks, workers *river.Worker
 	r := jobs.NewReader(processmanagers.WebhookReaderName, a.Pool, a.Store, hooks.Plan, a.Log)
 	r.Inherit = processmanagers.WebhookShardCheckpoints
 	return r
-}
-
-// runJobs works the River client's queues, and the webhook sweep beside
-// them, until ctx ends.
-func runJobs(ctx context.Context, client *river.Client[pgx.Tx], hooks *processmanagers.Webhooks) error {
-	// Stopping is Stop's: a cancelled context would cancel attempts under
-	// way instead of letting them finish and be recorded.
-	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("job queue: %w", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		hooks.RunSweep(ctx, client)
-	}()
-	<-ctx.Done()
-	<-done
-	stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	return client.Stop(stop)
 }

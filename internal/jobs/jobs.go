@@ -25,6 +25,12 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
+// The queues of a worker process's River client.
+const (
+	EmailQueue   = "email"   // sending emails
+	WebhookQueue = "webhook" // webhook fan-out and delivery attempts
+)
+
 // Migrate brings River's tables (river_job, river_queue, …) to the version
 // this build's River needs. database.Migrate runs it under its migration
 // lock, after the project's own migrations.
@@ -41,6 +47,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 
 // Config is what a worker process's River client is built from.
 type Config struct {
+	// ID is the client's id (NewClientID), the name KeepAlive holds.
+	ID string
 	// Queues maps a queue name to its concurrency (River's MaxWorkers).
 	Queues map[string]int
 	// Workers holds every job kind's worker (river.AddWorker).
@@ -84,6 +92,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		queues[name] = river.QueueConfig{MaxWorkers: n}
 	}
 	return river.NewClient(riverpgxv5.New(pool), &river.Config{
+		ID:                          cfg.ID,
 		Queues:                      queues,
 		Workers:                     cfg.Workers,
 		FetchCooldown:               2 * time.Millisecond,

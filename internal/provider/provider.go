@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rsa"
 	"errors"
+	"time"
 )
 
 // Identity is a sending domain as the provider knows it.
@@ -59,7 +60,8 @@ type DKIMKey struct {
 
 // Sender hands messages to the provider. Send returns the provider's
 // message id. A *RejectedError means the provider refused the message for
-// good; any other error is transient and the send is retried.
+// good; a *ThrottledError asks to slow down; any other error is transient
+// and the send is retried.
 type Sender interface {
 	Send(ctx context.Context, m Outbound) (string, error)
 }
@@ -71,6 +73,25 @@ type Sender interface {
 type RejectedError struct{ Reason, Code string }
 
 func (e *RejectedError) Error() string { return "provider rejected the message: " + e.Reason }
+
+// ThrottledError is the provider asking to slow down (SES Throttling or
+// TooManyRequests, SMTP 421/451/452): the message was not accepted, but
+// nothing is wrong with it or with the provider. The send is retried after
+// RetryAfter (zero: the caller's own wait) and never counts as a failure.
+type ThrottledError struct {
+	Reason     string // the provider's answer, for operators
+	RetryAfter time.Duration
+	Err        error // the provider's own error, if any
+}
+
+func (e *ThrottledError) Error() string { return "provider throttled the message: " + e.Reason }
+func (e *ThrottledError) Unwrap() error { return e.Err }
+
+// IsThrottled reports whether err is a *ThrottledError.
+func IsThrottled(err error) bool {
+	var t *ThrottledError
+	return errors.As(err, &t)
+}
 
 // NoIdentities is the identity port of providers that keep no sending
 // identities (an SMTP relay: Mailroom signs each message itself).

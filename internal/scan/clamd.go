@@ -49,6 +49,11 @@ func newClamdClient(addr string, timeout time.Duration) *clamdClient {
 // verdict.
 var ErrClamd = errors.New("clamd")
 
+// ErrTooLarge is clamd's answer to content over its stream size limit
+// (StreamMaxLength): scanning it again cannot succeed, so the content is
+// refused rather than retried. It wraps ErrClamd.
+var ErrTooLarge = fmt.Errorf("%w: content over the scanner's stream size limit", ErrClamd)
+
 func (c *clamdClient) fail(format string, args ...any) error {
 	return fmt.Errorf("%w %s %s: %s", ErrClamd, c.network, c.addr, fmt.Sprintf(format, args...))
 }
@@ -168,6 +173,8 @@ func (c *clamdClient) parseReply(reply string) (string, error) {
 			return "", c.fail("malformed reply %q", reply)
 		}
 		return name, nil
+	case strings.HasSuffix(reply, " ERROR") && strings.Contains(reply, "size limit exceeded"):
+		return "", fmt.Errorf("%w (%s %s: %s)", ErrTooLarge, c.network, c.addr, reply)
 	case strings.HasSuffix(reply, " ERROR"):
 		return "", c.fail("%s", reply)
 	case strings.HasSuffix(reply, ": OK") || reply == "OK":

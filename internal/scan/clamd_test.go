@@ -147,10 +147,9 @@ func TestClamdStreamLimitIsAnError(t *testing.T) {
 	fake.maxStream = 100 << 10
 	s := New(fake.Addr(), 5*time.Second)
 	v, err := s.ScanAttachment(context.Background(), "big.pdf", bytes.Repeat([]byte("x"), 4<<20))
-	if err == nil || v.Blocked {
-		t.Fatalf("over clamd's stream limit: %+v, %v; want an error", v, err)
+	if !errors.Is(err, ErrTooLarge) || !errors.Is(err, ErrClamd) || v.Blocked {
+		t.Fatalf("over clamd's stream limit: %+v, %v; want ErrTooLarge", v, err)
 	}
-	t.Logf("error: %v", err)
 }
 
 func TestParseClamdReply(t *testing.T) {
@@ -165,12 +164,16 @@ func TestParseClamdReply(t *testing.T) {
 		{"1: stream: Eicar-Signature FOUND", "Eicar-Signature", false},
 		{"INSTREAM size limit exceeded. ERROR", "", true},
 		{"stream: Can't allocate memory ERROR", "", true},
+		{"stream: INSTREAM size limit exceeded. ERROR", "", true},
 		{"stream:  FOUND", "", true},
 		{"UNKNOWN COMMAND", "", true},
 		{"", "", true},
 	}
 	for _, tc := range cases {
 		name, err := c.parseReply(tc.reply)
+		if tooLarge := strings.Contains(tc.reply, "size limit"); errors.Is(err, ErrTooLarge) != tooLarge {
+			t.Errorf("parseReply(%q): %v; ErrTooLarge %v", tc.reply, err, tooLarge)
+		}
 		if name != tc.name || (err != nil) != tc.wantErr {
 			t.Errorf("parseReply(%q) = %q, %v; want %q, error %v", tc.reply, name, err, tc.name, tc.wantErr)
 		}

@@ -28,9 +28,10 @@ const maxTagLen = 256
 //
 // Error mapping: MessageRejected, MailFromDomainNotVerifiedException,
 // AccountSuspendedException and BadRequestException are permanent
-// (*provider.RejectedError with the SES message). Everything else is
-// transient and retried by the caller: throttling (TooManyRequestsException),
-// quotas (LimitExceededException, which lifts when the 24-hour window
+// (*provider.RejectedError with the SES message). Throttling
+// (TooManyRequestsException, Throttling) asks to slow down
+// (*provider.ThrottledError). Everything else is transient and retried by
+// the caller: quotas (LimitExceededException, which lifts when the 24-hour window
 // moves), SendingPausedException (an operator resumes sending; failing every
 // queued email meanwhile would be worse), NotFoundException (a missing
 // configuration set is an operator error that gets fixed), 5xx and timeouts.
@@ -103,10 +104,20 @@ var permanentSendErrors = map[string]bool{
 	"BadRequestException":                true,
 }
 
+// throttleErrors are the SES error codes that ask the sender to slow down.
+var throttleErrors = map[string]bool{
+	"TooManyRequestsException": true,
+	"Throttling":               true,
+	"ThrottlingException":      true,
+}
+
 func mapSendError(err error) error {
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) && permanentSendErrors[apiErr.ErrorCode()] {
 		return &provider.RejectedError{Reason: apiMessage(apiErr.ErrorCode(), apiErr.ErrorMessage()), Code: apiErr.ErrorCode()}
+	}
+	if errors.As(err, &apiErr) && throttleErrors[apiErr.ErrorCode()] {
+		return &provider.ThrottledError{Reason: apiMessage(apiErr.ErrorCode(), apiErr.ErrorMessage()), Err: err}
 	}
 	return fmt.Errorf("ses: send (transient): %w", err)
 }
@@ -116,4 +127,17 @@ func apiMessage(code, msg string) string {
 		return "SES " + code
 	}
 	return "SES " + code + ": " + msg
+}
+
+// MaxSendRate is the account's maximum send rate (messages a second) as
+// GetAccount reports it.
+func (p *Provider) MaxSendRate(ctx context.Context) (float64, error) {
+	out, err := p.ses.GetAccount(ctx, &sesv2.GetAccountInput{})
+	if err != nil {
+		return 0, fmt.Errorf("ses: get account: %w", err)
+	}
+	if out.SendQuota == nil {
+		return 0, errors.New("ses: get account: no send quota")
+	}
+	return out.SendQuota.MaxSendRate, nil
 }

@@ -88,17 +88,19 @@ func TestSendErrorMapping(t *testing.T) {
 		code      string
 		status    int
 		permanent bool
+		throttled bool
 	}{
-		{"MessageRejected", 400, true},
-		{"MailFromDomainNotVerifiedException", 400, true},
-		{"AccountSuspendedException", 400, true},
-		{"BadRequestException", 400, true},
-		{"TooManyRequestsException", 429, false},
-		{"LimitExceededException", 400, false},
-		{"SendingPausedException", 400, false},
-		{"NotFoundException", 404, false},
-		{"InternalFailure", 500, false},
-		{"ServiceUnavailable", 503, false},
+		{"MessageRejected", 400, true, false},
+		{"MailFromDomainNotVerifiedException", 400, true, false},
+		{"AccountSuspendedException", 400, true, false},
+		{"BadRequestException", 400, true, false},
+		{"TooManyRequestsException", 429, false, true},
+		{"Throttling", 400, false, true},
+		{"LimitExceededException", 400, false, false},
+		{"SendingPausedException", 400, false, false},
+		{"NotFoundException", 404, false, false},
+		{"InternalFailure", 500, false, false},
+		{"ServiceUnavailable", 503, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.code, func(t *testing.T) {
@@ -112,10 +114,23 @@ func TestSendErrorMapping(t *testing.T) {
 			if got := errors.As(err, &rej); got != c.permanent {
 				t.Fatalf("permanent = %v, want %v (err %v)", got, c.permanent, err)
 			}
+			if provider.IsThrottled(err) != c.throttled {
+				t.Fatalf("throttled = %v, want %v (err %v)", provider.IsThrottled(err), c.throttled, err)
+			}
 			if c.permanent && (rej.Reason != "SES "+c.code+": Email address is not verified." || rej.Code != c.code) {
 				t.Errorf("reason = %q, code = %q", rej.Reason, rej.Code)
 			}
 		})
+	}
+}
+
+// The account's maximum send rate comes from GetAccount.
+func TestMaxSendRate(t *testing.T) {
+	f := newFakeAWS(t)
+	f.SetMaxSendRate(250)
+	rate, err := f.provider("").MaxSendRate(context.Background())
+	if err != nil || rate != 250 {
+		t.Fatalf("MaxSendRate = %v, %v; want 250", rate, err)
 	}
 }
 

@@ -260,15 +260,23 @@ func (r *Relay) fail(ctx context.Context, stage string, err error) error {
 	var se *gosmtp.SMTPError
 	if errors.As(err, &se) {
 		reply := formatReply(se)
+		re := &ReplyError{Stage: stage, Reply: reply, Code: se.Code, err: se}
+		if throttleCodes[se.Code] {
+			return &provider.ThrottledError{Reason: stage + ": " + reply, Err: re}
+		}
 		// 530 is "authenticate first" / "STARTTLS first": the relay's
 		// configuration, not the message, is at fault.
 		if se.Code/100 == 5 && se.Code != 530 && permanentStage(stage) {
 			return &provider.RejectedError{Reason: stage + ": " + reply, Code: replyCode(se)}
 		}
-		return &ReplyError{Stage: stage, Reply: reply, Code: se.Code, err: se}
+		return re
 	}
 	return fmt.Errorf("smtp %s via %s: %w", stage, r.addr, err)
 }
+
+// throttleCodes are the replies with which relays ask senders to slow down
+// (421 closing, 451 try later, 452 too many messages or recipients for now).
+var throttleCodes = map[int]bool{421: true, 451: true, 452: true}
 
 // ReplyError is a transient (or configuration) refusal by the relay: a 4xx
 // reply, or a 5xx reply outside MAIL, RCPT and DATA (e.g. 535 to AUTH).

@@ -5,7 +5,9 @@
 // Replies map onto the provider port like this:
 //   - a 5xx reply to MAIL, RCPT or DATA is a permanent refusal of the message
 //     (*provider.RejectedError carrying the reply, code included);
-//   - a 4xx reply, a network error, a TLS failure or a cancelled context is
+//   - 421, 451 and 452 ask to slow down (*provider.ThrottledError): the
+//     send is retried later and never fails the email;
+//   - another 4xx reply, a network error, a TLS failure or a cancelled context is
 //     transient (a plain error) and the send is retried;
 //   - a failure to authenticate (535 and friends, or 530 "authentication
 //     required" on MAIL) is a configuration problem of the relay, not of the

@@ -497,7 +497,8 @@ func TestDKIMWrongKeyAndRotation(t *testing.T) {
 }
 
 // 5xx on MAIL, RCPT or DATA refuses the message for good, with the reply;
-// 4xx and 530 (authenticate first) are transient.
+// 4xx and 530 (authenticate first) are transient; 421, 451 and 452 ask to
+// slow down.
 func TestReplies(t *testing.T) {
 	e := func(code int, ec gosmtp.EnhancedCode, msg string) *gosmtp.SMTPError {
 		return &gosmtp.SMTPError{Code: code, EnhancedCode: ec, Message: msg}
@@ -508,19 +509,24 @@ func TestReplies(t *testing.T) {
 		rejected bool
 		want     []string
 		code     string // of a rejection: what customers may see
+		throttle bool
 	}{
 		{"rcpt 550", &backend{rcptErr: map[string]*gosmtp.SMTPError{"bob@example.net": e(550, gosmtp.EnhancedCode{5, 1, 1}, "No such user here")}},
-			true, []string{"550 5.1.1 No such user here", "RCPT TO:<bob@example.net>"}, "550 5.1.1"},
+			true, []string{"550 5.1.1 No such user here", "RCPT TO:<bob@example.net>"}, "550 5.1.1", false},
 		{"rcpt 451", &backend{rcptErr: map[string]*gosmtp.SMTPError{"bob@example.net": e(451, gosmtp.EnhancedCode{4, 3, 0}, "Try again later")}},
-			false, []string{"451 4.3.0 Try again later"}, ""},
+			false, []string{"451 4.3.0 Try again later"}, "", true},
+		{"rcpt 450", &backend{rcptErr: map[string]*gosmtp.SMTPError{"bob@example.net": e(450, gosmtp.EnhancedCode{4, 2, 0}, "Mailbox busy")}},
+			false, []string{"450 4.2.0 Mailbox busy"}, "", false},
+		{"mail 421", &backend{mailErr: e(421, gosmtp.EnhancedCode{4, 7, 0}, "Too many connections, slow down")},
+			false, []string{"421 4.7.0"}, "", true},
 		{"mail 553", &backend{mailErr: e(553, gosmtp.EnhancedCode{5, 7, 1}, "Sender address rejected")},
-			true, []string{"553 5.7.1", "MAIL FROM:<bounce@send.acme.test>"}, "553 5.7.1"},
+			true, []string{"553 5.7.1", "MAIL FROM:<bounce@send.acme.test>"}, "553 5.7.1", false},
 		{"mail 530", &backend{mailErr: e(530, gosmtp.EnhancedCode{5, 7, 0}, "Authentication required")},
-			false, []string{"530"}, ""},
+			false, []string{"530"}, "", false},
 		{"data 554", &backend{dataErr: e(554, gosmtp.EnhancedCode{5, 6, 0}, "Message content rejected")},
-			true, []string{"DATA: 554 5.6.0 Message content rejected"}, "554 5.6.0"},
+			true, []string{"DATA: 554 5.6.0 Message content rejected"}, "554 5.6.0", false},
 		{"data 452", &backend{dataErr: e(452, gosmtp.EnhancedCode{4, 3, 1}, "Insufficient system storage")},
-			false, []string{"452 4.3.1"}, ""},
+			false, []string{"452 4.3.1"}, "", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -530,6 +536,9 @@ func TestReplies(t *testing.T) {
 			var rej *provider.RejectedError
 			if got := errors.As(err, &rej); got != c.rejected {
 				t.Fatalf("err %v: RejectedError=%v, want %v", err, got, c.rejected)
+			}
+			if provider.IsThrottled(err) != c.throttle {
+				t.Errorf("err %v: throttled=%v, want %v", err, provider.IsThrottled(err), c.throttle)
 			}
 			if c.rejected && rej.Code != c.code {
 				t.Errorf("code %q, want %q", rej.Code, c.code)

@@ -57,6 +57,15 @@ type Server struct {
 	identityLog    []string // "create <name>", "set_signing_key <name>", "mail_from <name>", "delete <name>"
 	dkimStatus     string   // what GetEmailIdentity reports for every identity
 	mailFromStatus string
+	maxSendRate    float64 // GetAccount's SendQuota.MaxSendRate
+}
+
+// SetMaxSendRate sets the SendQuota.MaxSendRate GetAccount reports
+// (default 14, a new production account's).
+func (f *Server) SetMaxSendRate(rate float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.maxSendRate = rate
 }
 
 // Identity is an email identity as the fake holds it.
@@ -96,7 +105,7 @@ type message struct {
 
 func Start(t testing.TB) *Server {
 	f := &Server{t: t, errors: map[string][]Error{}, identities: map[string]*Identity{},
-		dkimStatus: "SUCCESS", mailFromStatus: "PENDING"}
+		dkimStatus: "SUCCESS", mailFromStatus: "PENDING", maxSendRate: 14}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -218,6 +227,14 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v2/email/outbound-emails":
 		_ = json.NewEncoder(w).Encode(map[string]string{"MessageId": "0100018f-fake-ses-message-id-000000"})
+	case r.Method == http.MethodGet && r.URL.Path == "/v2/email/account":
+		f.mu.Lock()
+		rate := f.maxSendRate
+		f.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"SendQuota":      map[string]any{"Max24HourSend": 50000, "MaxSendRate": rate, "SentLast24Hours": 0},
+			"SendingEnabled": true, "ProductionAccessEnabled": true,
+		})
 	case r.Method == http.MethodPost && r.URL.Path == "/v2/email/identities":
 		f.createIdentity(w, body)
 	case strings.HasPrefix(r.URL.Path, "/v2/email/identities/"):

@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	gosmtp "github.com/emersion/go-smtp"
 )
@@ -26,6 +27,24 @@ type Relay struct {
 	mu     sync.Mutex
 	msgs   []Message
 	reject *gosmtp.SMTPError
+	delay  time.Duration
+	datas  int // DATA commands answered, accepted or not
+}
+
+// Attempts is how many messages the relay was offered (DATA), whatever it
+// answered.
+func (r *Relay) Attempts() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.datas
+}
+
+// Delay makes the relay wait d before answering each DATA, as a relay or
+// an API across a network does.
+func (r *Relay) Delay(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.delay = d
 }
 
 // RejectData makes the relay answer every DATA with reply from now on
@@ -80,7 +99,12 @@ func (s *session) Data(rd io.Reader) error {
 		return err
 	}
 	s.r.mu.Lock()
+	delay := s.r.delay
+	s.r.mu.Unlock()
+	time.Sleep(delay)
+	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
+	s.r.datas++
 	if s.r.reject != nil {
 		return s.r.reject
 	}

@@ -1,0 +1,304 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/mail"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gosmtp "github.com/emersion/go-smtp"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/internal/pgtest"
+	"github.com/mailroom/mailroom/internal/provider/smtp/smtptest"
+)
+
+// relayCounts is how many times each email reached the relays.
+func relayCounts(t *testing.T, relays ...*smtptest.Relay) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for _, r := range relays {
+		for _, m := range r.Messages() {
+			msg, err := mail.ReadMessage(bytes.NewReader(m.Data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[msg.Header.Get("X-Mailroom-Email-Id")]++
+		}
+	}
+	return got
+}
+
+// sendMany sends n emails from 8 clients and returns their ids.
+func sendMany(t *testing.T, w *sendWorld, n int) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var ids []string
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				r := w.Do("POST", "/v1/emails/send", w.key, map[string]any{"from": "a@acme.test", "to": fmt.Sprintf("u%d@example.org", i), "subject": "s", "text": "t"})
+				if r.Status != 202 {
+					t.Errorf("send: %d %s", r.Status, r.Body)
+					continue
+				}
+				mu.Lock()
+				ids = append(ids, r.JSON(t)["id"].(string))
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return ids
+}
+
+// waitSent waits until every email id has a sent_at in the read model.
+func waitSent(t *testing.T, w *sendWorld, ids []string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var n int
+		if err := w.Pool.QueryRow(context.Background(), `SELECT count(*) FROM emails WHERE id = ANY($1) AND status NOT IN ('queued', 'processing')`, ids).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == len(ids) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d emails left the pipeline", n, len(ids))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitJobsIdle waits until the job queue has no unfinished job.
+func waitJobsIdle(t *testing.T, w *sendWorld) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var n int
+		if err := w.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE state NOT IN ('completed', 'discarded', 'cancelled')`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d jobs unfinished", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func checkOnce(t *testing.T, counts map[string]int, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		if counts[id] != 1 {
+			t.Errorf("email %s reached the relay %d times", id, counts[id])
+		}
+	}
+}
+
+// An upgrade from the sharded handlers starts the one email reader at the
+// lowest shard checkpoint: emails the shards had sent are not sent again,
+// even with no job left from before (the email streams show them sent), and
+// a new provider concurrency after a restart changes nothing either.
+func TestUpgradeFromShardsSendsNothingTwice(t *testing.T) {
+	relay := smtptest.Start(t)
+	url := pgtest.NewURL(t) + "&pool_max_conns=10"
+	base := apptest.Config(t, url)
+	base.Provider, base.SMTPURL = "smtp", "smtp://"+relay.Addr
+	smtpConfig := func(concurrency int) config.Config {
+		cfg := base
+		cfg.ProviderConcurrency = concurrency
+		return cfg
+	}
+	clock := apptest.NewClock()
+	s := apptest.StartWithClock(t, smtpConfig(4), clock)
+	acct, admin, key := s.Sender("acme.test")
+	w := &sendWorld{Server: s, account: acct, admin: admin, key: key}
+	first := sendMany(t, w, 30)
+	waitSent(t, w, first)
+	waitJobsIdle(t, w)
+	s.Stop()
+
+	// What an older release leaves: shard checkpoints, the lowest at the
+	// start of the log, and no job queue content.
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{
+		`DELETE FROM processmanager_checkpoints WHERE name = 'email-pipeline'`,
+		`INSERT INTO processmanager_checkpoints (name, commit_position, prepare_position) VALUES ('email-pipeline-0-of-2', 0, 0)`,
+		`INSERT INTO processmanager_checkpoints (name, commit_position, prepare_position) SELECT 'email-pipeline-1-of-2', max(commit_position), 0 FROM processmanager_checkpoints`,
+		`DELETE FROM river_job`,
+	} {
+		if _, err := db.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+
+	s = apptest.StartWithClock(t, smtpConfig(32), clock)
+	w.Server = s
+	second := sendMany(t, w, 30)
+	waitSent(t, w, second)
+	waitJobsIdle(t, w)
+	checkOnce(t, relayCounts(t, relay), append(first, second...))
+	var replanned int
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'email_id' = ANY($1)`, first).Scan(&replanned); err != nil {
+		t.Fatal(err)
+	}
+	if replanned != len(first) {
+		t.Errorf("%d of the %d emails sent before the upgrade were planned again, want all (from the lowest shard checkpoint)", replanned, len(first))
+	}
+	var old int
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM processmanager_checkpoints WHERE name LIKE 'email-pipeline-%-of-%'`).Scan(&old); err != nil {
+		t.Fatal(err)
+	}
+	if old != 0 {
+		t.Errorf("%d shard checkpoints left", old)
+	}
+}
+
+// Two worker processes on one database share the sending: each sends some
+// of the emails, and no email is sent by both.
+func TestTwoWorkersShareSending(t *testing.T) {
+	relayA, relayB := smtptest.Start(t), smtptest.Start(t)
+	// One message at a time per worker, each taking a while: neither
+	// worker can drain the queue before the other claims some.
+	relayA.Delay(50 * time.Millisecond)
+	relayB.Delay(50 * time.Millisecond)
+	url := pgtest.NewURL(t) + "&pool_max_conns=10"
+	shared := t.TempDir() // one master key and blob store, as in production
+	cfgFor := func(relay *smtptest.Relay) config.Config {
+		cfg := apptest.Config(t, url)
+		cfg.DataDir, cfg.BlobDir = shared, shared+"/blobs"
+		cfg.Provider, cfg.SMTPURL = "smtp", "smtp://"+relay.Addr
+		cfg.ProviderConcurrency = 1
+		return cfg
+	}
+	a := apptest.StartWith(t, cfgFor(relayA))
+	b := apptest.StartWith(t, cfgFor(relayB))
+	acct, admin, key := a.Sender("acme.test")
+	w := &sendWorld{Server: a, account: acct, admin: admin, key: key}
+	ids := sendMany(t, w, 60)
+	waitSent(t, w, ids)
+	waitJobsIdle(t, w)
+	checkOnce(t, relayCounts(t, relayA, relayB), ids)
+	if na, nb := len(relayA.Messages()), len(relayB.Messages()); na == 0 || nb == 0 {
+		t.Errorf("worker A sent %d, worker B %d: the work was not shared", na, nb)
+	}
+	b.Stop()
+}
+
+// A relay asking to slow down (421) delays an email without failing it,
+// even past the age at which failures give up, and without making the
+// provider count as failing; once the relay accepts again the email goes.
+func TestThrottledSendWaitsAndGoesOut(t *testing.T) {
+	relay := smtptest.Start(t)
+	relay.RejectData(&gosmtp.SMTPError{Code: 421, EnhancedCode: gosmtp.EnhancedCode{4, 7, 0}, Message: "too many messages, slow down"})
+	w := newSendWorld(t, func(c *config.Config) {
+		c.Provider, c.SMTPURL = "smtp", "smtp://"+relay.Addr
+		c.SendMaxAge = time.Second
+	})
+	id := w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})["id"].(string)
+	deadline := time.Now().Add(30 * time.Second)
+	for relay.Attempts() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay was offered the message %d times", relay.Attempts())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e := w.Do("GET", "/v1/emails/"+id, w.key, nil).JSON(t)
+	if e["status"] == "failed" {
+		t.Fatalf("a throttled email failed: %v", e["events"])
+	}
+	if r := w.Do("GET", "/readyz", "", nil); r.Status != 200 {
+		t.Fatalf("/readyz while throttled: %d %s", r.Status, r.Body)
+	}
+	relay.RejectData(nil)
+	w.waitFor(t, id, status("delivered"))
+	checkOnce(t, relayCounts(t, relay), []string{id})
+}
+
+// One account's emails whose attachments trickle in a byte a second take
+// no more than that account's share of the workers: another account's
+// emails are sent while they are still downloading.
+func TestSlowAttachmentsDelayNoOtherAccount(t *testing.T) {
+	stop := make(chan struct{})
+	var downloading atomic.Int32
+	trickle := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		downloading.Add(1)
+		defer downloading.Add(-1)
+		rw.Header().Set("Content-Type", "application/octet-stream")
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if _, err := rw.Write([]byte("x")); err != nil {
+				return
+			}
+			rw.(http.Flusher).Flush()
+			select {
+			case <-stop:
+				return
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}))
+	defer trickle.Close()
+	defer close(stop)
+
+	w := newSendWorld(t, func(c *config.Config) {
+		c.ProviderConcurrency = 4
+		c.AccountConcurrency = 2
+	})
+	var slow []string
+	for i := range 6 {
+		slow = append(slow, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "slow", "text": "t",
+			"attachments": []map[string]any{{"path": fmt.Sprintf("%s/files/slow-%d.bin", trickle.URL, i)}}})["id"].(string))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for downloading.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d downloads started", downloading.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	_, _, otherKey := w.Sender("other.test")
+	other := &sendWorld{Server: w.Server, key: otherKey}
+	var fast []string
+	for range 5 {
+		fast = append(fast, other.send(t, map[string]any{"from": "b@other.test", "to": "y@example.org", "subject": "fast", "text": "t"})["id"].(string))
+	}
+	for _, id := range fast {
+		other.waitFor(t, id, status("delivered"))
+	}
+	if downloading.Load() == 0 {
+		t.Fatal("the slow downloads ended before the other account's emails were sent")
+	}
+	for _, id := range slow {
+		if e := w.Do("GET", "/v1/emails/"+id, w.key, nil).JSON(t); e["status"] == "delivered" || e["status"] == "sent" {
+			t.Fatalf("slow email %s already %s", id, e["status"])
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package jobs_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/internal/pgtest"
+)
+
+// runningJob inserts a job as if the client called by had claimed it.
+func runningJob(t *testing.T, pool *pgxpool.Pool, by string) int64 {
+	t.Helper()
+	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Insert(context.Background(), noteArgs{EventID: uuid.NewString()}, &river.InsertOpts{Queue: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE river_job SET state = 'running', attempt = 1,
+		attempted_at = now(), attempted_by = ARRAY[$2] WHERE id = $1`, res.Job.ID, by); err != nil {
+		t.Fatal(err)
+	}
+	return res.Job.ID
+}
+
+func stateOf(t *testing.T, pool *pgxpool.Pool, id int64) string {
+	t.Helper()
+	var s string
+	if err := pool.QueryRow(context.Background(), `SELECT state::text FROM river_job WHERE id = $1`, id).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// The running jobs of a process whose liveness lock is free are handed
+// back at once; a live process keeps its own.
+func TestRescueDeadClientsJobs(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	live, dead := jobs.NewClientID(), jobs.NewClientID()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held := make(chan struct{})
+	go jobs.KeepAlive(ctx, pool, live, slog.New(slog.DiscardHandler), held)
+	<-held
+
+	liveJob, deadJob := runningJob(t, pool, live), runningJob(t, pool, dead)
+	n, err := jobs.RescueDead(context.Background(), pool, jobs.NewClientID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || stateOf(t, pool, deadJob) != "available" || stateOf(t, pool, liveJob) != "running" {
+		t.Fatalf("moved %d; dead's job %s, live's job %s", n, stateOf(t, pool, deadJob), stateOf(t, pool, liveJob))
+	}
+}

@@ -1,0 +1,119 @@
+// Package ratelimit keeps the provider's maximum send rate across every
+// worker process: a token bucket in PostgreSQL (table
+// provider_rate_buckets) that refills at the rate, up to one second's
+// worth, from which each process takes tokens in small batches.
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailroom/mailroom/internal/provider"
+)
+
+// Limiter hands out this process's permissions to send.
+type Limiter struct {
+	pool *pgxpool.Pool
+	name string
+	rate float64 // messages a second, > 0
+
+	mu    sync.Mutex
+	stash int // tokens taken from the bucket and not yet used
+}
+
+// New returns a limiter of rate messages a second on the bucket name.
+func New(pool *pgxpool.Pool, name string, rate float64) *Limiter {
+	return &Limiter{pool: pool, name: name, rate: rate}
+}
+
+// Rate is the limiter's rate in messages a second.
+func (l *Limiter) Rate() float64 { return l.rate }
+
+// batch is how many tokens a process takes at once: a tenth of a second's
+// worth, so the bucket is asked about ten times a second at most per
+// process and no process sits on more than it uses right away.
+func (l *Limiter) batch() int { return max(1, int(l.rate/10)) }
+
+// capacity is the bucket's size: one second's worth.
+func (l *Limiter) capacity() float64 { return max(1, l.rate) }
+
+// Wait blocks until this process may send one message, or ctx ends.
+func (l *Limiter) Wait(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.stash == 0 {
+		got, avail, err := l.take(ctx, l.batch())
+		if err != nil {
+			return err
+		}
+		if got > 0 {
+			l.stash = got
+			break
+		}
+		// Until a whole token has refilled.
+		wait := time.Duration((1 - avail) / l.rate * float64(time.Second))
+		t := time.NewTimer(max(wait, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	l.stash--
+	return nil
+}
+
+// take draws up to want whole tokens from the bucket after refilling it for
+// the time since it was last drawn from; it returns how many it got and the
+// tokens the bucket held before.
+func (l *Limiter) take(ctx context.Context, want int) (int, float64, error) {
+	var got int
+	var avail float64
+	err := l.pool.QueryRow(ctx, `
+		WITH seed AS (
+			INSERT INTO provider_rate_buckets (name, tokens) VALUES ($1, $2)
+			ON CONFLICT (name) DO NOTHING
+		), cur AS (
+			SELECT LEAST($2, tokens + $3 * EXTRACT(EPOCH FROM clock_timestamp() - updated_at)::float8) AS avail
+			FROM provider_rate_buckets WHERE name = $1 FOR UPDATE
+		)
+		UPDATE provider_rate_buckets b
+		SET tokens = cur.avail - LEAST(floor(cur.avail), $4), updated_at = clock_timestamp()
+		FROM cur WHERE b.name = $1
+		RETURNING LEAST(floor(cur.avail), $4)::int, cur.avail`,
+		l.name, l.capacity(), l.rate, want).Scan(&got, &avail)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The statement created the bucket, which its own snapshot cannot
+		// see yet: the next draw finds it full.
+		return l.take(ctx, want)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("provider rate limit: %w", err)
+	}
+	if math.IsNaN(avail) {
+		avail = 0
+	}
+	return got, avail, nil
+}
+
+// Sender sends through Next once the limiter allows.
+type Sender struct {
+	Next    provider.Sender
+	Limiter *Limiter
+}
+
+// Send implements provider.Sender.
+func (s Sender) Send(ctx context.Context, m provider.Outbound) (string, error) {
+	if err := s.Limiter.Wait(ctx); err != nil {
+		return "", err
+	}
+	return s.Next.Send(ctx, m)
+}

@@ -1,0 +1,185 @@
+package processmanagers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/internal/provider"
+)
+
+// EmailReaderName names the reader that plans sends, and its checkpoint.
+const EmailReaderName = "email-pipeline"
+
+// EmailShardCheckpoints matches the checkpoints of the sharded handlers
+// the email reader replaced (email-pipeline-0-of-8, …); the reader starts at
+// the lowest of them, and the email streams make a repeated send a no-op.
+const EmailShardCheckpoints = "email-pipeline-%-of-%"
+
+// SendArgs is the job of taking one email on after one of its events
+// (EmailQueued or EmailReleased). It is unique by event: the reader inserts
+// each event's job once, and River refuses a second one even so.
+type SendArgs struct {
+	EmailID  string `json:"email_id"`
+	EventID  string `json:"event_id" river:"unique"`
+	Position string `json:"position"` // of the event, for read-your-writes
+}
+
+// Kind implements river.JobArgs.
+func (SendArgs) Kind() string { return "email_send" }
+
+// sendMaxAttempts bounds the retries of a job that keeps failing with an
+// error not marked Transient (a bug, a malformed stream): it is then
+// discarded and stays in river_job for an operator, as the poison queue
+// kept such events. Transient failures snooze and never use attempts up.
+const sendMaxAttempts = 5
+
+// PlanSends is the email reader's plan: one send job per EmailQueued and
+// EmailReleased.
+func PlanSends(_ context.Context, ev eventstore.RecordedEvent) ([]river.InsertManyParams, error) {
+	if ev.Type != (email.Queued{}).EventType() && ev.Type != (email.Released{}).EventType() {
+		return nil, nil
+	}
+	var e struct {
+		EmailID string `json:"email_id"`
+	}
+	if err := json.Unmarshal(ev.Data, &e); err != nil || e.EmailID == "" {
+		return nil, fmt.Errorf("%s without an email id: %v", ev.Type, err)
+	}
+	return []river.InsertManyParams{{
+		Args: SendArgs{EmailID: e.EmailID, EventID: ev.ID.String(), Position: ev.Position.String()},
+		InsertOpts: &river.InsertOpts{
+			Queue: jobs.EmailQueue, MaxAttempts: sendMaxAttempts,
+			UniqueOpts: river.UniqueOpts{ByArgs: true},
+		},
+	}}, nil
+}
+
+// SendWorker works send jobs: Pipeline.Process under a per-account cap.
+// Jobs of different emails run concurrently (up to the queue's
+// concurrency); an email has a job only once an event asked for one, and
+// the next such event (EmailReleased) follows the hold its job recorded
+// last, so one email's work never overlaps itself.
+type SendWorker struct {
+	river.WorkerDefaults[SendArgs]
+	Pipeline *Pipeline
+	Accounts *AccountSlots
+	// Retry is the wait before a transient failure is tried again.
+	Retry jobs.Backoff
+	Log   *slog.Logger
+}
+
+// Work implements river.Worker.
+func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
+	pos, err := eventstore.ParsePosition(job.Args.Position)
+	if err != nil {
+		return err
+	}
+	st, err := w.Pipeline.Commands.Email(ctx, job.Args.EmailID)
+	if err != nil {
+		return w.outcome(ctx, job, Transient(err))
+	}
+	if st.Exists() && w.Accounts != nil {
+		if !w.Accounts.Acquire(st.Queued.AccountID) {
+			// The account has its share in flight: come back shortly,
+			// leaving the slot to other accounts' emails.
+			return river.JobSnooze(time.Duration(50+rand.IntN(100)) * time.Millisecond)
+		}
+		defer w.Accounts.Release(st.Queued.AccountID)
+	}
+	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, pos))
+}
+
+// outcome maps the pipeline's answer to River's: transient failures and
+// ones caused by shutdown snooze (never counted against the job, never
+// discarded); others are retried a few times and then discarded.
+func (w *SendWorker) outcome(ctx context.Context, job *river.Job[SendArgs], err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return river.JobSnooze(0) // stopping: the next worker takes it at once
+	case provider.IsThrottled(err):
+		return river.JobSnooze(throttleWait(err))
+	case IsTransient(err):
+		n := snoozes(job.Metadata) + 1
+		d := w.Retry.Delay(n)
+		if w.Log != nil && n > 1 {
+			w.Log.Warn("email send will be retried", "email_id", job.Args.EmailID, "err", err, "retry_in", d)
+		}
+		return river.JobSnooze(d)
+	}
+	if w.Log != nil {
+		w.Log.Error("email send failed", "email_id", job.Args.EmailID, "attempt", job.Attempt, "err", err)
+	}
+	return err
+}
+
+// snoozes is how often River snoozed the job so far.
+func snoozes(metadata []byte) int {
+	var m struct {
+		Snoozes int `json:"snoozes"`
+	}
+	_ = json.Unmarshal(metadata, &m)
+	return m.Snoozes
+}
+
+// AccountSlots caps the emails of one account being prepared or sent at
+// once in this process, so one account's slow attachments or large burst
+// cannot take every worker.
+type AccountSlots struct {
+	max int
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+// NewAccountSlots allows max emails per account at once (0: no cap).
+func NewAccountSlots(max int) *AccountSlots {
+	return &AccountSlots{max: max, n: map[string]int{}}
+}
+
+// Acquire takes a slot of account, or reports false when it has none left.
+func (s *AccountSlots) Acquire(account string) bool {
+	if s.max <= 0 {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[account] >= s.max {
+		return false
+	}
+	s.n[account]++
+	return true
+}
+
+// Release gives back a slot Acquire took.
+func (s *AccountSlots) Release(account string) {
+	if s.max <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[account]--; s.n[account] <= 0 {
+		delete(s.n, account)
+	}
+}
+
+// throttleWait is how long a throttled send waits: the provider's word, or
+// about a second, spread so throttled sends do not return together.
+func throttleWait(err error) time.Duration {
+	var t *provider.ThrottledError
+	if errors.As(err, &t) && t.RetryAfter > 0 {
+		return t.RetryAfter
+	}
+	return time.Duration(500+rand.IntN(1000)) * time.Millisecond
+}
