@@ -525,10 +525,29 @@ func (w *Webhooks) queue(ctx context.Context, client *river.Client[pgx.Tx], quer
 		if err := rows.Err(); err != nil || len(jobs) == 0 {
 			return err
 		}
-		if _, err := client.InsertMany(ctx, jobs); err != nil {
+		if err := insertDue(ctx, client, jobs); err != nil {
 			return err
 		}
 	}
+}
+
+// insertDue queues attempts that are due now. One whose job exists already
+// but waits in the queue for later (a retry River scheduled before the
+// delivery was held, by a clock that has since moved) is made available:
+// its job snoozes again if it is not due yet.
+func insertDue(ctx context.Context, client *river.Client[pgx.Tx], jobs []river.InsertManyParams) error {
+	res, err := client.InsertMany(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		if r.UniqueSkippedAsDuplicate && r.Job.State == rivertype.JobStateScheduled {
+			if _, err := client.JobRetry(ctx, r.Job.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // sweepLock makes one process sweep at a time.
@@ -586,8 +605,7 @@ func (w *Webhooks) requeue(ctx context.Context, client *river.Client[pgx.Tx]) er
 	if err := rows.Err(); err != nil || len(jobs) == 0 {
 		return err
 	}
-	_, err = client.InsertMany(ctx, jobs)
-	return err
+	return insertDue(ctx, client, jobs)
 }
 
 // sweepEvery is how often held deliveries are looked at for expiry; one
