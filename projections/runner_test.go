@@ -399,6 +399,20 @@ func TestVersionChangeRebuilds(t *testing.T) {
 	pool, store := setup(t)
 	ctx := context.Background()
 	appendN(t, store, "s-1", "Counted", 30)
+	// A rebuild replays what is readable: wait until other databases'
+	// transactions let all 30 be read.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		evs, err := store.ReadAll(ctx, eventstore.Start, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 30 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 30 events readable", len(evs))
+		}
+	}
 	r := projections.NewRunner(pool, store, nil, quiet, tally{version: 1})
 	if err := r.Prepare(ctx); err != nil {
 		t.Fatal(err)
