@@ -442,6 +442,6 @@ func (s *suppressionRows) add(id string, recipients []string, reason string, at 
 const insertSuppressions = `INSERT INTO suppressions (account_id, email, reason, email_id, created_at)
 	SELECT e.account_id, s.address, s.reason, e.id, s.at
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS s(email_id, address, reason, at, n)
-	JOIN emails e ON e.id = s.email_id
+	CROSS JOIN LATERAL (SELECT id, account_id FROM emails WHERE id = s.email_id OFFSET 0) e -- a key probe each
 	ORDER BY s.n
 	ON CONFLICT (account_id, email) DO NOTHING`
