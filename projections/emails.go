@@ -67,11 +67,13 @@ CREATE TABLE IF NOT EXISTS suppressions (
 
 // Indexes serve the list's filters and an email's timeline; nothing the
 // projector writes looks them up.
-func (Emails) Indexes() string {
-	return `
-CREATE INDEX IF NOT EXISTS emails_account_created_idx ON emails (account_id, created_at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS emails_account_status_idx ON emails (account_id, status, created_at DESC);
-CREATE INDEX IF NOT EXISTS email_events_email_idx ON email_events (email_id, occurred_at, position);`
+func (Emails) Indexes() []string {
+	return []string{
+		// The largest first, so that the others build beside it.
+		`CREATE INDEX IF NOT EXISTS email_events_email_idx ON email_events (email_id, occurred_at, position)`,
+		`CREATE INDEX IF NOT EXISTS emails_account_created_idx ON emails (account_id, created_at DESC, id DESC)`,
+		`CREATE INDEX IF NOT EXISTS emails_account_status_idx ON emails (account_id, status, created_at DESC)`,
+	}
 }
 
 // moveProgress merges one event's email.Effect into the row's Progress (top_*,

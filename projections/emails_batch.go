@@ -158,7 +158,10 @@ func (Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error 
 // upsertEmails inserts the emails queued in the batch ($1..$21, whole
 // rows) and merges the batch's effects into rows that were there before
 // ($22..$37): the inserted rows are invisible to the UPDATE (one snapshot),
-// so no row is written twice. The merge is Apply's moveProgress and column
+// so no row is written twice. Rows already there are passed over by a
+// probe of the key rather than ON CONFLICT, whose speculative insertion
+// costs more; the projector's lock (or a rebuild's own shadow tables)
+// makes it the only writer. The merge is Apply's moveProgress and column
 // updates, with the batch's folded effect standing for its events.
 const upsertEmails = `WITH ins AS (
 		INSERT INTO emails (id, account_id, from_email, to_email, to_addresses, subject, status, top_status, top_rank, top_at,
@@ -173,7 +176,7 @@ const upsertEmails = `WITH ins AS (
 			AS n(id, account_id, from_email, to_email, to_addresses, subject, status, top_status, top_rank, top_at,
 				soft_bounced_at, reached_at, provider_message_id, attachment_count, attachments, created_at,
 				sent_at, delivered_at, opened_at, clicked_at, bounced_at)
-		ON CONFLICT (id) DO NOTHING
+		WHERE NOT EXISTS (SELECT 1 FROM emails e WHERE e.id = n.id OFFSET 0)
 	), d AS (
 		SELECT * FROM unnest($22::text[], $23::text[], $24::integer[], $25::timestamptz[], $26::timestamptz[], $27::timestamptz[],
 			$28::text[], $29::boolean[], $30::text[], $31::timestamptz[], $32::timestamptz[], $33::timestamptz[], $34::timestamptz[], $35::timestamptz[])
@@ -413,11 +416,12 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// insertTimeline passes over rows already there, as upsertEmails does.
 const insertTimeline = `INSERT INTO email_events (event_id, email_id, event_type, metadata, occurred_at, position)
 	SELECT event_id, email_id, event_type, metadata::jsonb, occurred_at, c::numeric * 1e19 + p::numeric
 	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::bigint[])
 		AS t(event_id, email_id, event_type, metadata, occurred_at, c, p)
-	ON CONFLICT (event_id) DO NOTHING`
+	WHERE NOT EXISTS (SELECT 1 FROM email_events e WHERE e.event_id = t.event_id OFFSET 0)`
 
 // suppressionRows are a batch's suppressions, in event order: the first
 // for an address wins, as with Apply.
@@ -438,6 +442,6 @@ func (s *suppressionRows) add(id string, recipients []string, reason string, at 
 const insertSuppressions = `INSERT INTO suppressions (account_id, email, reason, email_id, created_at)
 	SELECT e.account_id, s.address, s.reason, e.id, s.at
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS s(email_id, address, reason, at, n)
-	JOIN emails e ON e.id = s.email_id
+	CROSS JOIN LATERAL (SELECT id, account_id FROM emails WHERE id = s.email_id OFFSET 0) e -- a key probe each
 	ORDER BY s.n
 	ON CONFLICT (account_id, email) DO NOTHING`

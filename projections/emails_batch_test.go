@@ -22,11 +22,11 @@ import (
 // applies its events one by one.
 type rowByRow struct{ p projections.Emails }
 
-func (r rowByRow) Name() string     { return r.p.Name() }
-func (r rowByRow) Version() int     { return r.p.Version() }
-func (r rowByRow) Tables() []string { return r.p.Tables() }
-func (r rowByRow) Schema() string   { return r.p.Schema() }
-func (r rowByRow) Indexes() string  { return r.p.Indexes() }
+func (r rowByRow) Name() string      { return r.p.Name() }
+func (r rowByRow) Version() int      { return r.p.Version() }
+func (r rowByRow) Tables() []string  { return r.p.Tables() }
+func (r rowByRow) Schema() string    { return r.p.Schema() }
+func (r rowByRow) Indexes() []string { return r.p.Indexes() }
 func (r rowByRow) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	return r.p.Apply(ev, b)
 }
@@ -180,5 +180,53 @@ func TestEmailsBatchesMatchEventByEvent(t *testing.T) {
 		if rebuilt[i] != want[i] {
 			t.Errorf("%s rebuilt in batches differs from event by event:\n%s\nwant\n%s", table, rebuilt[i], want[i])
 		}
+	}
+}
+
+// A value PostgreSQL refuses fails the set-based batch; applied again event
+// by event, it quarantines only its own email's stream.
+func TestEmailsBatchQuarantinesOnlyThePoisonedStream(t *testing.T) {
+	pool, store := setup(t)
+	ctx := context.Background()
+	var last eventstore.Position
+	var poisoned string
+	for i := range 4 {
+		id := uuid.NewString()
+		subject := "fine"
+		if i == 2 {
+			subject, poisoned = "nul\x00here", id
+		}
+		data, err := codec.EncodeAll([]domain.Event{
+			&email.Queued{EmailID: id, AccountID: "acct", From: "a@acme.test", FromEmail: "a@acme.test", To: []string{"x@example.org"}, Subject: subject, QueuedAt: time.Now()},
+			&email.Sent{EmailID: id, ProviderMessageID: "p-" + id, SentAt: time.Now()},
+		}, eventstore.Metadata{Actor: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := store.Append(ctx, email.Stream(id), eventstore.NoStream, data...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res.Position
+	}
+	p := projections.Emails{}
+	r := projections.NewRunner(pool, store, nil, quiet, p)
+	if err := r.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	catchUpTo(t, r, p, last)
+	st, err := r.Status(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := st[0].Quarantined; len(q) != 1 || q[0].Stream != email.Stream(poisoned) {
+		t.Fatalf("quarantined %+v, want only %s", q, email.Stream(poisoned))
+	}
+	var sent int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM emails WHERE status = 'sent'").Scan(&sent); err != nil {
+		t.Fatal(err)
+	}
+	if sent != 3 {
+		t.Fatalf("%d emails projected as sent, want the 3 others", sent)
 	}
 }

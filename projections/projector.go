@@ -10,6 +10,7 @@ package projections
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -62,15 +63,16 @@ type BatchProjector interface {
 // (keys for ON CONFLICT, lookups) stay in Schema.
 type IndexedProjector interface {
 	Projector
-	// Indexes returns idempotent DDL creating the secondary indexes, with
+	// Indexes returns idempotent statements creating the secondary
+	// indexes, one each (a rebuild runs them side by side), with
 	// unqualified names, run like Schema.
-	Indexes() string
+	Indexes() []string
 }
 
 // ddl is all of p's DDL: its tables and then their indexes.
 func ddl(p Projector) string {
 	if ip, ok := p.(IndexedProjector); ok {
-		return p.Schema() + ";\n" + ip.Indexes()
+		return p.Schema() + ";\n" + strings.Join(ip.Indexes(), ";\n")
 	}
 	return p.Schema()
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
@@ -116,15 +117,23 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 	}
 	stopReading()
 
-	// Secondary indexes, built over the replayed tables, before the swap.
+	// Secondary indexes, built over the replayed tables before the swap,
+	// two at a time (each build is one backend's work).
 	if ip, ok := p.(IndexedProjector); ok {
-		if err := r.inTx(ctx, func(tx pgx.Tx) error {
-			if err := inShadow(tx); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, ip.Indexes())
-			return err
-		}); err != nil {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(2)
+		for _, ddl := range ip.Indexes() {
+			g.Go(func() error {
+				return r.inTx(gctx, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(gctx, fmt.Sprintf("SET LOCAL search_path TO %s, public", shadow)); err != nil {
+						return err
+					}
+					_, err := tx.Exec(gctx, ddl)
+					return err
+				})
+			})
+		}
+		if err := g.Wait(); err != nil {
 			return fmt.Errorf("rebuild %s: create indexes: %w", p.Name(), err)
 		}
 	}

@@ -410,7 +410,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, max 
 	if err != nil {
 		return nil, fmt.Errorf("eventstore/postgres: read %s: %w", stream, err)
 	}
-	evs, err := scanEvents(rows)
+	evs, err := scanEvents(rows, max)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore/postgres: read %s: %w", stream, err)
 	}
@@ -445,17 +445,22 @@ func (s *Store) ReadAll(ctx context.Context, from eventstore.Position, max int) 
 	if err != nil {
 		return nil, fmt.Errorf("eventstore/postgres: read $all: %w", err)
 	}
-	evs, err := scanEvents(rows)
+	evs, err := scanEvents(rows, max)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore/postgres: read $all: %w", err)
 	}
 	return evs, nil
 }
 
-func scanEvents(rows pgx.Rows) ([]eventstore.RecordedEvent, error) {
+// scanEvents reads up to max events; room for them is made at the first
+// (up to a bound), as a projection's replay reads full pages.
+func scanEvents(rows pgx.Rows, max int) ([]eventstore.RecordedEvent, error) {
 	defer rows.Close()
 	var evs []eventstore.RecordedEvent
 	for rows.Next() {
+		if evs == nil {
+			evs = make([]eventstore.RecordedEvent, 0, min(max, 4096))
+		}
 		var (
 			e         eventstore.RecordedEvent
 			seq, rev  int64
