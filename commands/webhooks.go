@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,6 +13,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/delivery"
 	"github.com/mailroom/mailroom/domain/webhook"
+	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/credential"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
@@ -238,6 +241,64 @@ func (s *Service) CreateDelivery(ctx context.Context, c delivery.Created, meta M
 	return pos, err
 }
 
+// NewDelivery is one delivery of an event: Skipped when its endpoint was
+// disabled after consecutive failures.
+type NewDelivery struct {
+	delivery.Created
+	Skipped bool
+}
+
+// CreateDeliveries records an event's deliveries with one append. The same
+// delivery twice is recorded once: when any of them exists already, each
+// is decided on its own stream. Fresh tells which this call recorded; the
+// position is the last one written, for the caller to wait on.
+func (s *Service) CreateDeliveries(ctx context.Context, ds []NewDelivery, meta Meta) (fresh []bool, pos eventstore.Position, err error) {
+	fresh = make([]bool, len(ds))
+	parts := make([]eventstore.StreamAppend, len(ds))
+	now := s.now()
+	for i, d := range ds {
+		data, err := codec.EncodeAll(decideNew(delivery.State{}, d, now), meta.metadata())
+		if err != nil {
+			return nil, pos, err
+		}
+		parts[i] = eventstore.StreamAppend{Stream: delivery.Stream(d.DeliveryID), Expected: eventstore.NoStream, Events: data}
+	}
+	res, err := s.store.AppendMany(ctx, parts...)
+	if err == nil {
+		for i, r := range res {
+			fresh[i] = true
+			if pos.Less(r.Position) {
+				pos = r.Position
+			}
+		}
+		return fresh, pos, nil
+	}
+	if !eventstore.IsConflict(err) {
+		return nil, pos, err
+	}
+	// A redelivered event, or a store that appends stream by stream.
+	for i, d := range ds {
+		evs, at, err := executeAt(ctx, s, delivery.Stream(d.DeliveryID), delivery.Evolve, func(st delivery.State) ([]domain.Event, error) {
+			return decideNew(st, d, s.now()), nil
+		}, meta)
+		if err != nil {
+			return nil, pos, err
+		}
+		fresh[i] = len(evs) > 0
+		if pos.Less(at) {
+			pos = at
+		}
+	}
+	return fresh, pos, nil
+}
+
+func decideNew(st delivery.State, d NewDelivery, now time.Time) []domain.Event {
+	if d.Skipped {
+		return delivery.CreateSkipped(st, d.Created, now)
+	}
+	return delivery.Create(st, d.Created)
+}
+
 // RecordSkippedDelivery records a delivery of an event to an endpoint
 // disabled after consecutive failures: failed at once, unattempted, and
 // marked for sending when the endpoint is recovered.
@@ -258,34 +319,64 @@ func (s *Service) ExpireDelivery(ctx context.Context, id string, disabled bool, 
 	return err
 }
 
-// Delivery returns a delivery's state from its stream.
-func (s *Service) Delivery(ctx context.Context, id string) (delivery.State, error) {
-	st, _, err := load(ctx, s.store, delivery.Stream(id), delivery.Evolve)
-	return st, err
+// Delivery returns a delivery's state from its stream, and the expected
+// version an append after it must meet.
+func (s *Service) Delivery(ctx context.Context, id string) (delivery.State, eventstore.ExpectedVersion, error) {
+	return load(ctx, s.store, delivery.Stream(id), delivery.Evolve)
 }
 
-// RecordDeliveryAttempt records the outcome of attempt number attempt; if
-// the stream shows that attempt recorded already, nothing happens. It
+// RecordAttempt records the outcome of the attempt after st (read at
+// expected) with one append: the delivery's event and, only when the
+// endpoint's failure count changes, the endpoint's. An endpoint known
+// clean (no failures counted, by the read model) is not read for a
+// success. If another attempt was recorded meanwhile, nothing is. It
 // returns the delivery's new state.
-func (s *Service) RecordDeliveryAttempt(ctx context.Context, id string, attempt int, o delivery.Outcome,
-	schedule []time.Duration, jitter float64, meta Meta) (delivery.State, error) {
-	var final delivery.State
-	_, err := execute(ctx, s, delivery.Stream(id), delivery.Evolve, func(st delivery.State) ([]domain.Event, error) {
-		final = st
-		if st.Attempts+1 != attempt {
-			return nil, nil
+func (s *Service) RecordAttempt(ctx context.Context, st delivery.State, expected eventstore.ExpectedVersion, o delivery.Outcome,
+	schedule []time.Duration, jitter float64, endpointClean bool, meta Meta) (delivery.State, error) {
+	for attempt := 1; ; attempt++ {
+		now := s.now()
+		evs := delivery.RecordAttempt(st, o, schedule, jitter, now)
+		if len(evs) == 0 {
+			return st, nil
 		}
-		evs := delivery.RecordAttempt(st, o, schedule, jitter, s.now())
-		final = fold(st, delivery.Evolve, evs)
-		return evs, nil
-	}, meta)
-	return final, err
-}
-
-// RecordEndpointOutcome counts a finished delivery against its endpoint.
-func (s *Service) RecordEndpointOutcome(ctx context.Context, endpointID, deliveryID string, succeeded bool, meta Meta) error {
-	_, err := execute(ctx, s, webhook.Stream(endpointID), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
-		return webhook.RecordOutcome(st, deliveryID, succeeded, s.now()), nil
-	}, meta)
-	return err
+		final := fold(st, delivery.Evolve, evs)
+		data, err := codec.EncodeAll(evs, meta.metadata())
+		if err != nil {
+			return st, err
+		}
+		var parts []eventstore.StreamAppend
+		if final.Status == delivery.Failed || (final.Status == delivery.Delivered && !endpointClean) {
+			ep, epExpected, err := load(ctx, s.store, webhook.Stream(st.Created.EndpointID), webhook.Evolve)
+			if err != nil {
+				return st, err
+			}
+			if epEvs := webhook.RecordOutcome(ep, st.Created.DeliveryID, final.Status == delivery.Delivered, now); len(epEvs) > 0 {
+				epData, err := codec.EncodeAll(epEvs, meta.metadata())
+				if err != nil {
+					return st, err
+				}
+				// The endpoint's part goes first: deciding it again is a
+				// no-op, so a store appending stream by stream can repeat it.
+				parts = append(parts, eventstore.StreamAppend{Stream: webhook.Stream(ep.ID), Expected: epExpected, Events: epData})
+			}
+		}
+		parts = append(parts, eventstore.StreamAppend{Stream: delivery.Stream(st.Created.DeliveryID), Expected: expected, Events: data})
+		_, err = s.store.AppendMany(ctx, parts...)
+		if eventstore.IsConflict(err) && attempt < maxAttempts {
+			time.Sleep(time.Duration(rand.IntN(1000*attempt)) * time.Microsecond)
+			cur, curExpected, err := s.Delivery(ctx, st.Created.DeliveryID)
+			if err != nil {
+				return st, err
+			}
+			if cur.Attempts != st.Attempts || cur.Status != st.Status {
+				return cur, nil // recorded meanwhile
+			}
+			st, expected, endpointClean = cur, curExpected, false
+			continue
+		}
+		if err != nil {
+			return st, fmt.Errorf("record attempt of %s: %w", st.Created.DeliveryID, err)
+		}
+		return final, nil
+	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,29 +16,68 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/delivery"
 	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/domain/webhook"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	whsig "github.com/mailroom/mailroom/webhook"
 )
 
-// Fanout turns each email event into one delivery per endpoint of the
-// account that subscribes to its type. A paused endpoint's deliveries wait
-// for it (the dispatcher attempts only active endpoints'); an endpoint
-// disabled after failures gets its deliveries recorded as skipped.
-type Fanout struct {
+// WebhookQueue is the River queue of webhook fan-out and attempts.
+const WebhookQueue = jobs.WebhookQueue
+
+// WebhookReaderName is the process manager that turns the log into webhook
+// jobs; it takes over the checkpoints of the fan-out shards it replaced.
+const (
+	WebhookReaderName       = "webhooks"
+	WebhookShardCheckpoints = "webhook-fanout-%-of-%"
+)
+
+// Webhooks delivers email events to endpoints with River jobs that any
+// worker process claims. Each email event becomes a fan-out job, which
+// records one delivery per endpoint of the account subscribing to its type
+// and queues each delivery's first attempt; a failed attempt queues the
+// next at the time the delivery's stream decided. Attempts are bounded per
+// process (the queue's workers), per account and per endpoint, so one
+// account's slow receivers hold up only its own deliveries. A paused
+// endpoint's or a suspended account's deliveries wait unattempted; resuming
+// or reinstating queues them again. A low-rate sweep expires deliveries held
+// too long and queues any overdue delivery a lost job left behind.
+type Webhooks struct {
+	Pool     *pgxpool.Pool
 	Commands *commands.Service
+	Box      *secretbox.Box
+	Client   *http.Client // the egress client, with the 10 s receiver time-out
 	// Endpoints lists the account's endpoints that subscribe to eventType,
-	// active or not.
-	Endpoints func(ctx context.Context, accountID, eventType string) ([]Target, error)
-	Settle    commands.Settle
-	Wake      func() // tells the dispatcher new deliveries are waiting
+	// active or not, created by at: an endpoint hears of events that
+	// happen after it is made, however late the log is read.
+	Endpoints   func(ctx context.Context, accountID, eventType string, at time.Time) ([]Target, error)
+	Settle      commands.Settle
+	Schedule    []time.Duration
+	Now         func() time.Time
+	Log         *slog.Logger
+	PerAccount  int // attempts of one account in flight in this process
+	PerEndpoint int // of one endpoint: below PerAccount, so a slow endpoint leaves room for the account's others
+	UserAgent   string
+	Outcomes    *Outcomes     // may be nil
+	Sweep       time.Duration // between sweeps of the read model
+
+	mu        sync.Mutex
+	accounts  map[string]int // attempts in flight by account
+	endpoints map[string]int // and by endpoint
+	waiting   map[string]int // attempts waiting for a place, by account
+	freed     chan struct{}  // closed when a place is freed
+	lastSweep time.Time      // of held deliveries, by Now
 }
 
 // Target is an endpoint an event goes to.
@@ -45,7 +86,105 @@ type Target struct {
 	Disabled bool // disabled after consecutive failures (not paused)
 }
 
-var fanoutMeta = commands.Meta{Actor: "system:webhook-fanout"}
+var (
+	fanoutMeta   = commands.Meta{Actor: "system:webhook-fanout"}
+	dispatchMeta = commands.Meta{Actor: "system:webhook-dispatcher"}
+)
+
+// whilePending makes a job unique until it has run: the same job queued
+// again meanwhile (a redelivered event, a sweep) is one job.
+var whilePending = &river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+	rivertype.JobStateRetryable, rivertype.JobStateScheduled}}
+
+// FanoutArgs is an email event to fan out to the account's endpoints.
+type FanoutArgs struct {
+	EventID string         `json:"event_id" river:"unique"`
+	EmailID string         `json:"email_id"`
+	Type    string         `json:"type"` // the webhook's, e.g. email.delivered
+	At      time.Time      `json:"at"`
+	Extra   map[string]any `json:"extra,omitempty"`
+}
+
+func (FanoutArgs) Kind() string { return "webhook_fanout" }
+func (FanoutArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: WebhookQueue, UniqueOpts: *whilePending}
+}
+
+// AttemptArgs is attempt number Attempt of a delivery. Created carries the
+// delivery as it was just recorded, so its first attempt need not read the
+// stream; without it the stream decides whether the attempt is still due.
+// NotBefore, by the domain's clock, is when a retry is due.
+type AttemptArgs struct {
+	DeliveryID string            `json:"delivery_id" river:"unique"`
+	Attempt    int               `json:"attempt" river:"unique"`
+	AccountID  string            `json:"account_id"`
+	EndpointID string            `json:"endpoint_id"`
+	Created    *delivery.Created `json:"created,omitempty"`
+	NotBefore  time.Time         `json:"not_before,omitzero"`
+}
+
+func (AttemptArgs) Kind() string { return "webhook_attempt" }
+func (AttemptArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: WebhookQueue, UniqueOpts: *whilePending}
+}
+
+// ReleaseArgs queues the attempts of deliveries that waited for an endpoint
+// to be resumed (EndpointID) or an account to be reinstated (AccountID),
+// once the read model shows the event at Position.
+type ReleaseArgs struct {
+	EndpointID string              `json:"endpoint_id,omitempty"`
+	AccountID  string              `json:"account_id,omitempty"`
+	Position   eventstore.Position `json:"position"`
+}
+
+func (ReleaseArgs) Kind() string                 { return "webhook_release" }
+func (ReleaseArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: WebhookQueue} }
+
+// Plan turns an event of the log into webhook jobs: an email event into
+// its fan-out, a delivery recorded by anything but the fan-out (a test
+// event) into its first attempt, a resume or reinstatement into a release.
+func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]river.InsertManyParams, error) {
+	switch {
+	case strings.HasPrefix(ev.StreamID, "email-"):
+	case strings.HasPrefix(ev.StreamID, "delivery-"):
+		if ev.Type != (delivery.Created{}).EventType() || ev.Metadata.Actor == fanoutMeta.Actor {
+			return nil, nil
+		}
+	case ev.Type == (webhook.Resumed{}).EventType(), ev.Type == (account.Reinstated{}).EventType():
+	default:
+		return nil, nil
+	}
+	e, err := codec.Decode(ev)
+	if err != nil || e == nil {
+		return nil, err
+	}
+	var args river.JobArgs
+	switch e := e.(type) {
+	case *delivery.Created:
+		// Without the delivery: a redelivered event must find the attempt
+		// made, on the stream.
+		args = AttemptArgs{DeliveryID: e.DeliveryID, Attempt: 1, AccountID: e.AccountID, EndpointID: e.EndpointID}
+	case *webhook.Resumed:
+		args = ReleaseArgs{EndpointID: e.EndpointID, Position: ev.Position}
+	case *account.Reinstated:
+		args = ReleaseArgs{AccountID: e.AccountID, Position: ev.Position}
+	default:
+		typ, at, extra, ok := webhookEvent(e)
+		if !ok {
+			return nil, nil
+		}
+		args = FanoutArgs{EventID: ev.ID.String(), EmailID: strings.TrimPrefix(ev.StreamID, "email-"), Type: typ, At: at, Extra: extra}
+	}
+	return []river.InsertManyParams{{Args: args}}, nil
+}
+
+// Register adds the webhook workers to a River client's workers.
+func (w *Webhooks) Register(ws *river.Workers) {
+	river.AddWorker(ws, &fanoutWorker{w: w})
+	river.AddWorker(ws, &attemptWorker{w: w})
+	river.AddWorker(ws, &releaseWorker{w: w})
+}
 
 // webhookEvent maps a timeline event to its webhook type, time and the
 // fields it adds to the envelope's data.
@@ -69,160 +208,404 @@ func webhookEvent(e domain.Event) (typ string, at time.Time, extra map[string]an
 	return "", time.Time{}, nil, false
 }
 
-// Handle reacts to email timeline events.
-func (f *Fanout) Handle(ctx context.Context, ev eventstore.RecordedEvent) error {
-	if !strings.HasPrefix(ev.StreamID, "email-") {
-		return nil
-	}
-	e, err := codec.Decode(ev)
-	if err != nil || e == nil {
+type fanoutWorker struct {
+	river.WorkerDefaults[FanoutArgs]
+	w *Webhooks
+}
+
+// Work records the event's deliveries with one append and queues the
+// first attempt of each.
+func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) error {
+	w, a := f.w, job.Args
+	st, queuedAt, err := w.Commands.EmailSince(ctx, a.EmailID)
+	if err != nil || !st.Exists() {
 		return err
-	}
-	typ, at, extra, ok := webhookEvent(e)
-	if !ok {
-		return nil
-	}
-	st, queuedAt, err := f.Commands.EmailSince(ctx, strings.TrimPrefix(ev.StreamID, "email-"))
-	if err != nil {
-		return Transient(err)
-	}
-	if !st.Exists() {
-		return nil
 	}
 	q := st.Queued
 	// Endpoints created before the email was sent must be seen. (Waiting
 	// for this event's own position would hold every event up for a
 	// projection cycle; an endpoint created while the email is under way
 	// gets its later events only.)
-	f.Settle(ctx, queuedAt, "webhooks")
-	endpoints, err := f.Endpoints(ctx, q.AccountID, typ)
+	w.Settle(ctx, queuedAt, "webhooks")
+	endpoints, err := w.Endpoints(ctx, q.AccountID, a.Type, a.At)
 	if err != nil || len(endpoints) == 0 {
-		return transient(err)
+		return err
 	}
 	tags := q.Tags
 	if tags == nil {
 		tags = map[string]string{}
 	}
 	data := map[string]any{"email_id": q.EmailID, "from": q.From, "to": strings.Join(q.To, ", "), "subject": q.Subject, "tags": tags}
-	for k, v := range extra {
+	for k, v := range a.Extra {
 		data[k] = v
 	}
-	payload, err := json.Marshal(commands.Envelope{Type: typ, CreatedAt: at.UTC().Format("2006-01-02T15:04:05.000Z"), Data: data})
+	payload, err := json.Marshal(commands.Envelope{Type: a.Type, CreatedAt: a.At.UTC().Format("2006-01-02T15:04:05.000Z"), Data: data})
 	if err != nil {
 		return err
 	}
-	var last eventstore.Position
-	for _, ep := range endpoints {
+	ds := make([]commands.NewDelivery, len(endpoints))
+	for i, ep := range endpoints {
 		// One delivery per (event, endpoint), whatever the redeliveries.
-		id := uuid.NewHash(sha1.New(), deliveryNamespace, []byte(ev.ID.String()+"/"+ep.ID), 5).String()
-		c := delivery.Created{DeliveryID: id, EndpointID: ep.ID, AccountID: q.AccountID,
-			EmailID: q.EmailID, Type: typ, Payload: string(payload), CreatedAt: at}
-		record := f.Commands.CreateDelivery
-		if ep.Disabled {
-			record = f.Commands.RecordSkippedDelivery
-		}
-		pos, err := record(ctx, c, fanoutMeta)
-		if err != nil {
-			return Transient(err)
-		}
-		if last.Less(pos) {
-			last = pos
-		}
+		id := uuid.NewHash(sha1.New(), deliveryNamespace, []byte(a.EventID+"/"+ep.ID), 5).String()
+		ds[i] = commands.NewDelivery{Created: delivery.Created{DeliveryID: id, EndpointID: ep.ID, AccountID: q.AccountID,
+			EmailID: q.EmailID, Type: a.Type, Payload: string(payload), CreatedAt: a.At}, Skipped: ep.Disabled}
 	}
-	if f.Wake != nil {
-		// Wake the dispatcher once the rows it polls exist, without holding
-		// up the next event.
-		go func() {
-			f.Settle(context.WithoutCancel(ctx), last, "webhooks")
-			f.Wake()
-		}()
+	fresh, last, err := w.Commands.CreateDeliveries(ctx, ds, fanoutMeta)
+	if err != nil {
+		return err
 	}
-	return nil
+	// A receiver that hears of a delivery finds it listed.
+	w.Settle(ctx, last, "webhooks")
+	var jobs []river.InsertManyParams
+	for i, d := range ds {
+		if d.Skipped {
+			continue
+		}
+		args := AttemptArgs{DeliveryID: d.DeliveryID, Attempt: 1, AccountID: d.AccountID, EndpointID: d.EndpointID}
+		if fresh[i] {
+			args.Created = &ds[i].Created
+		}
+		jobs = append(jobs, river.InsertManyParams{Args: args})
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	_, err = river.ClientFromContext[pgx.Tx](ctx).InsertMany(ctx, jobs)
+	return err
 }
 
 var deliveryNamespace = uuid.MustParse("0c9b8f0e-4b8a-4d8e-9c55-2f6a0e3d7b21")
 
-// Dispatcher attempts due deliveries: the first attempt as soon as a
-// delivery exists, retries when their time comes. Attempts run in
-// parallel, bounded overall and per endpoint, so a slow receiver delays
-// only its own deliveries. Its timers are the deliveries' next_attempt_at
-// in the read model: they survive restarts, and the delivery's stream
-// decides each attempt once.
-type Dispatcher struct {
-	Pool        *pgxpool.Pool
-	Commands    *commands.Service
-	Box         *secretbox.Box
-	Client      *http.Client // the egress client, with the 10 s receiver time-out
-	Schedule    []time.Duration
-	Now         func() time.Time
-	Log         *slog.Logger
-	Poll        time.Duration
-	MaxInFlight int
-	PerEndpoint int
-	UserAgent   string
-	Outcomes    *Outcomes // may be nil
-
-	once      sync.Once
-	lastSweep time.Time // of held deliveries, by Now
-	wake      chan struct{}
-	mu        sync.Mutex
-	inFlight  map[string]bool
-	perEP     map[string]int
-	slots     chan struct{}
+type attemptWorker struct {
+	river.WorkerDefaults[AttemptArgs]
+	w *Webhooks
 }
 
-var dispatchMeta = commands.Meta{Actor: "system:webhook-dispatcher"}
+// Timeout covers the receiver's 10 s and recording the outcome.
+func (*attemptWorker) Timeout(*river.Job[AttemptArgs]) time.Duration { return time.Minute }
 
-func (d *Dispatcher) init() {
-	d.once.Do(func() {
-		d.wake = make(chan struct{}, 1)
-		d.inFlight = map[string]bool{}
-		d.perEP = map[string]int{}
-		d.slots = make(chan struct{}, d.MaxInFlight)
-	})
+// busy is how long an attempt that found no place within its shares waits
+// in the queue before asking again, instead of holding one of the
+// process's slots.
+func busy() time.Duration { return 200*time.Millisecond + rand.N(400*time.Millisecond) }
+
+// shareWait is how long an attempt waits in the process for a place within
+// its shares: a fast receiver frees one within milliseconds, so its
+// account's backlog flows without a round trip through the queue; a slow
+// one does not, and its attempts go back to the queue.
+const shareWait = 250 * time.Millisecond
+
+// take claims a place for an attempt within its account's and endpoint's
+// shares, waiting up to shareWait. At most an account's share of its
+// attempts wait at once, so one account never holds more than twice its
+// share of the process's slots.
+func (w *Webhooks) take(ctx context.Context, accountID, endpointID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.accounts == nil {
+		w.accounts, w.endpoints, w.waiting = map[string]int{}, map[string]int{}, map[string]int{}
+		w.freed = make(chan struct{})
+	}
+	var timeout <-chan time.Time
+	for w.accounts[accountID] >= w.PerAccount || w.endpoints[endpointID] >= w.PerEndpoint {
+		if w.waiting[accountID] >= w.PerAccount {
+			return false
+		}
+		if timeout == nil {
+			t := time.NewTimer(shareWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		freed := w.freed
+		w.waiting[accountID]++
+		w.mu.Unlock()
+		expired := false
+		select {
+		case <-freed:
+		case <-timeout:
+			expired = true
+		case <-ctx.Done():
+			expired = true
+		}
+		w.mu.Lock()
+		if w.waiting[accountID]--; w.waiting[accountID] <= 0 {
+			delete(w.waiting, accountID)
+		}
+		if expired {
+			return false
+		}
+	}
+	w.accounts[accountID]++
+	w.endpoints[endpointID]++
+	return true
 }
 
-// Wake makes the dispatcher look for due deliveries now.
-func (d *Dispatcher) Wake() {
-	d.init()
-	select {
-	case d.wake <- struct{}{}:
-	default:
+func (w *Webhooks) release(accountID, endpointID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.accounts[accountID]--; w.accounts[accountID] <= 0 {
+		delete(w.accounts, accountID)
+	}
+	if w.endpoints[endpointID]--; w.endpoints[endpointID] <= 0 {
+		delete(w.endpoints, endpointID)
+	}
+	close(w.freed) // wakes the waiters
+	w.freed = make(chan struct{})
+}
+
+// Work makes the attempt if it is still due and its endpoint may receive
+// it, records it, and queues the next when it failed with retries left.
+func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) error {
+	w, a := aw.w, job.Args
+	if wait := a.NotBefore.Sub(w.Now()); wait > 0 {
+		return river.JobSnooze(wait)
+	}
+	var url, sealed string
+	var active, clean, suspended bool
+	err := w.Pool.QueryRow(ctx, `SELECT e.url, e.sealed_secret, e.is_active, e.consecutive_failures = 0,
+		EXISTS (SELECT 1 FROM accounts a WHERE a.id = e.account_id AND a.status = 'suspended')
+		FROM webhook_endpoints e WHERE e.id = $1`, a.EndpointID).Scan(&url, &sealed, &active, &clean, &suspended)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // deleted, with its deliveries
+	}
+	if err != nil {
+		return err
+	}
+	if !active || suspended {
+		// Held, unattempted, so none of its retries is spent: resuming the
+		// endpoint or reinstating the account queues it again.
+		return nil
+	}
+	var st delivery.State
+	var expected eventstore.ExpectedVersion
+	if a.Created != nil && a.Attempt == 1 && job.Attempt == 1 {
+		// Just recorded by the fan-out, and this job has not run before.
+		st, expected = delivery.Evolve(delivery.State{}, a.Created), eventstore.Exact(0)
+	} else if st, expected, err = w.Commands.Delivery(ctx, a.DeliveryID); err != nil {
+		return err
+	}
+	if st.Created == nil || st.Status != delivery.Pending || st.Attempts >= a.Attempt+1 {
+		return nil // ended, or its next attempt is under way
+	}
+	if st.Attempts == a.Attempt {
+		// Recorded by an earlier run that did not get to queue the next.
+		return w.queueNext(ctx, a, st.NextAt)
+	}
+	if st.Attempts+1 != a.Attempt {
+		return nil
+	}
+	if now := w.Now(); !st.Due(now) {
+		return river.JobSnooze(st.NextAt.Sub(now))
+	}
+	// The shares bound the time spent on receivers; reading and recording
+	// are the database's and hold none.
+	if !w.take(ctx, a.AccountID, a.EndpointID) {
+		return river.JobSnooze(busy())
+	}
+	o, err := w.post(ctx, st.Created, url, sealed)
+	w.release(a.AccountID, a.EndpointID)
+	if err != nil {
+		return err
+	}
+	w.Outcomes.attempt(o.Succeeded())
+	final, err := w.Commands.RecordAttempt(ctx, st, expected, o, w.Schedule, rand.Float64()*2-1, clean, dispatchMeta)
+	if err != nil {
+		return err
+	}
+	if final.Status != delivery.Pending || final.Attempts != a.Attempt {
+		return nil
+	}
+	return w.queueNext(ctx, a, final.NextAt)
+}
+
+// queueNext queues the attempt after a's, due at (by the domain's clock).
+func (w *Webhooks) queueNext(ctx context.Context, a AttemptArgs, at time.Time) error {
+	next := AttemptArgs{DeliveryID: a.DeliveryID, Attempt: a.Attempt + 1, AccountID: a.AccountID, EndpointID: a.EndpointID, NotBefore: at}
+	var opts river.InsertOpts
+	if wait := at.Sub(w.Now()); wait > scheduleAfter {
+		opts.ScheduledAt = time.Now().Add(wait)
+	}
+	_, err := river.ClientFromContext[pgx.Tx](ctx).Insert(ctx, next, &opts)
+	return err
+}
+
+// scheduleAfter is the wait beyond which a retry is a scheduled job: River
+// makes those available every few seconds, which a short wait would
+// overshoot, so a shorter one is snoozed (to the millisecond) by the job.
+const scheduleAfter = 10 * time.Second
+
+// post makes one attempt; the error is for what stopped it being made.
+func (w *Webhooks) post(ctx context.Context, c *delivery.Created, url, sealed string) (delivery.Outcome, error) {
+	var o delivery.Outcome
+	secret, err := w.Box.Open(sealed, commands.SecretContext(c.EndpointID))
+	if err != nil {
+		return o, err
+	}
+	body := []byte(c.Payload)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(c.Payload))
+	if err != nil {
+		return o, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", w.UserAgent)
+	req.Header.Set(whsig.HeaderSignature, whsig.Sign(string(secret), body, w.Now()))
+	req.Header.Set(whsig.HeaderEventType, c.Type)
+	req.Header.Set(whsig.HeaderDeliveryID, c.DeliveryID)
+	resp, err := w.Client.Do(req)
+	if err != nil {
+		o.Error = egress.Describe(err)
+		return o, nil
+	}
+	drain(resp)
+	code := resp.StatusCode
+	o.ResponseStatus = &code
+	o.Error = egress.DescribeStatus(code)
+	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+		o.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), w.Now())
+	}
+	return o, nil
+}
+
+// retryAfter reads a Retry-After header: seconds, or an HTTP date.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+type releaseWorker struct {
+	river.WorkerDefaults[ReleaseArgs]
+	w *Webhooks
+}
+
+// Work queues the pending deliveries of a resumed endpoint or a reinstated
+// account, once the read model shows the change.
+func (rw *releaseWorker) Work(ctx context.Context, job *river.Job[ReleaseArgs]) error {
+	w, a := rw.w, job.Args
+	projection, match := "webhooks", "d.endpoint_id = $1"
+	key := a.EndpointID
+	if a.AccountID != "" {
+		projection, match, key = "accounts", "d.account_id = $1", a.AccountID
+	}
+	if !w.Settle(ctx, a.Position, projection) {
+		return errors.New("the read model is behind the event")
+	}
+	return w.queue(ctx, river.ClientFromContext[pgx.Tx](ctx), `SELECT d.id, d.account_id, d.endpoint_id, d.attempts FROM webhook_deliveries d
+		JOIN webhook_endpoints e ON e.id = d.endpoint_id
+		WHERE `+match+` AND d.status = 'pending' AND e.is_active AND d.id > $2 ORDER BY d.id LIMIT 1000`, key)
+}
+
+// queue queues the next attempt of every delivery query lists (id, account,
+// endpoint, attempts made; $2 is the id to list after), a page at a time.
+func (w *Webhooks) queue(ctx context.Context, client *river.Client[pgx.Tx], query string, key any) error {
+	for after := ""; ; {
+		rows, err := w.Pool.Query(ctx, query, key, after)
+		if err != nil {
+			return err
+		}
+		var jobs []river.InsertManyParams
+		for rows.Next() {
+			var a AttemptArgs
+			if err := rows.Scan(&a.DeliveryID, &a.AccountID, &a.EndpointID, &a.Attempt); err != nil {
+				rows.Close()
+				return err
+			}
+			a.Attempt++
+			after = a.DeliveryID
+			jobs = append(jobs, river.InsertManyParams{Args: a})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(jobs) == 0 {
+			return err
+		}
+		if err := insertDue(ctx, client, jobs); err != nil {
+			return err
+		}
 	}
 }
 
-// dispatcherLock makes one instance dispatch at a time; another takes over
-// within about a second when it goes away.
-const dispatcherLock = 7261003
-
-// Run dispatches while this instance holds the dispatcher lock, until ctx
-// ends.
-func (d *Dispatcher) Run(ctx context.Context) error {
-	d.init()
-	Exclusive(ctx, d.Pool, dispatcherLock, d.Log, "webhook-dispatcher", d.loop)
+// insertDue queues attempts that are due now. One whose job exists already
+// but waits in the queue for later (a retry River scheduled before the
+// delivery was held, by a clock that has since moved) is made available:
+// its job snoozes again if it is not due yet.
+func insertDue(ctx context.Context, client *river.Client[pgx.Tx], jobs []river.InsertManyParams) error {
+	res, err := client.InsertMany(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		if r.UniqueSkippedAsDuplicate && r.Job.State == rivertype.JobStateScheduled {
+			if _, err := client.JobRetry(ctx, r.Job.ID); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
-// loop dispatches until ctx ends, then waits for attempts under way.
-func (d *Dispatcher) loop(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	t := time.NewTicker(d.Poll)
-	defer t.Stop()
-	for {
-		if err := d.expireHeld(ctx); err != nil && ctx.Err() == nil {
-			d.Log.Warn("webhook expiry", "err", err)
+// sweepLock makes one process sweep at a time.
+const sweepLock = 7261003
+
+// RunSweep sweeps the read model every w.Sweep while this process holds
+// the sweep lock, until ctx ends. It needs the River client to queue with.
+func (w *Webhooks) RunSweep(ctx context.Context, client *river.Client[pgx.Tx]) {
+	Exclusive(ctx, w.Pool, sweepLock, w.Log, "webhook-sweep", func(ctx context.Context) {
+		t := time.NewTicker(w.Sweep)
+		defer t.Stop()
+		for {
+			if err := w.expireHeld(ctx); err != nil && ctx.Err() == nil {
+				w.Log.Warn("webhook expiry", "err", err)
+			}
+			if err := w.requeue(ctx, client); err != nil && ctx.Err() == nil {
+				w.Log.Warn("webhook sweep", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
-		if err := d.dispatch(ctx, &wg); err != nil && ctx.Err() == nil {
-			d.Log.Warn("webhook dispatch", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-d.wake:
-		}
+	})
+}
+
+// overdue is how late a delivery must be before the sweep queues it again:
+// its own job is normally under way.
+const overdue = time.Minute
+
+// requeue queues deliveries that are due for longer than overdue and may
+// be attempted: their job was lost (a crash between recording and
+// queueing). A job still waiting is the same job (unique while pending).
+func (w *Webhooks) requeue(ctx context.Context, client *river.Client[pgx.Tx]) error {
+	rows, err := w.Pool.Query(ctx, `SELECT d.id, d.account_id, d.endpoint_id, d.attempts
+		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+		WHERE d.status = 'pending' AND NOT d.held AND d.next_attempt_at <= $1 AND e.is_active
+		AND NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id AND a.status = 'suspended')
+		ORDER BY d.next_attempt_at LIMIT 500`, w.Now().Add(-overdue))
+	if err != nil {
+		return err
 	}
+	var jobs []river.InsertManyParams
+	for rows.Next() {
+		var a AttemptArgs
+		if err := rows.Scan(&a.DeliveryID, &a.AccountID, &a.EndpointID, &a.Attempt); err != nil {
+			rows.Close()
+			return err
+		}
+		a.Attempt++
+		jobs = append(jobs, river.InsertManyParams{Args: a})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(jobs) == 0 {
+		return err
+	}
+	return insertDue(ctx, client, jobs)
 }
 
 // sweepEvery is how often held deliveries are looked at for expiry; one
@@ -231,14 +614,13 @@ const sweepEvery = time.Minute
 
 // expireHeld fails the deliveries that waited longer than
 // delivery.HoldCap for their paused or disabled endpoint, at most 500 per
-// sweepEvery. Each is decided on its own stream; one whose attempt is under
-// way (its endpoint was paused meanwhile) is left to that attempt.
-func (d *Dispatcher) expireHeld(ctx context.Context) error {
-	now := d.Now()
-	if now.Sub(d.lastSweep) < sweepEvery {
+// sweepEvery. Each is decided on its own stream.
+func (w *Webhooks) expireHeld(ctx context.Context) error {
+	now := w.Now()
+	if now.Sub(w.lastSweep) < sweepEvery {
 		return nil
 	}
-	rows, err := d.Pool.Query(ctx, `SELECT d.id, e.disabled_reason IS NOT NULL
+	rows, err := w.Pool.Query(ctx, `SELECT d.id, e.disabled_reason IS NOT NULL
 		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
 		WHERE d.status = 'pending' AND d.held AND d.created_at < $1
 		ORDER BY d.created_at LIMIT 500`, now.Add(-delivery.HoldCap))
@@ -254,130 +636,11 @@ func (d *Dispatcher) expireHeld(ctx context.Context) error {
 		return err
 	}
 	for _, h := range list {
-		d.mu.Lock()
-		busy := d.inFlight[h.ID]
-		d.mu.Unlock()
-		if busy {
-			continue
-		}
-		if err := d.Commands.ExpireDelivery(ctx, h.ID, h.Disabled, dispatchMeta); err != nil {
+		if err := w.Commands.ExpireDelivery(ctx, h.ID, h.Disabled, dispatchMeta); err != nil {
 			return err
 		}
 	}
-	d.lastSweep = now
-	return nil
-}
-
-type due struct{ id, endpoint, url, sealed string }
-
-func (d *Dispatcher) dispatch(ctx context.Context, wg *sync.WaitGroup) error {
-	// A suspended account's deliveries wait, unattempted, so none of their
-	// retries is spent; they are due at once when it is reinstated.
-	rows, err := d.Pool.Query(ctx, `SELECT d.id, d.endpoint_id, e.url, e.sealed_secret
-		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		WHERE d.status = 'pending' AND NOT d.held AND d.next_attempt_at <= $1 AND e.is_active
-		AND NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id AND a.status = 'suspended')
-		ORDER BY d.next_attempt_at LIMIT 500`, d.Now())
-	if err != nil {
-		return err
-	}
-	var work []due
-	for rows.Next() {
-		var w due
-		if err := rows.Scan(&w.id, &w.endpoint, &w.url, &w.sealed); err != nil {
-			rows.Close()
-			return err
-		}
-		work = append(work, w)
-	}
-	rows.Close()
-	for _, w := range work {
-		d.mu.Lock()
-		busy := d.inFlight[w.id] || d.perEP[w.endpoint] >= d.PerEndpoint
-		if !busy {
-			d.inFlight[w.id] = true
-			d.perEP[w.endpoint]++
-		}
-		d.mu.Unlock()
-		if busy {
-			continue
-		}
-		select {
-		case d.slots <- struct{}{}:
-		case <-ctx.Done():
-			d.release(w)
-			return nil
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				<-d.slots
-				d.release(w)
-				d.Wake() // a slot is free: look for more
-			}()
-			if err := d.attempt(context.WithoutCancel(ctx), w); err != nil {
-				d.Log.Warn("webhook attempt", "delivery_id", w.id, "err", err)
-			}
-		}()
-	}
-	return rows.Err()
-}
-
-func (d *Dispatcher) release(w due) {
-	d.mu.Lock()
-	delete(d.inFlight, w.id)
-	d.perEP[w.endpoint]--
-	if d.perEP[w.endpoint] <= 0 {
-		delete(d.perEP, w.endpoint)
-	}
-	d.mu.Unlock()
-}
-
-// attempt makes one attempt of a due delivery and records it.
-func (d *Dispatcher) attempt(ctx context.Context, w due) error {
-	st, err := d.Commands.Delivery(ctx, w.id)
-	if err != nil {
-		return err
-	}
-	if !st.Due(d.Now()) {
-		return nil // attempted meanwhile, or not due yet by the stream
-	}
-	secret, err := d.Box.Open(w.sealed, commands.SecretContext(w.endpoint))
-	if err != nil {
-		return err
-	}
-	body := []byte(st.Created.Payload)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, strings.NewReader(string(body)))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", d.UserAgent)
-	req.Header.Set(whsig.HeaderSignature, whsig.Sign(string(secret), body, d.Now()))
-	req.Header.Set(whsig.HeaderEventType, st.Created.Type)
-	req.Header.Set(whsig.HeaderDeliveryID, w.id)
-	var o delivery.Outcome
-	resp, err := d.Client.Do(req)
-	if err != nil {
-		o.Error = egress.Describe(err)
-	} else {
-		drain(resp)
-		code := resp.StatusCode
-		o.ResponseStatus = &code
-		o.Error = egress.DescribeStatus(code)
-	}
-	d.Outcomes.attempt(o.Succeeded())
-	final, err := d.Commands.RecordDeliveryAttempt(ctx, w.id, st.Attempts+1, o, d.Schedule, rand.Float64()*2-1, dispatchMeta)
-	if err != nil {
-		return err
-	}
-	switch final.Status {
-	case delivery.Delivered:
-		return d.Commands.RecordEndpointOutcome(ctx, w.endpoint, w.id, true, dispatchMeta)
-	case delivery.Failed:
-		return d.Commands.RecordEndpointOutcome(ctx, w.endpoint, w.id, false, dispatchMeta)
-	}
+	w.lastSweep = now
 	return nil
 }
 

@@ -5,6 +5,7 @@ package delivery
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -162,9 +163,11 @@ func (s State) Due(now time.Time) bool {
 }
 
 // Outcome of one attempt. ResponseStatus is nil when no response came.
+// RetryAfter is the wait a 429 or 503 answer asked for, if any.
 type Outcome struct {
 	ResponseStatus *int
 	Error          string
+	RetryAfter     time.Duration
 }
 
 // Succeeded reports a 2xx answer.
@@ -173,8 +176,10 @@ func (o Outcome) Succeeded() bool {
 }
 
 // RecordAttempt decides what an attempt means. jitter, in [-1, 1], spreads
-// the retry by up to 10 %. The attempt after the last retry fails the
-// delivery.
+// the retry by up to 10 %. A receiver's Retry-After longer than the
+// schedule's wait is honoured, up to the schedule's longest wait, so a
+// receiver cannot park a delivery for days. The attempt after the last
+// retry fails the delivery.
 func RecordAttempt(s State, o Outcome, schedule []time.Duration, jitter float64, now time.Time) []domain.Event {
 	if s.Created == nil || s.Status != Pending {
 		return nil
@@ -188,6 +193,9 @@ func RecordAttempt(s State, o Outcome, schedule []time.Duration, jitter float64,
 	if n <= len(schedule) {
 		wait := schedule[n-1]
 		wait += time.Duration(float64(wait) * 0.1 * max(-1, min(1, jitter)))
+		if o.RetryAfter > wait {
+			wait = min(o.RetryAfter, slices.Max(schedule))
+		}
 		f.NextAttemptAt = now.Add(wait)
 	}
 	return []domain.Event{f}

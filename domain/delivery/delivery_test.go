@@ -113,3 +113,25 @@ func TestHeldDeliveryExpires(t *testing.T) {
 		t.Fatal("a delivered delivery expired")
 	}
 }
+
+// A receiver's Retry-After lengthens the wait, never beyond the
+// schedule's longest; a shorter one leaves the schedule's.
+func TestRetryAfterIsHonouredUpToTheLongestWait(t *testing.T) {
+	s := fold(delivery.State{}, delivery.Create(delivery.State{}, delivery.Created{DeliveryID: "d1", EndpointID: "e1", CreatedAt: t0}))
+	status := 429
+	next := func(retryAfter time.Duration) time.Duration {
+		evs := delivery.RecordAttempt(s, delivery.Outcome{ResponseStatus: &status, Error: "receiver returned 429", RetryAfter: retryAfter},
+			delivery.DefaultSchedule, 0, t0)
+		return evs[0].(*delivery.AttemptFailed).NextAttemptAt.Sub(t0)
+	}
+	for _, c := range []struct{ retryAfter, want time.Duration }{
+		{0, 30 * time.Second},
+		{10 * time.Second, 30 * time.Second},
+		{5 * time.Minute, 5 * time.Minute},
+		{48 * time.Hour, 3 * time.Hour},
+	} {
+		if got := next(c.retryAfter); got != c.want {
+			t.Errorf("Retry-After %v: next attempt in %v, want %v", c.retryAfter, got, c.want)
+		}
+	}
+}

@@ -431,10 +431,6 @@ func (a *App) DomainPoller() *DomainPoller {
 	return &DomainPoller{Pool: a.Pool, Commands: a.Commands, Now: func() time.Time { return a.Now() }, Interval: a.Config.DomainPollInterval, Log: a.Log}
 }
 
-// webhookQueueConcurrency is the webhook queue's concurrency until webhook
-// work moves onto it.
-const webhookQueueConcurrency = 128
-
 // sendJobTimeout bounds one send job: the preparation deadline, then the
 // provider call and its recording. River rescues a job still running a
 // minute after it (its process is presumed dead).
@@ -468,32 +464,19 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	}
 	router.Handle("domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box, a.Log))
 	router.Handle("email-release", a.releaser().Handle)
-	dispatcher := a.dispatcher()
-	fanout := &processmanagers.Fanout{
-		Commands: a.Commands, Settle: a.Waiter.WaitFor, Wake: dispatcher.Wake,
-		Endpoints: func(ctx context.Context, accountID, eventType string) ([]processmanagers.Target, error) {
-			rows, err := a.Pool.Query(ctx, `SELECT id, disabled_reason IS NOT NULL FROM webhook_endpoints
-				WHERE account_id = $1 AND $2 = ANY(event_types) ORDER BY id`, accountID, eventType)
-			if err != nil {
-				return nil, err
-			}
-			return pgx.CollectRows(rows, pgx.RowToStructByPos[processmanagers.Target])
-		},
-	}
-	n := a.Config.SendConcurrency
-	for i := range n {
-		router.Handle(fmt.Sprintf("webhook-fanout-%d-of-%d", i, n), processmanagers.Shard(i, n, fanout.Handle))
-	}
-	// Sending is River jobs: one reader turns EmailQueued/EmailReleased
-	// into jobs, and every worker process's client claims and works them.
+	// Sending and webhook delivery are River jobs: one reader per process
+	// manager turns events into them, and every worker process's client
+	// claims and works them.
 	workers := river.NewWorkers()
 	river.AddWorker(workers, a.sendWorker(a.rateLimit(ctx)))
+	hooks := a.webhooks()
+	webhookReader := a.webhookJobs(hooks, workers)
 	clientID := jobs.NewClientID()
 	client, err := jobs.NewClient(a.Pool, jobs.Config{
 		ID: clientID,
 		Queues: map[string]int{
 			jobs.EmailQueue:   a.Config.ProviderConcurrency,
-			jobs.WebhookQueue: webhookQueueConcurrency,
+			jobs.WebhookQueue: a.Config.WebhookConcurrency,
 		},
 		Workers:    workers,
 		JobTimeout: sendJobTimeout,
@@ -507,6 +490,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return router.Run(ctx) })
 	g.Go(func() error { return sends.Run(ctx) })
+	g.Go(func() error { return webhookReader.Run(ctx) })
 	alive := make(chan struct{})
 	g.Go(func() error {
 		jobs.KeepAlive(ctx, a.Pool, clientID, a.Log, alive)
@@ -521,9 +505,12 @@ func (a *App) RunWorkers(ctx context.Context) error {
 		}
 		return runClient(ctx, client)
 	})
+	g.Go(func() error {
+		hooks.RunSweep(ctx, client)
+		return nil
+	})
 	poller := a.DomainPoller()
 	g.Go(func() error { return poller.Run(ctx) })
-	g.Go(func() error { return dispatcher.Run(ctx) })
 	if a.ses != nil && a.Config.SESEventsQueueURL != "" {
 		g.Go(func() error {
 			processmanagers.SESFeedback(ctx, a.ses, a.Commands, a.Pool, a.Log)

@@ -178,15 +178,3 @@ func (a *App) feedback() func(email.State, time.Time) []domain.Event {
 
 // Version is reported in the webhook User-Agent; the binary sets it.
 var Version = "dev"
-
-func (a *App) dispatcher() *processmanagers.Dispatcher {
-	schedule, _ := a.Config.RetrySchedule() // validated at Open
-	return &processmanagers.Dispatcher{
-		Pool: a.Pool, Commands: a.Commands, Box: a.Box,
-		Client:   a.Egress.Client(10 * time.Second),
-		Schedule: schedule, Now: a.clock, Log: a.Log,
-		Poll: 250 * time.Millisecond, MaxInFlight: 128, PerEndpoint: 16,
-		UserAgent: "Mailroom-Webhooks/" + Version,
-		Outcomes:  a.Outcomes,
-	}
-}

@@ -70,11 +70,15 @@ type Config struct {
 	// or sent at once per worker process.
 	AccountConcurrency int
 	WebhookRetries     string
-	EgressResolver     string
-	SMTPURL            string
-	SESConfigSet       string
-	SESEventsQueueURL  string
-	SESEndpoint        string
+	// WebhookConcurrency bounds webhook attempts in flight per worker
+	// process; WebhookAccountConcurrency bounds one account's.
+	WebhookConcurrency        int
+	WebhookAccountConcurrency int
+	EgressResolver            string
+	SMTPURL                   string
+	SESConfigSet              string
+	SESEventsQueueURL         string
+	SESEndpoint               string
 
 	envErrors []error // MAILROOM_* values that did not parse
 }
@@ -126,11 +130,13 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.EgressResolver, "egress-resolver", "MAILROOM_EGRESS_RESOLVER", "", "development only: DNS server (host:port) that webhook and attachment host names are resolved with instead of the system's")
 	c.boolean(fs, &c.WebhookAllowHTTP, "webhook-allow-http", "MAILROOM_WEBHOOK_ALLOW_HTTP", false, "development only: allow plain http webhook and attachment URLs")
 	c.duration(fs, &c.SendMaxAge, "send-max-age", "MAILROOM_SEND_MAX_AGE", 24*time.Hour, "how long transient provider failures are retried before an email fails with provider_unavailable")
-	c.integer(fs, &c.SendConcurrency, "send-concurrency", "MAILROOM_SEND_CONCURRENCY", 8, "deprecated: no longer used for sending (see provider-concurrency); the webhook fan-out handlers per worker process")
+	c.integer(fs, &c.SendConcurrency, "send-concurrency", "MAILROOM_SEND_CONCURRENCY", 8, "deprecated and ignored: sending and webhooks run on the job queue (see provider-concurrency and webhook-concurrency)")
 	c.integer(fs, &c.ProviderConcurrency, "provider-concurrency", "MAILROOM_PROVIDER_CONCURRENCY", 128, "messages in flight to the provider per worker process (emails being prepared or sent)")
 	c.float(fs, &c.ProviderMaxRate, "provider-max-rate", "MAILROOM_PROVIDER_MAX_RATE", 0, "messages per second sent by all worker processes together; 0: the provider's own (SES: the account's maximum send rate; sandbox and smtp: unlimited)")
 	c.integer(fs, &c.AccountConcurrency, "account-concurrency", "MAILROOM_ACCOUNT_CONCURRENCY", 16, "emails of one account being prepared or sent at once per worker process, so one account cannot take every slot (0: no cap)")
 	str(fs, &c.WebhookRetries, "webhook-retry-schedule", "MAILROOM_WEBHOOK_RETRY_SCHEDULE", "30s,2m,10m,30m,1h30m,3h", "waits before each webhook retry (comma-separated Go durations)")
+	c.integer(fs, &c.WebhookConcurrency, "webhook-concurrency", "MAILROOM_WEBHOOK_CONCURRENCY", 128, "webhook attempts in flight per worker process")
+	c.integer(fs, &c.WebhookAccountConcurrency, "webhook-account-concurrency", "MAILROOM_WEBHOOK_ACCOUNT_CONCURRENCY", 16, "webhook attempts of one account in flight per worker process, so one account's slow endpoints cannot hold the others' up")
 	c.boolean(fs, &c.Bootstrap, "bootstrap", "MAILROOM_BOOTSTRAP", false, "on first start, create an account, admin token and API key and print them")
 }
 
@@ -164,6 +170,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SendConcurrency <= 0 || c.SendConcurrency > 64 {
 		return errors.New("send-concurrency must be between 1 and 64")
+	}
+	if c.WebhookConcurrency <= 0 || c.WebhookAccountConcurrency <= 0 {
+		return errors.New("webhook-concurrency and webhook-account-concurrency must be positive")
 	}
 	if c.ProviderConcurrency <= 0 || c.ProviderConcurrency > 10000 {
 		return errors.New("provider-concurrency must be between 1 and 10000")

@@ -1,0 +1,155 @@
+package app_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/config"
+)
+
+// One account whose ten endpoints answer only after 9 s (the receiver
+// time-out is 10 s) holds its own share of attempts, not the process's:
+// another account's webhook arrives while the slow ones are all pending.
+func TestSlowAccountDelaysNoOtherAccount(t *testing.T) {
+	w := newHookWorld(t)
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	var mu sync.Mutex
+	arrived, answered := 0, 0
+	slow := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived++
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-time.After(9 * time.Second):
+		}
+		mu.Lock()
+		answered++
+		mu.Unlock()
+		rw.WriteHeader(204)
+	}))
+	defer slow.Close()
+	for i := range 10 {
+		w.endpoint(t, map[string]any{"url": slow.URL + "/" + string(rune('a'+i))})
+	}
+	_, _, otherKey := w.Sender("other.test")
+	fast := newReceiver(t, always(204))
+	r := w.Do("POST", "/v1/webhooks", otherKey, map[string]any{"url": fast.URL})
+	if r.Status != 201 {
+		t.Fatalf("other account's endpoint: %d %s", r.Status, r.Body)
+	}
+	fastID := r.JSON(t)["id"].(string)
+
+	// Each email's sent and delivered events go to all ten: more attempts
+	// than the process runs at once.
+	for range 7 {
+		w.send(t, map[string]any{"from": "a@acme.test", "to": "ann@example.org", "subject": "s", "text": "t"})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := arrived
+		mu.Unlock()
+		if n >= 16 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slow endpoints got %d requests", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := w.Do("POST", "/v1/webhooks/"+fastID+"/test", otherKey, nil); r.Status != 202 {
+		t.Fatalf("test: %d %s", r.Status, r.Body)
+	}
+	fast.waitFor(t, 1)
+	mu.Lock()
+	a, n := answered, arrived
+	mu.Unlock()
+	if a != 0 {
+		t.Fatalf("the other account's webhook waited for %d slow answers", a)
+	}
+	if n > 16 {
+		t.Fatalf("the slow account has %d attempts in flight, more than its share", n)
+	}
+	unblock()
+}
+
+// Two worker processes on one database both make attempts: with two
+// attempts each at most, four in flight at once need both.
+func TestTwoWorkerProcessesShareAttempts(t *testing.T) {
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookConcurrency = 2 })
+	other := apptest.StartWithClock(t, w.Config, w.Clock)
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	var mu sync.Mutex
+	inFlight := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if inFlight++; inFlight == 4 {
+			once.Do(func() { close(release) })
+		}
+		mu.Unlock()
+		<-release
+		rw.WriteHeader(204)
+	}))
+	defer srv.Close()
+	id, _ := w.endpoint(t, map[string]any{"url": srv.URL})
+	var ids []string
+	for range 4 {
+		ids = append(ids, w.test(t, id))
+	}
+	for _, did := range ids {
+		d := w.waitDelivery(t, id, did, "delivered")
+		if d["attempts"] != 1.0 {
+			t.Fatalf("delivery %v", d)
+		}
+	}
+	for i, s := range []*apptest.Server{w.Server, other} {
+		if n := testutil.ToFloat64(s.Outcomes.Attempts.WithLabelValues("success")); n == 0 {
+			t.Fatalf("process %d made no attempt", i+1)
+		}
+	}
+}
+
+// A receiver's Retry-After on a 429 holds the retry back for as long as it
+// asks (the schedule's own first wait here is 50 ms).
+func TestWebhookRetryAfterIsHonoured(t *testing.T) {
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookRetries = "50ms,1h" })
+	rcv := newReceiver(t, always(200))
+	var mu sync.Mutex
+	first := true
+	limited := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		f := first
+		first = false
+		mu.Unlock()
+		if f {
+			rw.Header().Set("Retry-After", "2")
+			rw.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		rcv.Config.Handler.ServeHTTP(rw, r)
+	}))
+	defer limited.Close()
+	id, _ := w.endpoint(t, map[string]any{"url": limited.URL})
+	asked := time.Now()
+	did := w.test(t, id)
+	d := w.waitDelivery(t, id, did, "delivered")
+	got := rcv.requests()
+	if d["attempts"] != 2.0 || len(got) != 1 {
+		t.Fatalf("delivery %v after %d accepted requests", d, len(got))
+	}
+	if wait := got[0].at.Sub(asked); wait < 2*time.Second {
+		t.Fatalf("the retry came %v after the test event, before the receiver's Retry-After", wait)
+	}
+}

@@ -1,0 +1,47 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/processmanagers"
+)
+
+// webhooks is webhook delivery as this process runs it.
+func (a *App) webhooks() *processmanagers.Webhooks {
+	schedule, _ := a.Config.RetrySchedule() // validated at Open
+	return &processmanagers.Webhooks{
+		Pool: a.Pool, Commands: a.Commands, Box: a.Box,
+		Client:   a.Egress.Client(10 * time.Second),
+		Settle:   a.Waiter.WaitFor,
+		Schedule: schedule, Now: a.clock, Log: a.Log,
+		PerAccount: a.Config.WebhookAccountConcurrency,
+		// An endpoint gets at most half its account's share (and 16), so
+		// one slow endpoint leaves room for the account's others.
+		PerEndpoint: min(16, max(1, a.Config.WebhookAccountConcurrency/2)),
+		UserAgent:   "Mailroom-Webhooks/" + Version,
+		Outcomes:    a.Outcomes,
+		Sweep:       5 * time.Second,
+		Endpoints: func(ctx context.Context, accountID, eventType string, at time.Time) ([]processmanagers.Target, error) {
+			rows, err := a.Pool.Query(ctx, `SELECT id, disabled_reason IS NOT NULL FROM webhook_endpoints
+				WHERE account_id = $1 AND $2 = ANY(event_types) AND created_at <= $3 ORDER BY id`, accountID, eventType, at)
+			if err != nil {
+				return nil, err
+			}
+			return pgx.CollectRows(rows, pgx.RowToStructByPos[processmanagers.Target])
+		},
+	}
+}
+
+// webhookJobs adds webhook delivery's workers to workers and returns the
+// one reader of the log that turns events into its jobs.
+func (a *App) webhookJobs(hooks *processmanagers.Webhooks, workers *river.Workers) *jobs.Reader {
+	hooks.Register(workers)
+	r := jobs.NewReader(processmanagers.WebhookReaderName, a.Pool, a.Store, hooks.Plan, a.Log)
+	r.Inherit = processmanagers.WebhookShardCheckpoints
+	return r
+}
