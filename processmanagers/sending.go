@@ -99,7 +99,7 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 		}
 		defer w.Accounts.Release(account)
 	}
-	st, err := w.Pipeline.Commands.Email(ctx, job.Args.EmailID)
+	st, ver, err := w.Pipeline.Commands.EmailAt(ctx, job.Args.EmailID)
 	if err != nil {
 		return w.outcome(ctx, job, Transient(err))
 	}
@@ -109,7 +109,7 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 		}
 		defer w.Accounts.Release(st.Queued.AccountID)
 	}
-	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, pos))
+	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, ver, pos))
 }
 
 // overCapWait is how long a job of an account that has its share in flight
