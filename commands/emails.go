@@ -3,12 +3,14 @@ package commands
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
@@ -19,6 +21,15 @@ func (s *Service) Email(ctx context.Context, id string) (email.State, error) {
 	}
 	st, _, err := load(ctx, s.store, email.Stream(id), email.Evolve)
 	return st, err
+}
+
+// EmailAt is Email that also returns the version an append based on the
+// state must meet (see RecordEmailSentAt).
+func (s *Service) EmailAt(ctx context.Context, id string) (email.State, eventstore.ExpectedVersion, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return email.State{}, eventstore.ExpectedVersion{}, domain.ErrNotFound
+	}
+	return load(ctx, s.store, email.Stream(id), email.Evolve)
 }
 
 // EmailSince is Email that also tells where the email was queued in the
@@ -40,7 +51,45 @@ func (s *Service) EmailSince(ctx context.Context, id string) (email.State, event
 // any feedback the provider knew at once (the sandbox's simulator).
 func (s *Service) RecordEmailSent(ctx context.Context, id string, atts []email.Attachment, providerMessageID string,
 	feedback func(st email.State, at time.Time) []domain.Event, meta Meta) error {
-	_, err := execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
+	_, err := execute(ctx, s, email.Stream(id), email.Evolve, s.sentDecision(atts, providerMessageID, feedback), meta)
+	return err
+}
+
+// RecordEmailSentAt is RecordEmailSent for a caller holding the email's
+// state at version (EmailAt): it appends without reading the stream again,
+// which is one round trip less per email sent. Only when the stream moved
+// meanwhile does it decide again on a fresh read.
+func (s *Service) RecordEmailSentAt(ctx context.Context, st email.State, version eventstore.ExpectedVersion, atts []email.Attachment,
+	providerMessageID string, feedback func(st email.State, at time.Time) []domain.Event, meta Meta) error {
+	if !st.Exists() {
+		return domain.ErrNotFound
+	}
+	id := st.Queued.EmailID
+	if version == (eventstore.ExpectedVersion{}) { // any version: nothing to guard the append
+		return s.RecordEmailSent(ctx, id, atts, providerMessageID, feedback, meta)
+	}
+	evs, err := s.sentDecision(atts, providerMessageID, feedback)(st)
+	if err != nil || len(evs) == 0 {
+		return err
+	}
+	data, err := codec.EncodeAll(evs, meta.metadata())
+	if err != nil {
+		return err
+	}
+	_, err = s.store.Append(ctx, email.Stream(id), version, data...)
+	if eventstore.IsConflict(err) {
+		return s.RecordEmailSent(ctx, id, atts, providerMessageID, feedback, meta)
+	}
+	if err != nil {
+		return fmt.Errorf("append to %s: %w", email.Stream(id), err)
+	}
+	return nil
+}
+
+// sentDecision decides what RecordEmailSent records on a state.
+func (s *Service) sentDecision(atts []email.Attachment, providerMessageID string,
+	feedback func(st email.State, at time.Time) []domain.Event) func(email.State) ([]domain.Event, error) {
+	return func(st email.State) ([]domain.Event, error) {
 		now := s.now()
 		evs := email.MarkScanned(st, atts, now)
 		st = fold(st, email.Evolve, evs)
@@ -59,8 +108,7 @@ func (s *Service) RecordEmailSent(ctx context.Context, id string, atts []email.A
 			}
 		}
 		return evs, nil
-	}, meta)
-	return err
+	}
 }
 
 // FailEmail records that an email never leaves the service.

@@ -66,14 +66,16 @@ var pipelineMeta = commands.Meta{Actor: "system:email-pipeline"}
 // queued, recorded at pos. Returning an error means try again (Transient
 // marks the ones expected to pass, such as a provider outage).
 func (p *Pipeline) Process(ctx context.Context, id string, pos eventstore.Position) error {
-	st, err := p.Commands.Email(ctx, id)
+	st, ver, err := p.Commands.EmailAt(ctx, id)
 	if err != nil {
 		return Transient(err)
 	}
-	return p.process(ctx, st, pos)
+	return p.process(ctx, st, ver, pos)
 }
 
-func (p *Pipeline) process(ctx context.Context, st email.State, pos eventstore.Position) error {
+// process works the email from st, read at version ver, which lets the
+// outcome be appended without reading the stream again.
+func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position) error {
 	if !st.Exists() || st.Sent != nil || st.Failed != nil || st.Held {
 		return nil // done already, or waiting for its release
 	}
@@ -96,7 +98,7 @@ func (p *Pipeline) process(ctx context.Context, st email.State, pos eventstore.P
 		}
 		checked = true
 	}
-	return p.send(ctx, st, atts, checked)
+	return p.send(ctx, st, ver, atts, checked)
 }
 
 // hold records that the email waits, without holding up other emails,
@@ -240,7 +242,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State) (reason, detail 
 // send renders the message, hands it to the provider and records the
 // outcome. Unless the gateway has just done so (checked), it first checks
 // that the domain may still send: a resumed email may have waited.
-func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attachment, checked bool) error {
+func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, atts []email.Attachment, checked bool) error {
 	q := st.Queued
 	if !checked {
 		if ok, err := p.CanSend(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
@@ -291,7 +293,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, atts []email.Attach
 		return Transient(err)
 	}
 	p.Outcomes.send("sent", nil, p.Now())
-	if err := p.Commands.RecordEmailSent(ctx, q.EmailID, atts, msgID, p.Feedback, pipelineMeta); err != nil {
+	if err := p.Commands.RecordEmailSentAt(ctx, st, ver, atts, msgID, p.Feedback, pipelineMeta); err != nil {
 		return Transient(err)
 	}
 	return nil

@@ -30,9 +30,13 @@ const EmailShardCheckpoints = "email-pipeline-%-of-%"
 // (EmailQueued or EmailReleased). It is unique by event: the reader inserts
 // each event's job once, and River refuses a second one even so.
 type SendArgs struct {
-	EmailID  string `json:"email_id"`
-	EventID  string `json:"event_id" river:"unique"`
-	Position string `json:"position"` // of the event, for read-your-writes
+	EmailID string `json:"email_id"`
+	// AccountID (from EmailQueued) lets the worker check the account's cap
+	// before reading anything; EmailReleased does not carry it, so its job
+	// reads the stream first.
+	AccountID string `json:"account_id,omitempty"`
+	EventID   string `json:"event_id" river:"unique"`
+	Position  string `json:"position"` // of the event, for read-your-writes
 }
 
 // Kind implements river.JobArgs.
@@ -51,13 +55,14 @@ func PlanSends(_ context.Context, ev eventstore.RecordedEvent) ([]river.InsertMa
 		return nil, nil
 	}
 	var e struct {
-		EmailID string `json:"email_id"`
+		EmailID   string `json:"email_id"`
+		AccountID string `json:"account_id"`
 	}
 	if err := json.Unmarshal(ev.Data, &e); err != nil || e.EmailID == "" {
 		return nil, fmt.Errorf("%s without an email id: %v", ev.Type, err)
 	}
 	return []river.InsertManyParams{{
-		Args: SendArgs{EmailID: e.EmailID, EventID: ev.ID.String(), Position: ev.Position.String()},
+		Args: SendArgs{EmailID: e.EmailID, AccountID: e.AccountID, EventID: ev.ID.String(), Position: ev.Position.String()},
 		InsertOpts: &river.InsertOpts{
 			Queue: jobs.EmailQueue, MaxAttempts: sendMaxAttempts,
 			UniqueOpts: river.UniqueOpts{ByArgs: true},
@@ -85,19 +90,34 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 	if err != nil {
 		return err
 	}
-	st, err := w.Pipeline.Commands.Email(ctx, job.Args.EmailID)
+	// The cap is checked before any read, so a job over it costs one
+	// fetch and one snooze, nothing more.
+	account := job.Args.AccountID
+	if account != "" {
+		if !w.Accounts.Acquire(account) {
+			return river.JobSnooze(overCapWait())
+		}
+		defer w.Accounts.Release(account)
+	}
+	st, ver, err := w.Pipeline.Commands.EmailAt(ctx, job.Args.EmailID)
 	if err != nil {
 		return w.outcome(ctx, job, Transient(err))
 	}
-	if st.Exists() && w.Accounts != nil {
+	if account == "" && st.Exists() { // EmailReleased: the account is on the stream
 		if !w.Accounts.Acquire(st.Queued.AccountID) {
-			// The account has its share in flight: come back shortly,
-			// leaving the slot to other accounts' emails.
-			return river.JobSnooze(time.Duration(50+rand.IntN(100)) * time.Millisecond)
+			return river.JobSnooze(overCapWait())
 		}
 		defer w.Accounts.Release(st.Queued.AccountID)
 	}
-	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, pos))
+	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, ver, pos))
+}
+
+// overCapWait is how long a job of an account that has its share in flight
+// waits before it is fetched again: long enough that such jobs cost little
+// (each return is a fetch and an update), spread so they do not return
+// together. Other accounts' jobs take the freed slots meanwhile.
+func overCapWait() time.Duration {
+	return time.Duration(250+rand.IntN(250)) * time.Millisecond
 }
 
 // outcome maps the pipeline's answer to River's: transient failures and
@@ -149,8 +169,9 @@ func NewAccountSlots(max int) *AccountSlots {
 }
 
 // Acquire takes a slot of account, or reports false when it has none left.
+// A nil AccountSlots has no cap.
 func (s *AccountSlots) Acquire(account string) bool {
-	if s.max <= 0 {
+	if s == nil || s.max <= 0 {
 		return true
 	}
 	s.mu.Lock()
@@ -164,7 +185,7 @@ func (s *AccountSlots) Acquire(account string) bool {
 
 // Release gives back a slot Acquire took.
 func (s *AccountSlots) Release(account string) {
-	if s.max <= 0 {
+	if s == nil || s.max <= 0 {
 		return
 	}
 	s.mu.Lock()

@@ -74,13 +74,27 @@ type App struct {
 	ready         readyCache
 }
 
+// PoolSize is the database pool a process needs unless the database URL
+// sets pool_max_conns: the API's and projectors' share, and for workers a
+// connection per three emails in flight. An email holds a connection only
+// for its short statements, never while the provider answers, so a third
+// keeps jobs from queueing for connections (and the API from queueing
+// behind jobs) without opening one per job.
+func PoolSize(cfg config.Config) int {
+	n := database.DefaultConns
+	if cfg.Has("workers") {
+		n += cfg.ProviderConcurrency / 3
+	}
+	return n
+}
+
 // Open connects to the database (creating and migrating it) and the event
 // store, and prepares the read-model tables.
 func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pool, err := database.Open(ctx, cfg.DatabaseURL)
+	pool, err := database.OpenSized(ctx, cfg.DatabaseURL, PoolSize(cfg))
 	if err != nil {
 		return nil, err
 	}

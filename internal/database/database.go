@@ -27,8 +27,20 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// DefaultConns is the pool size of a process that does not send: the API's
+// queries, and projectors holding a transaction while they read events on
+// a second connection.
+const DefaultConns = 24
+
 // Open connects to url, creating the database first if it does not exist.
+// The pool holds DefaultConns connections unless url sets pool_max_conns.
 func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	return OpenSized(ctx, url, DefaultConns)
+}
+
+// OpenSized is Open with a pool of conns connections unless url sets
+// pool_max_conns.
+func OpenSized(ctx context.Context, url string, conns int) (*pgxpool.Pool, error) {
 	if err := EnsureExists(ctx, url); err != nil {
 		return nil, err
 	}
@@ -37,9 +49,7 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		return nil, urlError(err)
 	}
 	if !strings.Contains(url, "pool_max_conns") {
-		// Projectors hold a transaction while reading events on a second
-		// connection; leave room for them beside the API's queries.
-		cfg.MaxConns = 24
+		cfg.MaxConns = int32(max(conns, 1))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
