@@ -60,6 +60,9 @@ type Store struct {
 	subs     map[*subscription]struct{}
 	listener *listener // running while subs is not empty
 	closed   bool
+
+	notifying   bool // a notification is being sent
+	notifyAgain bool // an append committed since it was sent
 }
 
 var _ eventstore.Store = (*Store)(nil)
@@ -157,7 +160,43 @@ func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("eventstore/postgres: commit append to %s: %w", prepared[0].Stream, err)
 	}
+	s.announce()
 	return res, nil
+}
+
+// announce wakes this process's subscriptions at once and other processes'
+// through a notification sent after the commit. A NOTIFY inside the append
+// would take PostgreSQL's global notification lock at commit and hold it
+// through the WAL flush, serialising every append; sent outside, and
+// coalesced (one in flight; appends committed meanwhile share the next),
+// it costs the appends nothing. A lost notification is covered by the
+// subscribers' poll.
+func (s *Store) announce() {
+	s.wakeAll()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.notifying {
+		s.notifyAgain = true
+		return
+	}
+	s.notifying = true
+	go s.notifyLoop()
+}
+
+func (s *Store) notifyLoop() {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = s.pool.Exec(ctx, "SELECT pg_notify($1, '')", notifyChannel)
+		cancel()
+		s.mu.Lock()
+		if !s.notifyAgain {
+			s.notifying = false
+			s.mu.Unlock()
+			return
+		}
+		s.notifyAgain = false
+		s.mu.Unlock()
+	}
 }
 
 // errStreamExists is appendTx finding, in one round trip, that a stream
@@ -315,7 +354,6 @@ func appendTx(ctx context.Context, tx pgx.Tx, parts []eventstore.StreamAppend) (
 		}
 		b.Queue(insertEvents, ids, p.Stream, int64(next), types, versions, data, metas, hashes)
 	}
-	b.Queue("SELECT pg_notify($1, '')", notifyChannel)
 	br := tx.SendBatch(ctx, b)
 	var err error
 	if allNew {
@@ -357,9 +395,6 @@ func appendTx(ctx context.Context, tx pgx.Tx, parts []eventstore.StreamAppend) (
 			err = rows.Err()
 		}
 		res[i] = eventstore.AppendResult{NextRevision: lastRevs[i], Position: pos}
-	}
-	if err == nil {
-		_, err = br.Exec() // the notification
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
