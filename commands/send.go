@@ -110,11 +110,11 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 
 	from, _ := mailmsg.ParseAddress(req.From)
 	_, fromDomain, _ := strings.Cut(from.Email, "@")
-	dom, err := s.domains(ctx, accountID, strings.ToLower(fromDomain))
+	domainID, err := s.sendableDomain(ctx, accountID, strings.ToLower(fromDomain))
 	if err != nil && !errors.Is(err, domain.ErrNotFound) {
 		return Accepted{}, err
 	}
-	if err != nil || !dom.CanSend() {
+	if err != nil {
 		return Accepted{}, &domain.ForbiddenError{Code: "domain_not_verified",
 			Detail: fmt.Sprintf("%s is not a verified domain of this account", strings.ToLower(fromDomain))}
 	}
@@ -130,7 +130,7 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 
 	// Bytes go to blob storage; the event carries digests.
 	q := email.Queued{
-		EmailID: id, AccountID: accountID, DomainID: dom.ID, From: strings.TrimSpace(req.From), FromEmail: from.Email,
+		EmailID: id, AccountID: accountID, DomainID: domainID, From: strings.TrimSpace(req.From), FromEmail: from.Email,
 		To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo, Subject: req.Subject,
 		Tags: req.Tags, RequestHash: hash, QueuedAt: now,
 	}
@@ -470,6 +470,22 @@ func filenameOf(raw string) string {
 		return name
 	}
 	return "attachment"
+}
+
+// sendableDomain is the id of the account's domain name when it may send,
+// domain.ErrNotFound otherwise.
+func (s *Service) sendableDomain(ctx context.Context, accountID, name string) (string, error) {
+	if s.sendable != nil {
+		return s.sendable(ctx, accountID, name)
+	}
+	dom, err := s.domains(ctx, accountID, name)
+	if err != nil {
+		return "", err
+	}
+	if !dom.CanSend() {
+		return "", domain.ErrNotFound
+	}
+	return dom.ID, nil
 }
 
 // domainLookup reads an account's sending domain by name.

@@ -20,7 +20,16 @@ type Waiter struct {
 	mu      sync.Mutex
 	known   map[string]eventstore.Position
 	changed chan struct{} // closed and replaced on every advance
+
+	// One poll at a time serves every waiter: many concurrent writes must
+	// not each query the checkpoints every tick.
+	polling  bool
+	polledAt time.Time
 }
+
+// pollEvery is how often checkpoints of other processes are read while
+// anyone waits.
+const pollEvery = 25 * time.Millisecond
 
 // NewWaiter returns a waiter that gives up after timeout.
 func NewWaiter(pool *pgxpool.Pool, timeout time.Duration) *Waiter {
@@ -30,9 +39,10 @@ func NewWaiter(pool *pgxpool.Pool, timeout time.Duration) *Waiter {
 func (w *Waiter) advanced(name string, pos eventstore.Position) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.known[name].Less(pos) {
-		w.known[name] = pos
+	if !w.known[name].Less(pos) {
+		return
 	}
+	w.known[name] = pos
 	close(w.changed)
 	w.changed = make(chan struct{})
 }
@@ -43,7 +53,7 @@ func (w *Waiter) advanced(name string, pos eventstore.Position) {
 func (w *Waiter) WaitFor(ctx context.Context, pos eventstore.Position, names ...string) bool {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	poll := time.NewTicker(25 * time.Millisecond)
+	poll := time.NewTicker(pollEvery)
 	defer poll.Stop()
 	for {
 		w.mu.Lock()
@@ -57,7 +67,7 @@ func (w *Waiter) WaitFor(ctx context.Context, pos eventstore.Position, names ...
 			return false
 		case <-changed:
 		case <-poll.C:
-			w.refresh(ctx, names)
+			w.refresh(ctx)
 		}
 	}
 }
@@ -71,10 +81,22 @@ func (w *Waiter) reached(pos eventstore.Position, names []string) bool {
 	return true
 }
 
-// refresh reads checkpoints written by other processes.
-func (w *Waiter) refresh(ctx context.Context, names []string) {
-	rows, err := w.pool.Query(ctx, `SELECT name, commit_position, prepare_position
-		FROM projection_checkpoints WHERE name = ANY($1)`, names)
+// refresh reads checkpoints written by other processes, unless another
+// waiter is reading them or just did (it wakes everyone when they advance).
+func (w *Waiter) refresh(ctx context.Context) {
+	w.mu.Lock()
+	if w.polling || time.Since(w.polledAt) < pollEvery {
+		w.mu.Unlock()
+		return
+	}
+	w.polling = true
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.polling, w.polledAt = false, time.Now()
+		w.mu.Unlock()
+	}()
+	rows, err := w.pool.Query(ctx, `SELECT name, commit_position, prepare_position FROM projection_checkpoints`)
 	if err != nil {
 		return
 	}

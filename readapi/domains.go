@@ -84,6 +84,22 @@ func SendingDomain(ctx context.Context, q Querier, accountID, name string) (send
 	return st, err
 }
 
+// SendableDomainID is the id of the account's verified domain of that name,
+// for accepting a send: the table's own columns, without decoding the
+// domain's state. ErrNotFound when it has none, or it is not verified.
+func SendableDomainID(ctx context.Context, q Querier, accountID, name string) (string, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM domains WHERE account_id = $1 AND name = $2 AND status = $3`,
+		accountID, name, string(sendingdomain.StatusVerified))
+	if err != nil {
+		return "", err
+	}
+	id, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrNotFound
+	}
+	return id, err
+}
+
 // Querier is what reads need of a pool or transaction.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

@@ -397,7 +397,7 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 	return commands.New(commands.Deps{
 		Store: a.Store, Settle: settle, Now: func() time.Time { return a.Now() },
 		Box: a.Box, DNS: a.DNS, Region: a.Config.Region,
-		Domains: a.sendingDomain, Blobs: a.Blobs, Egress: a.Egress,
+		Domains: a.sendingDomain, SendableDomain: a.sendableDomain, Blobs: a.Blobs, Egress: a.Egress,
 		Identity: a.identityCheck, KeyGenerated: a.keysGenerated, ActiveAPIKeys: a.activeAPIKeys,
 		DomainsNamed: func(ctx context.Context, name string) ([]sendingdomain.State, error) {
 			return readapi.DomainsNamed(ctx, a.Pool, name)

@@ -65,6 +65,14 @@ func (a *App) sendingDomain(ctx context.Context, accountID, name string) (sendin
 	return st, err
 }
 
+func (a *App) sendableDomain(ctx context.Context, accountID, name string) (string, error) {
+	id, err := readapi.SendableDomainID(ctx, a.Pool, accountID, name)
+	if errors.Is(err, readapi.ErrNotFound) {
+		return id, domain.ErrNotFound
+	}
+	return id, err
+}
+
 func (a *App) pipeline() *processmanagers.Pipeline {
 	p := &processmanagers.Pipeline{
 		Commands: a.Commands, Blobs: a.Blobs, Scanner: a.Scanner, Egress: a.Egress, Sender: a.Sender,

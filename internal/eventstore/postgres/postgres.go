@@ -60,6 +60,9 @@ type Store struct {
 	subs     map[*subscription]struct{}
 	listener *listener // running while subs is not empty
 	closed   bool
+
+	notifying   bool // a notification is being sent
+	notifyAgain bool // an append committed since it was sent
 }
 
 var _ eventstore.Store = (*Store)(nil)
@@ -139,6 +142,9 @@ func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend
 		prepared[i] = eventstore.StreamAppend{Stream: p.Stream, Expected: p.Expected, Events: events}
 	}
 
+	if allNew(prepared) {
+		return s.appendNew(ctx, prepared)
+	}
 	// Read committed whatever the server default: the stream heads must be
 	// read with a snapshot taken after the stream locks were granted.
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
@@ -146,7 +152,7 @@ func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend
 		return nil, fmt.Errorf("eventstore/postgres: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	res, err := appendTx(ctx, tx, prepared)
+	res, err := appendTx(ctx, tx, prepared, false)
 	if errors.Is(err, errStreamExists) {
 		tx.Rollback(context.WithoutCancel(ctx))
 		return nil, s.existing(ctx, prepared)
@@ -157,7 +163,86 @@ func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("eventstore/postgres: commit append to %s: %w", prepared[0].Stream, err)
 	}
+	s.announce()
 	return res, nil
+}
+
+// announce wakes this process's subscriptions at once and other processes'
+// through a notification sent after the commit. A NOTIFY inside the append
+// would take PostgreSQL's global notification lock at commit and hold it
+// through the WAL flush, serialising every append; sent outside, and
+// coalesced (one in flight; appends committed meanwhile share the next),
+// it costs the appends nothing. A lost notification is covered by the
+// subscribers' poll.
+func (s *Store) announce() {
+	s.wakeAll()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.notifying {
+		s.notifyAgain = true
+		return
+	}
+	s.notifying = true
+	go s.notifyLoop()
+}
+
+func (s *Store) notifyLoop() {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = s.pool.Exec(ctx, "SELECT pg_notify($1, '')", notifyChannel)
+		cancel()
+		s.mu.Lock()
+		if !s.notifyAgain {
+			s.notifying = false
+			s.mu.Unlock()
+			return
+		}
+		s.notifyAgain = false
+		s.mu.Unlock()
+	}
+}
+
+func allNew(parts []eventstore.StreamAppend) bool {
+	for _, p := range parts {
+		if !p.Expected.IsNoStream() {
+			return false
+		}
+	}
+	return true
+}
+
+// appendNew appends to streams that must all be new with BEGIN and COMMIT
+// sent in the same round trip as the statements between them.
+func (s *Store) appendNew(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore/postgres: acquire: %w", err)
+	}
+	defer conn.Release()
+	res, err := appendTx(ctx, conn, parts, true)
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		// A failed statement left the transaction open: end it, or drop
+		// the connection so the pool never hands it out half-done.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
+			conn.Conn().Close(rctx)
+		}
+		cancel()
+	}
+	if errors.Is(err, errStreamExists) {
+		return nil, s.existing(ctx, parts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.announce()
+	return res, nil
+}
+
+// batchSender is a transaction, or a connection for a batch that opens and
+// commits its own.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // errStreamExists is appendTx finding, in one round trip, that a stream
@@ -214,7 +299,10 @@ const insertEvents = `INSERT INTO events (event_id, stream_id, stream_revision, 
 // them (none, and no previous hash), so the locks, the head inserts and the
 // events go in one round trip: a head insert that meets an existing stream
 // fails with errStreamExists. Otherwise the heads are read first.
-func appendTx(ctx context.Context, tx pgx.Tx, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+//
+// own (all streams new only) makes the batch begin and commit its own
+// transaction, tx then being a connection outside any.
+func appendTx(ctx context.Context, tx batchSender, parts []eventstore.StreamAppend, own bool) ([]eventstore.AppendResult, error) {
 	// Lock every stream first, in one order for all writers so that two
 	// multi-stream appends cannot deadlock (an advisory lock assigns no
 	// transaction id), then read the heads in a separate statement so that
@@ -225,9 +313,15 @@ func appendTx(ctx context.Context, tx pgx.Tx, parts []eventstore.StreamAppend) (
 		streams[i] = p.Stream
 		allNew = allNew && p.Expected.IsNoStream()
 	}
+	if own && !allNew {
+		return nil, errors.New("eventstore/postgres: an append of existing streams needs a transaction")
+	}
 	locks := slices.Clone(streams)
 	slices.Sort(locks)
 	b := &pgx.Batch{}
+	if own {
+		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	}
 	for _, st := range locks {
 		b.Queue("SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(lockClass), st)
 	}
@@ -315,10 +409,15 @@ func appendTx(ctx context.Context, tx pgx.Tx, parts []eventstore.StreamAppend) (
 		}
 		b.Queue(insertEvents, ids, p.Stream, int64(next), types, versions, data, metas, hashes)
 	}
-	b.Queue("SELECT pg_notify($1, '')", notifyChannel)
+	if own {
+		b.Queue("COMMIT")
+	}
 	br := tx.SendBatch(ctx, b)
 	var err error
-	if allNew {
+	if own {
+		_, err = br.Exec()
+	}
+	if allNew && err == nil {
 		for range locks {
 			if _, err = br.Exec(); err != nil {
 				break
@@ -358,8 +457,8 @@ func appendTx(ctx context.Context, tx pgx.Tx, parts []eventstore.StreamAppend) (
 		}
 		res[i] = eventstore.AppendResult{NextRevision: lastRevs[i], Position: pos}
 	}
-	if err == nil {
-		_, err = br.Exec() // the notification
+	if own && err == nil {
+		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
