@@ -196,7 +196,10 @@ func (r *Runner) stepTx(ctx context.Context, p Projector, isolate bool) (eventst
 		return eventstore.Position{}, 0, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(p.Name())); err != nil {
+	// A batch and its checkpoint are lost or kept together, so a crash
+	// before the disk has them replays the batch: the commit need not wait
+	// for the flush (the events themselves are durable).
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)", lockKey(p.Name())); err != nil {
 		return eventstore.Position{}, 0, err
 	}
 	st, err := r.checkpoint(ctx, tx, p.Name())

@@ -486,7 +486,12 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	hooks := a.webhooks()
 	webhookReader := a.webhookJobs(hooks, workers)
 	clientID := jobs.NewClientID()
-	client, err := jobs.NewClient(a.Pool, jobs.Config{
+	queuePool, err := jobs.OpenPool(ctx, a.Pool)
+	if err != nil {
+		return fmt.Errorf("job queue: %w", err)
+	}
+	defer queuePool.Close()
+	client, err := jobs.NewClient(queuePool, jobs.Config{
 		ID: clientID,
 		Queues: map[string]int{
 			jobs.EmailQueue:   a.Config.ProviderConcurrency,

@@ -262,6 +262,12 @@ func (r *Reader) commit(ctx context.Context, cp *checkpoint, batch []eventstore.
 	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(qctx, r.pool, func(tx pgx.Tx) error {
+		// The checkpoint and its jobs are lost or kept together, so a
+		// crash before the disk has them replays the batch: no need to
+		// wait for the flush.
+		if _, err := tx.Exec(qctx, "SET LOCAL synchronous_commit = off"); err != nil {
+			return err
+		}
 		if len(params) > 0 {
 			if _, err := r.inserter.InsertManyTx(qctx, tx, params); err != nil {
 				return fmt.Errorf("insert jobs: %w", err)
