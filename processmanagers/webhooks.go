@@ -122,6 +122,10 @@ type AttemptArgs struct {
 	EndpointID string            `json:"endpoint_id"`
 	Created    *delivery.Created `json:"created,omitempty"`
 	NotBefore  time.Time         `json:"not_before,omitzero"`
+	// Listed is the position of the delivery's recording: its first
+	// attempt waits for the read model to show it, so a receiver that
+	// hears of a delivery finds it listed.
+	Listed *eventstore.Position `json:"listed,omitempty"`
 }
 
 func (AttemptArgs) Kind() string { return "webhook_attempt" }
@@ -254,14 +258,15 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	if err != nil {
 		return err
 	}
-	// A receiver that hears of a delivery finds it listed.
-	w.Settle(ctx, last, "webhooks")
+	// The attempts, not the fan-out, wait for the read model to list the
+	// deliveries: the fan-out's slot is free at once, and an attempt reads
+	// its endpoint meanwhile.
 	var jobs []river.InsertManyParams
 	for i, d := range ds {
 		if d.Skipped {
 			continue
 		}
-		args := AttemptArgs{DeliveryID: d.DeliveryID, Attempt: 1, AccountID: d.AccountID, EndpointID: d.EndpointID}
+		args := AttemptArgs{DeliveryID: d.DeliveryID, Attempt: 1, AccountID: d.AccountID, EndpointID: d.EndpointID, Listed: &last}
 		if fresh[i] {
 			args.Created = &ds[i].Created
 		}
@@ -396,6 +401,10 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	}
 	if now := w.Now(); !st.Due(now) {
 		return river.JobSnooze(st.NextAt.Sub(now))
+	}
+	if a.Listed != nil {
+		// A receiver that hears of a delivery finds it listed.
+		w.Settle(ctx, *a.Listed, "webhooks")
 	}
 	// The shares bound the time spent on receivers; reading and recording
 	// are the database's and hold none.
