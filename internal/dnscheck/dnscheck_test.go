@@ -16,7 +16,7 @@ import (
 // that the TXT value travels as several character-strings.
 var dkimKey = strings.Repeat("MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA", 9)[:392]
 
-// domainRecords are the records §8 of the design asks a domain to publish.
+// domainRecords are the records a domain is asked to publish.
 func domainRecords() []dnscheck.Record {
 	return []dnscheck.Record{
 		{Type: "TXT", Name: "mrabc123._domainkey.example.com", Value: "v=DKIM1; k=rsa; p=" + dkimKey},
