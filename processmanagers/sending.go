@@ -59,7 +59,7 @@ func PlanSends(_ context.Context, ev eventstore.RecordedEvent) ([]river.InsertMa
 		AccountID string `json:"account_id"`
 	}
 	if err := json.Unmarshal(ev.Data, &e); err != nil || e.EmailID == "" {
-		return nil, fmt.Errorf("%s without an email id: %v", ev.Type, err)
+		return nil, jobs.Malformed(fmt.Errorf("%s without an email id: %v", ev.Type, err))
 	}
 	return []river.InsertManyParams{{
 		Args: SendArgs{EmailID: e.EmailID, AccountID: e.AccountID, EventID: ev.ID.String(), Position: ev.Position.String()},

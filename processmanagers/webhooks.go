@@ -160,8 +160,11 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 		return nil, nil
 	}
 	e, err := codec.Decode(ev)
-	if err != nil || e == nil {
-		return nil, err
+	if err != nil {
+		return nil, jobs.Malformed(err) // undecodable: no retry helps
+	}
+	if e == nil {
+		return nil, nil
 	}
 	var args river.JobArgs
 	switch e := e.(type) {

@@ -241,6 +241,21 @@ func (r *Reader) load(ctx context.Context) (*checkpoint, error) {
 	return &checkpoint{pos: pos}, nil
 }
 
+// Malformed marks a plan's error as one no retry can cure: the event lacks
+// what its type promises. The reader logs such an event and moves past it;
+// any other plan error is retried, holding the reader at the event.
+func Malformed(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &malformedError{err}
+}
+
+type malformedError struct{ err error }
+
+func (e *malformedError) Error() string { return "malformed event: " + e.err.Error() }
+func (e *malformedError) Unwrap() error { return e.err }
+
 // errCheckpointMoved means another reader wrote the checkpoint: this one
 // has lost its lock and must stop before it plans anything twice.
 var errCheckpointMoved = errors.New("checkpoint moved under the reader; another instance is reading")
@@ -253,6 +268,14 @@ func (r *Reader) commit(ctx context.Context, cp *checkpoint, batch []eventstore.
 	var params []river.InsertManyParams
 	for _, ev := range batch {
 		p, err := r.plan(ctx, ev)
+		var bad *malformedError
+		if errors.As(err, &bad) {
+			// No retry can cure it, and retrying would stop every later
+			// event: say so loudly and go on. The event stays in the log.
+			r.log.Error("job reader skipped an event it cannot plan", "event_id", ev.ID, "event_type", ev.Type,
+				"stream", ev.StreamID, "position", ev.Position.String(), "err", bad.err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("plan %s (%s at %s): %w", ev.ID, ev.Type, ev.Position, err)
 		}

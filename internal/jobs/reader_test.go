@@ -257,3 +257,40 @@ func TestTwoReadersOneReads(t *testing.T) {
 		}
 	}
 }
+
+// An event its plan calls malformed is passed over; the events after it
+// still become jobs, and a plan error that may pass is retried instead.
+func TestReaderPassesOverMalformedEvents(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	store := postgres.New(pool)
+	before := appendEvents(t, store, "noted", 5)
+	appendEvents(t, store, "broken", 1)
+	after := appendEvents(t, store, "noted", 5)
+	var mu sync.Mutex
+	flaky := 3
+	plan := func(ctx context.Context, ev eventstore.RecordedEvent) ([]river.InsertManyParams, error) {
+		switch ev.Type {
+		case "broken":
+			return nil, jobs.Malformed(fmt.Errorf("no id"))
+		case "noted":
+			mu.Lock()
+			defer mu.Unlock()
+			if flaky > 0 {
+				flaky--
+				return nil, fmt.Errorf("database hiccup")
+			}
+		}
+		return planNotes(ctx, ev)
+	}
+	stop := run(jobs.NewReader("notes", pool, store, plan, nil))
+	got := waitJobs(t, pool, append(before, after...))
+	stop()
+	if len(got) != 10 {
+		t.Errorf("%d events have jobs, want 10", len(got))
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("event %s has %d jobs, want 1", id, n)
+		}
+	}
+}
