@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/jobs"
 )
 
 // queryTimeout bounds every statement on a handler's lock connection. A
@@ -181,7 +181,7 @@ func (s *eventSubscriber) session(ctx context.Context, out chan<- *message.Messa
 // acquire polls pg_try_advisory_lock until this session holds the handler's
 // lock or ctx ends.
 func (s *eventSubscriber) acquire(ctx context.Context, conn *pgx.Conn) error {
-	key := lockKey(s.name)
+	key := jobs.LockKey(s.name) // the same key as a job reader of that name
 	waiting := false
 	for {
 		var ok bool
@@ -357,14 +357,6 @@ func (c *checkpoint) ping() error {
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
 	return c.conn.Ping(ctx)
-}
-
-// lockKey is the session advisory lock that makes one instance at a time run
-// the handler called name. Projections use "projection:"+name the same way.
-func lockKey(name string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("processmanager:" + name))
-	return int64(h.Sum64())
 }
 
 // sleep waits d or until ctx ends; it reports whether d elapsed.

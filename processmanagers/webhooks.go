@@ -522,25 +522,32 @@ func (w *Webhooks) queue(ctx context.Context, client *river.Client[pgx.Tx], quer
 		if err != nil {
 			return err
 		}
-		var jobs []river.InsertManyParams
-		for rows.Next() {
-			var a AttemptArgs
-			if err := rows.Scan(&a.DeliveryID, &a.AccountID, &a.EndpointID, &a.Attempt); err != nil {
-				rows.Close()
-				return err
-			}
-			a.Attempt++
-			after = a.DeliveryID
-			jobs = append(jobs, river.InsertManyParams{Args: a})
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(jobs) == 0 {
+		jobs, last, err := nextAttempts(rows)
+		if err != nil || len(jobs) == 0 {
 			return err
 		}
+		after = last
 		if err := insertDue(ctx, client, jobs); err != nil {
 			return err
 		}
 	}
+}
+
+// nextAttempts reads rows of (delivery id, account, endpoint, attempts
+// made) into the jobs of each delivery's next attempt, with the last
+// delivery id read, and closes rows.
+func nextAttempts(rows pgx.Rows) (jobs []river.InsertManyParams, last string, err error) {
+	defer rows.Close()
+	for rows.Next() {
+		var a AttemptArgs
+		if err := rows.Scan(&a.DeliveryID, &a.AccountID, &a.EndpointID, &a.Attempt); err != nil {
+			return nil, "", err
+		}
+		a.Attempt++
+		last = a.DeliveryID
+		jobs = append(jobs, river.InsertManyParams{Args: a})
+	}
+	return jobs, last, rows.Err()
 }
 
 // insertDue queues attempts that are due now. One whose job exists already
@@ -603,18 +610,8 @@ func (w *Webhooks) requeue(ctx context.Context, client *river.Client[pgx.Tx]) er
 	if err != nil {
 		return err
 	}
-	var jobs []river.InsertManyParams
-	for rows.Next() {
-		var a AttemptArgs
-		if err := rows.Scan(&a.DeliveryID, &a.AccountID, &a.EndpointID, &a.Attempt); err != nil {
-			rows.Close()
-			return err
-		}
-		a.Attempt++
-		jobs = append(jobs, river.InsertManyParams{Args: a})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(jobs) == 0 {
+	jobs, _, err := nextAttempts(rows)
+	if err != nil || len(jobs) == 0 {
 		return err
 	}
 	return insertDue(ctx, client, jobs)

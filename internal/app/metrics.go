@@ -32,20 +32,19 @@ func meter(s eventstore.Store, reg prometheus.Registerer) *meteredStore {
 func (m *meteredStore) Append(ctx context.Context, stream string, expected eventstore.ExpectedVersion, events ...eventstore.EventData) (eventstore.AppendResult, error) {
 	start := time.Now()
 	res, err := m.Store.Append(ctx, stream, expected, events...)
-	outcome := "ok"
-	switch {
-	case eventstore.IsConflict(err):
-		outcome = "conflict"
-	case err != nil:
-		outcome = "error"
-	}
-	m.appends.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	m.observe(start, err)
 	return res, err
 }
 
 func (m *meteredStore) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
 	start := time.Now()
 	res, err := m.Store.AppendMany(ctx, parts...)
+	m.observe(start, err)
+	return res, err
+}
+
+// observe records an append that began at start, by its outcome.
+func (m *meteredStore) observe(start time.Time, err error) {
 	outcome := "ok"
 	switch {
 	case eventstore.IsConflict(err):
@@ -54,7 +53,6 @@ func (m *meteredStore) AppendMany(ctx context.Context, parts ...eventstore.Strea
 		outcome = "error"
 	}
 	m.appends.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
-	return res, err
 }
 
 // CountAfter passes through to stores that can count.
