@@ -198,11 +198,22 @@ func (r *Runner) stepTx(ctx context.Context, p Projector, isolate bool) (eventst
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	// A batch and its checkpoint are lost or kept together, so a crash
 	// before the disk has them replays the batch: the commit need not wait
-	// for the flush (the events themselves are durable).
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)", lockKey(p.Name())); err != nil {
+	// for the flush (the events themselves are durable). The lock and the
+	// checkpoint go in one round trip; the checkpoint is a statement of its
+	// own, so its snapshot is taken once the lock is held.
+	lock := &pgx.Batch{}
+	lock.Queue("SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)", lockKey(p.Name()))
+	lock.Queue(selectCheckpoint, p.Name())
+	var st checkpointState
+	br := tx.SendBatch(ctx, lock)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
 		return eventstore.Position{}, 0, err
 	}
-	st, err := r.checkpoint(ctx, tx, p.Name())
+	err = st.read(br.QueryRow(), p.Name())
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return eventstore.Position{}, 0, err
 	}
@@ -363,17 +374,26 @@ type querier interface {
 // checkpoint reads a projector's checkpoint together with its quarantined
 // streams, in one round trip.
 func (r *Runner) checkpoint(ctx context.Context, q querier, name string) (checkpointState, error) {
+	var st checkpointState
+	err := st.read(q.QueryRow(ctx, selectCheckpoint, name), name)
+	return st, err
+}
+
+const selectCheckpoint = `SELECT commit_position, prepare_position, schema_version, failures > 0,
+		ARRAY(SELECT stream_id FROM public.projection_quarantine WHERE projection = $1)
+	FROM public.projection_checkpoints WHERE name = $1`
+
+// read fills st from the row of selectCheckpoint; no row is a projector
+// that has not started.
+func (st *checkpointState) read(row pgx.Row, name string) error {
 	var c, p int64
 	var streams []string
-	var st checkpointState
-	err := q.QueryRow(ctx, `SELECT commit_position, prepare_position, schema_version, failures > 0,
-			ARRAY(SELECT stream_id FROM public.projection_quarantine WHERE projection = $1)
-		FROM public.projection_checkpoints WHERE name = $1`, name).Scan(&c, &p, &st.version, &st.failing, &streams)
+	err := row.Scan(&c, &p, &st.version, &st.failing, &streams)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return st, nil
+		return nil
 	}
 	if err != nil {
-		return st, fmt.Errorf("checkpoint %s: %w", name, err)
+		return fmt.Errorf("checkpoint %s: %w", name, err)
 	}
 	st.pos, st.exists = eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}, true
 	if len(streams) > 0 {
@@ -382,7 +402,7 @@ func (r *Runner) checkpoint(ctx context.Context, q querier, name string) (checkp
 			st.quarantined[s] = true
 		}
 	}
-	return st, nil
+	return nil
 }
 
 // lockKey is the advisory lock guarding one projector's writes.

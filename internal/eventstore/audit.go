@@ -34,7 +34,9 @@ func (b Break) String() string {
 // A change to an event breaks its own hash; an insertion or removal breaks
 // the revision sequence and the next event's hash. Removing the last events
 // of a stream leaves no trace in the chain. Verify sees the log as ReadAll
-// does, so events committed while it runs may or may not be included.
+// does, so events committed while it runs may or may not be included; give
+// it a store of its own (as `mailroom events verify` does), since a store
+// may serve the head of the log from what it read before.
 func Verify(ctx context.Context, s Store, report func(Break)) (checked int, err error) {
 	type head struct {
 		next uint64

@@ -45,6 +45,9 @@ const (
 	defaultPollInterval = 250 * time.Millisecond
 	// subscriptionBatch is how many events a subscription reads per query.
 	subscriptionBatch = 256
+	// recentEvents is how much of the head of $all a store keeps for its
+	// readers (see recentLog): a few seconds of a busy log, some megabytes.
+	recentEvents = 20000
 )
 
 // ErrClosed is returned by Subscription.Next after the subscription (or its
@@ -55,6 +58,7 @@ var ErrClosed = errors.New("eventstore/postgres: subscription closed")
 type Store struct {
 	pool         *pgxpool.Pool
 	pollInterval time.Duration
+	recent       *recentLog // the head of $all, shared by this process's readers
 
 	mu       sync.Mutex
 	subs     map[*subscription]struct{}
@@ -70,7 +74,8 @@ var _ eventstore.Store = (*Store)(nil)
 // New returns a store on pool, whose schema must be migrated
 // (database.Migrate). The pool stays owned by the caller.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, pollInterval: defaultPollInterval, subs: map[*subscription]struct{}{}}
+	return &Store{pool: pool, pollInterval: defaultPollInterval, subs: map[*subscription]struct{}{},
+		recent: newRecentLog(recentEvents)}
 }
 
 // Close closes the store's open subscriptions; SubscribeAll fails after it.
@@ -540,6 +545,11 @@ func (s *Store) ReadAll(ctx context.Context, from eventstore.Position, max int) 
 	if max <= 0 {
 		return nil, fmt.Errorf("eventstore/postgres: read $all: max must be positive, got %d", max)
 	}
+	return s.recent.read(ctx, from, max, s.readAll)
+}
+
+// readAll is ReadAll's query.
+func (s *Store) readAll(ctx context.Context, from eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
 	rows, err := s.pool.Query(ctx, readAllSQL, from.Commit, clampInt64(from.Prepare), max)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore/postgres: read $all: %w", err)
