@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -44,15 +46,16 @@ const (
 )
 
 // Webhooks delivers email events to endpoints with River jobs that any
-// worker process claims. Each email event becomes a fan-out job, which
-// records one delivery per endpoint of the account subscribing to its type
-// and queues each delivery's first attempt; a failed attempt queues the
-// next at the time the delivery's stream decided. Attempts are bounded per
-// process (the queue's workers), per account and per endpoint, so one
-// account's slow receivers hold up only its own deliveries. A paused
-// endpoint's or a suspended account's deliveries wait unattempted; resuming
-// or reinstating queues them again. A low-rate sweep expires deliveries held
-// too long and queues any overdue delivery a lost job left behind.
+// worker process claims. Each email event an endpoint may hear of becomes a
+// fan-out job (see Prepare), which records one delivery per endpoint of the
+// account subscribing to its type and queues each delivery's first
+// attempt; a failed attempt queues the next at the time the delivery's
+// stream decided. Attempts are bounded per process (the queue's workers),
+// per account and per endpoint, so one account's slow receivers hold up
+// only its own deliveries. A paused endpoint's or a suspended account's
+// deliveries wait unattempted; resuming or reinstating queues them again.
+// A low-rate sweep expires deliveries held too long and queues any overdue
+// delivery a lost job left behind.
 type Webhooks struct {
 	Pool     *pgxpool.Pool
 	Commands *commands.Service
@@ -71,6 +74,12 @@ type Webhooks struct {
 	UserAgent   string
 	Outcomes    *Outcomes     // may be nil
 	Sweep       time.Duration // between sweeps of the read model
+
+	planMu sync.Mutex
+	queued map[string]queuedEmail // the emails Plan saw queued, by id
+	order  []string               // their ids, oldest first from next
+	next   int
+	listed *endpointSet // what Prepare read for the batch; nil: nothing
 
 	mu        sync.Mutex
 	accounts  map[string]int // attempts in flight by account
@@ -145,9 +154,124 @@ type ReleaseArgs struct {
 func (ReleaseArgs) Kind() string                 { return "webhook_release" }
 func (ReleaseArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: WebhookQueue} }
 
-// Plan turns an event of the log into webhook jobs: an email event into
-// its fan-out, a delivery recorded by anything but the fan-out (a test
-// event) into its first attempt, a resume or reinstatement into a release.
+// webhooksProjection is the read model of endpoints and deliveries.
+const webhooksProjection = "webhooks"
+
+// rememberedEmails bounds the queued emails Plan remembers; an email it
+// forgot, or never saw (before a restart), gets its fan-out job.
+const rememberedEmails = 100_000
+
+type queuedEmail struct {
+	account string
+	at      eventstore.Position // of its email.Queued
+}
+
+// endpointSet is the read model as Prepare found it: how far it had read
+// the log, and which event types each account has an endpoint for.
+type endpointSet struct {
+	projected eventstore.Position
+	types     map[accountType]bool
+}
+
+type accountType struct{ account, typ string }
+
+// fanoutTypes are the email event types that become webhooks.
+var fanoutTypes = func() map[string]bool {
+	m := map[string]bool{}
+	for _, e := range email.Events() {
+		if _, _, _, ok := webhookEvent(e); ok {
+			m[e.EventType()] = true
+		}
+	}
+	return m
+}()
+
+// Prepare is the reader's hook before each batch: in one query it reads how
+// far the webhooks read model has got and which (account, event type)
+// pairs have an endpoint, whatever its state (a paused or disabled
+// endpoint's deliveries are recorded too). With it, Plan makes no fan-out
+// job for an event of an email it saw queued at or below that position
+// whose account has no endpoint for the type. That is what the fan-out
+// would find: an endpoint created before the email was queued is in the
+// read model by then, and one created while the email is under way was
+// never promised the email's events (the fan-out waits for the queued
+// position only). A batch planned again after a crash is read afresh: at
+// worst it makes a job whose fan-out finds no endpoint.
+func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent) error {
+	w.planMu.Lock()
+	w.listed = nil
+	w.planMu.Unlock()
+	fansOut := false
+	for _, ev := range batch {
+		if fanoutTypes[ev.Type] && strings.HasPrefix(ev.StreamID, "email-") {
+			fansOut = true
+			break
+		}
+	}
+	if !fansOut {
+		return nil
+	}
+	var commit, prepare *int64
+	var accounts, types []string
+	err := w.Pool.QueryRow(ctx, `SELECT c.commit_position, c.prepare_position, e.accounts, e.types
+		FROM (SELECT array_agg(account_id) AS accounts, array_agg(event_type) AS types
+			FROM (SELECT DISTINCT account_id, unnest(event_types) AS event_type FROM webhook_endpoints) p) e
+		LEFT JOIN projection_checkpoints c ON c.name = $1`, webhooksProjection).Scan(&commit, &prepare, &accounts, &types)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return nil // the read model is not made yet: every event gets its fan-out
+	}
+	if err != nil {
+		return fmt.Errorf("webhook endpoints: %w", err)
+	}
+	if commit == nil || prepare == nil {
+		return nil
+	}
+	set := &endpointSet{projected: eventstore.Position{Commit: uint64(*commit), Prepare: uint64(*prepare)},
+		types: make(map[accountType]bool, len(accounts))}
+	for i := range accounts {
+		set.types[accountType{accounts[i], types[i]}] = true
+	}
+	w.planMu.Lock()
+	w.listed = set
+	w.planMu.Unlock()
+	return nil
+}
+
+// remember notes an email's account and queued position, forgetting the
+// oldest beyond rememberedEmails.
+func (w *Webhooks) remember(emailID, accountID string, at eventstore.Position) {
+	w.planMu.Lock()
+	defer w.planMu.Unlock()
+	if w.queued == nil {
+		w.queued = map[string]queuedEmail{}
+	}
+	if _, ok := w.queued[emailID]; ok {
+		return // planned again
+	}
+	if len(w.order) < rememberedEmails {
+		w.order = append(w.order, emailID)
+	} else {
+		delete(w.queued, w.order[w.next])
+		w.order[w.next] = emailID
+		w.next = (w.next + 1) % rememberedEmails
+	}
+	w.queued[emailID] = queuedEmail{account: accountID, at: at}
+}
+
+// unheard reports that no endpoint can hear of the email's event of type
+// typ (see Prepare).
+func (w *Webhooks) unheard(emailID, typ string) bool {
+	w.planMu.Lock()
+	defer w.planMu.Unlock()
+	q, ok := w.queued[emailID]
+	return ok && w.listed != nil && !w.listed.projected.Less(q.at) && !w.listed.types[accountType{q.account, typ}]
+}
+
+// Plan turns an event of the log into webhook jobs: an email event an
+// endpoint may hear of into its fan-out, a delivery recorded by anything
+// but the fan-out (a test event) into its first attempt, a resume or
+// reinstatement into a release. It remembers queued emails for Prepare.
 func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]river.InsertManyParams, error) {
 	switch {
 	case strings.HasPrefix(ev.StreamID, "email-"):
@@ -176,12 +300,19 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 		args = ReleaseArgs{EndpointID: e.EndpointID, Position: ev.Position}
 	case *account.Reinstated:
 		args = ReleaseArgs{AccountID: e.AccountID, Position: ev.Position}
+	case *email.Queued:
+		w.remember(strings.TrimPrefix(ev.StreamID, "email-"), e.AccountID, ev.Position)
+		return nil, nil
 	default:
 		typ, at, extra, ok := webhookEvent(e)
 		if !ok {
 			return nil, nil
 		}
-		args = FanoutArgs{EventID: ev.ID.String(), EmailID: strings.TrimPrefix(ev.StreamID, "email-"), Type: typ, At: at, Extra: extra}
+		emailID := strings.TrimPrefix(ev.StreamID, "email-")
+		if w.unheard(emailID, typ) {
+			return nil, nil
+		}
+		args = FanoutArgs{EventID: ev.ID.String(), EmailID: emailID, Type: typ, At: at, Extra: extra}
 	}
 	return []river.InsertManyParams{{Args: args}}, nil
 }
@@ -233,7 +364,7 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	// for this event's own position would hold every event up for a
 	// projection cycle; an endpoint created while the email is under way
 	// gets its later events only.)
-	w.Settle(ctx, queuedAt, "webhooks")
+	w.Settle(ctx, queuedAt, webhooksProjection)
 	endpoints, err := w.Endpoints(ctx, q.AccountID, a.Type, a.At)
 	if err != nil || len(endpoints) == 0 {
 		return err

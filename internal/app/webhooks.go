@@ -43,5 +43,6 @@ func (a *App) webhookJobs(hooks *processmanagers.Webhooks, workers *river.Worker
 	hooks.Register(workers)
 	r := jobs.NewReader(processmanagers.WebhookReaderName, a.Pool, a.Store, hooks.Plan, a.Log)
 	r.Inherit = processmanagers.WebhookShardCheckpoints
+	r.Prepare = hooks.Prepare
 	return r
 }

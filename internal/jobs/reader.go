@@ -17,9 +17,16 @@ import (
 )
 
 // Plan turns one event into the jobs it calls for (none for most events).
-// It must be a pure function of the event: a crash makes the reader plan
-// the event again, and only the plan of a committed batch counts.
+// It must be a function of the event and of what the reader's Prepare read
+// for its batch: a crash makes the reader plan the event again, and only
+// the plan of a committed batch counts, so planning it again, after other
+// events or with a fresher read, must be harmless.
 type Plan func(ctx context.Context, ev eventstore.RecordedEvent) ([]river.InsertManyParams, error)
+
+// Prepare reads, once per batch and before any of its events is planned,
+// what the plan needs to decide the whole batch (one query instead of one
+// per event). An error is retried like a plan's: the batch is read again.
+type Prepare func(ctx context.Context, batch []eventstore.RecordedEvent) error
 
 // Reader is the one reader of the $all log for a process manager. It holds
 // a PostgreSQL session advisory lock while it reads, so one process at a
@@ -36,6 +43,8 @@ type Reader struct {
 	log      *slog.Logger
 	inserter *river.Client[pgx.Tx]
 
+	// Prepare, when set, is called before each batch is planned.
+	Prepare Prepare
 	// BatchSize bounds the events planned in one transaction.
 	BatchSize int
 	// LockPoll is how often a standby tries the lock, and how often the
@@ -265,6 +274,14 @@ var errCheckpointMoved = errors.New("checkpoint moved under the reader; another 
 // left it, so even a reader that lost its lock unnoticed cannot insert a
 // batch a second time.
 func (r *Reader) commit(ctx context.Context, cp *checkpoint, batch []eventstore.RecordedEvent) error {
+	if r.Prepare != nil {
+		pctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		err := r.Prepare(pctx, batch)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("prepare batch at %s: %w", batch[0].Position, err)
+		}
+	}
 	var params []river.InsertManyParams
 	for _, ev := range batch {
 		p, err := r.plan(ctx, ev)

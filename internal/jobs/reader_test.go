@@ -294,3 +294,67 @@ func TestReaderPassesOverMalformedEvents(t *testing.T) {
 		}
 	}
 }
+
+// Prepare sees each batch before any of its events is planned, once, and
+// its error makes the reader read the batch again, unplanned.
+func TestReaderPreparesEachBatch(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	store := postgres.New(pool)
+	ids := appendEvents(t, store, "noted", 200)
+	readAll(t, store, 200)
+	var mu sync.Mutex
+	var problems []string
+	var current []string // the batch prepared last
+	planned, prepared, failedFirst, retriedFirst := 0, 0, "", ""
+	plan := func(ctx context.Context, ev eventstore.RecordedEvent) ([]river.InsertManyParams, error) {
+		mu.Lock()
+		if planned >= len(current) || current[planned] != ev.ID.String() {
+			problems = append(problems, fmt.Sprintf("event %s planned outside its prepared batch", ev.ID))
+		}
+		planned++
+		mu.Unlock()
+		return planNotes(ctx, ev)
+	}
+	r := jobs.NewReader("notes", pool, store, plan, nil)
+	r.BatchSize = 50
+	r.Prepare = func(ctx context.Context, batch []eventstore.RecordedEvent) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if planned != len(current) {
+			problems = append(problems, fmt.Sprintf("a batch prepared after %d of the last one's %d events", planned, len(current)))
+		}
+		prepared++
+		if failedFirst != "" && retriedFirst == "" {
+			retriedFirst = batch[0].ID.String()
+		}
+		if prepared == 2 {
+			failedFirst = batch[0].ID.String()
+			current, planned = nil, 0
+			return fmt.Errorf("database hiccup")
+		}
+		current, planned = nil, 0
+		for _, ev := range batch {
+			current = append(current, ev.ID.String())
+		}
+		return nil
+	}
+	stop := run(r)
+	got := waitJobs(t, pool, ids)
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if failedFirst == "" || retriedFirst != failedFirst {
+		t.Errorf("the failed batch began at %q, the next one at %q", failedFirst, retriedFirst)
+	}
+	if prepared < 3 {
+		t.Errorf("%d batches prepared", prepared)
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("event %s has %d jobs, want 1", id, n)
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package app_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/eventstore"
+)
+
+// An account without endpoints gets no fan-out job for its emails'
+// events, nor one with an endpoint for a type other than the event's;
+// the endpoint still hears of its own type.
+func TestNoFanoutNoEndpointCanHear(t *testing.T) {
+	w := newHookWorld(t)
+	_, _, otherKey := w.Sender("other.test")
+	rcv := newReceiver(t, always(204))
+	r := w.Do("POST", "/v1/webhooks", otherKey, map[string]any{"url": rcv.URL, "event_types": []string{"email.delivered"}})
+	if r.Status != 201 {
+		t.Fatalf("endpoint: %d %s", r.Status, r.Body)
+	}
+	var quiet, heard []string
+	for range 5 {
+		quiet = append(quiet, w.send(t, map[string]any{"from": "a@acme.test", "to": "ann@example.org", "subject": "s", "text": "t"})["id"].(string))
+	}
+	for range 3 {
+		r := w.Do("POST", "/v1/emails/send", otherKey, map[string]any{"from": "a@other.test", "to": "bob@example.org", "subject": "s", "text": "t"})
+		if r.Status != 202 {
+			t.Fatalf("send: %d %s", r.Status, r.Body)
+		}
+		heard = append(heard, r.JSON(t)["id"].(string))
+	}
+	rcv.waitFor(t, len(heard))
+
+	// Once the webhook reader has planned every email's delivery:
+	deadline := time.Now().Add(20 * time.Second)
+	for _, id := range append(quiet, heard...) {
+		for {
+			evs, err := w.Store.ReadStream(t.Context(), email.Stream(id), 0, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var c, p int64
+			if err := w.Pool.QueryRow(t.Context(), `SELECT commit_position, prepare_position FROM processmanager_checkpoints WHERE name = 'webhooks'`).Scan(&c, &p); err != nil {
+				t.Fatal(err)
+			}
+			last := evs[len(evs)-1]
+			if last.Type == (email.Delivered{}).EventType() && !(eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}).Less(last.Position) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("email %s: last event %s not planned", id, last.Type)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	rows, err := w.Pool.Query(t.Context(), `SELECT args->>'email_id', args->>'type' FROM river_job WHERE kind = 'webhook_fanout'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]bool{}
+	for rows.Next() {
+		var id, typ string
+		if err := rows.Scan(&id, &typ); err != nil {
+			t.Fatal(err)
+		}
+		got[id+" "+typ] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range quiet {
+		if got[id+" email.sent"] || got[id+" email.delivered"] {
+			t.Errorf("email %s of an account without endpoints has fan-out jobs", id)
+		}
+	}
+	for _, id := range heard {
+		if got[id+" email.sent"] {
+			t.Errorf("email %s has a fan-out job for email.sent, which no endpoint hears", id)
+		}
+		if !got[id+" email.delivered"] {
+			t.Errorf("email %s has no fan-out job for email.delivered", id)
+		}
+	}
+}

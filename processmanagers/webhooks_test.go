@@ -1,0 +1,121 @@
+package processmanagers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pgtest"
+	"github.com/mailroom/mailroom/projections"
+)
+
+// An email event becomes no fan-out job only when the email was seen
+// queued, the read model had read past that, and the account has no
+// endpoint, in whatever state, for the event's type.
+func TestPlanSkipsFanoutNoEndpointCanHear(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	if _, err := pool.Exec(ctx, projections.Webhooks{}.Schema()); err != nil {
+		t.Fatal(err)
+	}
+	// Account b has a paused endpoint for deliveries only; a has none.
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_endpoints (id, account_id, url, description, event_types, sealed_secret, is_active, created_at, updated_at)
+		VALUES ('ep', 'b', 'https://b.test', '', '{email.delivered}', 'x', false, now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO projection_checkpoints (name, commit_position, prepare_position) VALUES ('webhooks', 100, 100)`); err != nil {
+		t.Fatal(err)
+	}
+	at := uint64(0)
+	event := func(id string, e domain.Event, pos uint64) eventstore.RecordedEvent {
+		d, err := codec.Encode(e, eventstore.Metadata{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eventstore.RecordedEvent{ID: d.ID, StreamID: email.Stream(id), Type: d.Type, Data: d.Data, Position: eventstore.Position{Commit: pos, Prepare: pos}}
+	}
+	queued := func(id, account string) eventstore.RecordedEvent {
+		at += 10
+		return event(id, &email.Queued{EmailID: id, AccountID: account}, at)
+	}
+	a1, b1, a2, unknown := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
+	batch := []eventstore.RecordedEvent{queued(a1, "a"), queued(b1, "b")}
+	at = 100
+	batch = append(batch, queued(a2, "a")) // past the read model
+	now := time.Now()
+	for _, id := range []string{a1, b1, a2, unknown} {
+		at += 10
+		batch = append(batch, event(id, &email.Sent{EmailID: id, SentAt: now}, at), event(id, &email.Delivered{EmailID: id, OccurredAt: now}, at+1))
+	}
+
+	plan := func(w *Webhooks) map[string]bool {
+		t.Helper()
+		got := map[string]bool{}
+		for _, ev := range batch {
+			jobs, err := w.Plan(ctx, ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range jobs {
+				f := j.Args.(FanoutArgs)
+				got[f.EmailID+" "+f.Type] = true
+			}
+		}
+		return got
+	}
+	w := &Webhooks{Pool: pool}
+	if err := w.Prepare(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	got := plan(w)
+	want := map[string]bool{b1 + " email.delivered": true, a2 + " email.sent": true, a2 + " email.delivered": true,
+		unknown + " email.sent": true, unknown + " email.delivered": true}
+	if len(got) != len(want) {
+		t.Errorf("fan-outs %v, want %v", got, want)
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("no fan-out for %s", k)
+		}
+	}
+
+	// Without a read of the endpoints every event gets its fan-out.
+	if got := plan(&Webhooks{Pool: pool}); len(got) != 8 {
+		t.Errorf("%d fan-outs without Prepare, want 8", len(got))
+	}
+	// Nor with a read model not yet started.
+	if _, err := pool.Exec(ctx, `DELETE FROM projection_checkpoints`); err != nil {
+		t.Fatal(err)
+	}
+	w = &Webhooks{Pool: pool}
+	if err := w.Prepare(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if got := plan(w); len(got) != 8 {
+		t.Errorf("%d fan-outs before the read model started, want 8", len(got))
+	}
+}
+
+// The queued emails remembered are bounded: the oldest is forgotten first.
+func TestPlanForgetsOldestQueuedEmail(t *testing.T) {
+	w := &Webhooks{}
+	for i := range rememberedEmails + 2 {
+		w.remember(uuid.NewString(), "a", eventstore.Position{Commit: uint64(i)})
+		if i == 0 {
+			w.remember(w.order[0], "a", eventstore.Position{}) // planned again: no second place
+		}
+	}
+	if len(w.queued) != rememberedEmails || len(w.order) != rememberedEmails {
+		t.Fatalf("%d emails remembered in %d places", len(w.queued), len(w.order))
+	}
+	oldest := w.queued[w.order[w.next]].at.Commit
+	if oldest != 2 {
+		t.Fatalf("the oldest remembered is #%d, want #2", oldest)
+	}
+}
