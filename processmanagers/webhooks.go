@@ -188,7 +188,7 @@ var fanoutTypes = func() map[string]bool {
 
 // Prepare is the reader's hook before each batch: in one query it reads how
 // far the webhooks read model has got and which (account, event type)
-// pairs have an endpoint, whatever its state (a paused or disabled
+// pairs of the batch's accounts have an endpoint, whatever its state (a paused or disabled
 // endpoint's deliveries are recorded too). With it, Plan makes no fan-out
 // job for an event of an email it saw queued at or below that position
 // whose account has no endpoint for the type. That is what the fan-out
@@ -201,22 +201,51 @@ func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent
 	w.planMu.Lock()
 	w.listed = nil
 	w.planMu.Unlock()
-	fansOut := false
-	for _, ev := range batch {
-		if fanoutTypes[ev.Type] && strings.HasPrefix(ev.StreamID, "email-") {
-			fansOut = true
-			break
+	// Only the accounts of emails Plan remembers from earlier batches can be
+	// passed over.
+	seen := map[string]bool{}
+	var asked []string
+	var latest eventstore.Position // the newest queued email asked about
+	ask := func(account string, queued eventstore.Position) {
+		if latest.Less(queued) {
+			latest = queued
+		}
+		if !seen[account] {
+			seen[account] = true
+			asked = append(asked, account)
 		}
 	}
-	if !fansOut {
+	for _, ev := range batch {
+		if !strings.HasPrefix(ev.StreamID, "email-") {
+			continue
+		}
+		// An email queued in this very batch is not asked about: the
+		// read model seldom has it yet, and the batch would wait for it.
+		if !fanoutTypes[ev.Type] {
+			continue
+		}
+		w.planMu.Lock()
+		q, ok := w.queued[strings.TrimPrefix(ev.StreamID, "email-")]
+		w.planMu.Unlock()
+		if ok {
+			ask(q.account, q.at)
+		}
+	}
+	if len(asked) == 0 {
 		return nil
+	}
+	// The fan-out would wait for the read model to reach the email's
+	// queue; so does the batch, which is seldom behind it.
+	if w.Settle != nil {
+		w.Settle(ctx, latest, webhooksProjection)
 	}
 	var commit, prepare *int64
 	var accounts, types []string
 	err := w.Pool.QueryRow(ctx, `SELECT c.commit_position, c.prepare_position, e.accounts, e.types
 		FROM (SELECT array_agg(account_id) AS accounts, array_agg(event_type) AS types
-			FROM (SELECT DISTINCT account_id, unnest(event_types) AS event_type FROM webhook_endpoints) p) e
-		LEFT JOIN projection_checkpoints c ON c.name = $1`, webhooksProjection).Scan(&commit, &prepare, &accounts, &types)
+			FROM (SELECT DISTINCT account_id, unnest(event_types) AS event_type FROM webhook_endpoints
+				WHERE account_id = ANY($2)) p) e
+		LEFT JOIN projection_checkpoints c ON c.name = $1`, webhooksProjection, asked).Scan(&commit, &prepare, &accounts, &types)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return nil // the read model is not made yet: every event gets its fan-out
