@@ -93,6 +93,12 @@ const DefaultJobTimeout = 3 * time.Minute
 // millions of rows; the events already record what was done.
 const completedRetention = 10 * time.Minute
 
+// fetchCooldown is both how soon a worker fetches again after a fetch and
+// how often a client that inserts tells the workers of new jobs in a queue:
+// River's default of 100 ms for the latter let a job wait up to that long
+// for a worker to hear of it.
+const fetchCooldown = 2 * time.Millisecond
+
 // NewClient returns the River client of a worker process: it works the
 // given queues with the given workers, and wakes on a job's insertion
 // (LISTEN/NOTIFY) with a short fetch cooldown so a job starts within
@@ -118,7 +124,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		ID:                          cfg.ID,
 		Queues:                      queues,
 		Workers:                     cfg.Workers,
-		FetchCooldown:               2 * time.Millisecond,
+		FetchCooldown:               fetchCooldown,
 		FetchPollInterval:           250 * time.Millisecond,
 		JobTimeout:                  timeout,
 		RescueStuckJobsAfter:        rescue,

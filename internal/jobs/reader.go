@@ -62,7 +62,7 @@ func NewReader(name string, pool *pgxpool.Pool, store eventstore.Store, plan Pla
 		log = slog.Default()
 	}
 	// An insert-only client: it works no queue, it only writes jobs.
-	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: quietAbove(log)})
+	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{FetchCooldown: fetchCooldown, Logger: quietAbove(log)})
 	if err != nil {
 		panic(fmt.Sprintf("jobs: insert-only River client: %v", err)) // only on invalid static config
 	}
