@@ -24,8 +24,9 @@ type Runner struct {
 	batchSize  int
 	waiter     *Waiter
 
-	mu   sync.Mutex
-	wake []chan struct{}
+	mu    sync.Mutex
+	wake  []chan struct{}
+	known map[string]known // by projector name
 }
 
 // NewRunner returns a runner for projectors. waiter, when not nil, hears of
@@ -180,6 +181,10 @@ func (r *Runner) CatchUp(ctx context.Context, p Projector) (eventstore.Position,
 // streams whose events fail; any other failure is recorded where every
 // process can see it, and the caller retries.
 func (r *Runner) step(ctx context.Context, p Projector) (eventstore.Position, int, error) {
+	if pos, n, err := r.stepKnown(ctx, p); err == nil {
+		return pos, n, nil
+	}
+	r.forget(p.Name()) // whatever went wrong, the ordinary step finds out
 	pos, n, err := r.stepTx(ctx, p, false)
 	if err != nil && isDataError(err) && ctx.Err() == nil {
 		pos, n, err = r.stepTx(ctx, p, true)
@@ -196,27 +201,11 @@ func (r *Runner) stepTx(ctx context.Context, p Projector, isolate bool) (eventst
 		return eventstore.Position{}, 0, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	// A batch and its checkpoint are lost or kept together, so a crash
-	// before the disk has them replays the batch: the commit need not wait
-	// for the flush (the events themselves are durable). The lock and the
-	// checkpoint go in one round trip; the checkpoint is a statement of its
-	// own, so its snapshot is taken once the lock is held.
-	lock := &pgx.Batch{}
-	lock.Queue("SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)", lockKey(p.Name()))
-	lock.Queue(selectCheckpoint, p.Name())
-	var st checkpointState
-	br := tx.SendBatch(ctx, lock)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return eventstore.Position{}, 0, err
-	}
-	err = st.read(br.QueryRow(), p.Name())
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	st, err := r.lockCheckpoint(ctx, tx, p)
 	if err != nil {
 		return eventstore.Position{}, 0, err
 	}
+	clean := st.exists && !st.failing && len(st.quarantined) == 0
 	res, err := r.applyBatch(ctx, tx, p, st.pos, target{checkpoint: p.Name(), version: p.Version(), skip: st.quarantined}, isolate)
 	if err != nil {
 		return st.pos, 0, err
@@ -229,16 +218,45 @@ func (r *Runner) stepTx(ctx context.Context, p Projector, isolate bool) (eventst
 			}
 			return st.pos, 0, tx.Commit(ctx)
 		}
+		if clean {
+			r.remember(p.Name(), known{pos: st.pos, version: st.version})
+		}
 		return st.pos, 0, nil
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return st.pos, 0, err
+	}
+	if len(res.quarantined) == 0 && len(st.quarantined) == 0 {
+		r.remember(p.Name(), known{pos: res.last, version: p.Version()})
 	}
 	r.logQuarantined(res.quarantined)
 	if r.waiter != nil {
 		r.waiter.advanced(p.Name(), res.last)
 	}
 	return res.last, res.n, nil
+}
+
+// lockCheckpoint takes the projector's lock in tx and reads its checkpoint.
+// A batch and its checkpoint are lost or kept together, so a crash before
+// the disk has them replays the batch: the commit need not wait for the
+// flush (the events themselves are durable). The lock and the checkpoint go
+// in one round trip; the checkpoint is a statement of its own, so its
+// snapshot is taken once the lock is held.
+func (r *Runner) lockCheckpoint(ctx context.Context, tx pgx.Tx, p Projector) (checkpointState, error) {
+	lock := &pgx.Batch{}
+	lock.Queue("SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)", lockKey(p.Name()))
+	lock.Queue(selectCheckpoint, p.Name())
+	var st checkpointState
+	br := tx.SendBatch(ctx, lock)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return st, err
+	}
+	err := st.read(br.QueryRow(), p.Name())
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return st, err
 }
 
 // upsertCheckpoint advances a checkpoint; a batch that commits also ends

@@ -478,3 +478,67 @@ func TestWaiterTimesOutWithoutRunner(t *testing.T) {
 		t.Fatal("waiter missed a checkpoint written by another runner")
 	}
 }
+
+// picky counts only "Counted" events: the others project to nothing. An
+// event applied twice shows in the total, and fails nothing.
+type picky struct{ tally }
+
+func (p picky) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
+	if ev.Type != "Counted" {
+		return nil
+	}
+	b.Queue(`UPDATE tally_total SET n = n + 1 WHERE id = 1`)
+	b.Queue(`INSERT INTO tally_seen (event_id, stream) VALUES ($1, $2) ON CONFLICT DO NOTHING`, ev.ID, ev.StreamID)
+	return nil
+}
+
+// Two instances follow the log at once while it grows, most of it events
+// the projector ignores: every counted event is applied exactly once, and
+// the checkpoint ends past the last event, ignored ones included.
+func TestInstancesApplyEachEventOnceAndPassIgnoredOnes(t *testing.T) {
+	pool, store := setup(t)
+	p := picky{tally{version: 1}}
+	a := projections.NewRunner(pool, store, nil, quiet, p)
+	b := projections.NewRunner(pool, store, nil, quiet, p)
+	if err := a.Prepare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 2)
+	for _, r := range []*projections.Runner{a, b} {
+		go func() {
+			for ctx.Err() == nil {
+				if _, err := r.CatchUp(ctx, p); err != nil && ctx.Err() == nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	var last eventstore.Position
+	for i := range 60 {
+		appendN(t, store, fmt.Sprintf("c-%d", i), "Counted", 3)
+		last = appendN(t, store, fmt.Sprintf("o-%d", i), "Other", 5)
+	}
+	catchUpTo(t, a, p, last)
+	cancel()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if total, seen := counts(t, pool); total != 180 || seen != 180 {
+		t.Fatalf("total %d seen %d, want 180", total, seen)
+	}
+	var c, pr int64
+	var quarantined int
+	if err := pool.QueryRow(context.Background(), `SELECT commit_position, prepare_position,
+		(SELECT count(*) FROM projection_quarantine) FROM projection_checkpoints WHERE name = 'tally'`).Scan(&c, &pr, &quarantined); err != nil {
+		t.Fatal(err)
+	}
+	if got := (eventstore.Position{Commit: uint64(c), Prepare: uint64(pr)}); got != last || quarantined != 0 {
+		t.Fatalf("checkpoint %v with %d streams quarantined, want %v and none", got, quarantined, last)
+	}
+}
