@@ -31,14 +31,11 @@ type Pipeline struct {
 	Scanner  *scan.Scanner
 	Egress   egress.Policy
 	Sender   provider.Sender
-	// CanSend reports whether the account may still send from the domain.
-	CanSend func(ctx context.Context, accountID, domainName string) (bool, error)
+	// Checks reads, at once, what the read models say of an email's
+	// account, domain and recipients.
+	Checks func(ctx context.Context, accountID, domainName string, addresses []string) (Checks, error)
 	// SigningKey returns the domain's active DKIM key (nil for legacy).
 	SigningKey func(ctx context.Context, accountID, domainName string) (*provider.DKIMKey, error)
-	// Suppressed returns which of the addresses the account suppresses.
-	Suppressed func(ctx context.Context, accountID string, addresses []string) ([]string, error)
-	// AccountSuspended reports whether the account is suspended (read model).
-	AccountSuspended func(ctx context.Context, accountID string) (bool, error)
 	// Settle waits until the read models the checks use include pos.
 	Settle   commands.Settle
 	MaxAge   time.Duration // transient provider failures are retried this long
@@ -52,6 +49,13 @@ type Pipeline struct {
 	// Log receives what failure details keep from customers: provider
 	// answers, rendering and download errors.
 	Log *slog.Logger
+}
+
+// Checks is what the read models say of an email before it leaves.
+type Checks struct {
+	Suspended  bool     // the account is suspended: the email waits
+	CanSend    bool     // the domain is still the account's, and verified
+	Suppressed []string // the recipients the account suppresses, lower case
 }
 
 // PrepareDeadline bounds an email's preparation (downloads, scanning,
@@ -79,38 +83,34 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	if !st.Exists() || st.Sent != nil || st.Failed != nil || st.Held {
 		return nil // done already, or waiting for its release
 	}
-	id := st.Queued.EmailID
-	if held, err := p.hold(ctx, pos, st); held || err != nil {
-		return err
+	q := st.Queued
+	// One wait for every read model the checks consult, and one read.
+	p.Settle(ctx, pos, "accounts", "domains", "emails")
+	checks, err := p.Checks(ctx, q.AccountID, domainOf(q.FromEmail), addresses(st.Recipients()))
+	if err != nil {
+		return Transient(err)
+	}
+	if checks.Suspended {
+		// The email waits, without holding up other emails; a
+		// reinstatement releases it (Releaser).
+		return Transient(p.Commands.HoldEmail(ctx, q.EmailID, pipelineMeta))
+	}
+	// A resumed email may have waited: its domain is checked again too.
+	if !checks.CanSend {
+		return p.fail(ctx, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
 	}
 	atts := st.Attachments()
-	checked := false // the gateway has just checked the domain
 	if st.Scanned == nil {
-		p.Settle(ctx, pos, "domains", "emails")
 		var reason, detail string
-		var err error
-		reason, detail, atts, err = p.prepare(ctx, st)
+		reason, detail, atts, err = p.prepare(ctx, st, checks)
 		if err != nil {
 			return Transient(err)
 		}
 		if reason != "" {
-			return p.fail(ctx, id, reason, detail)
+			return p.fail(ctx, q.EmailID, reason, detail)
 		}
-		checked = true
 	}
-	return p.send(ctx, st, ver, atts, checked)
-}
-
-// hold records that the email waits, without holding up other emails,
-// when its account is suspended; a reinstatement releases it (Releaser).
-func (p *Pipeline) hold(ctx context.Context, pos eventstore.Position, st email.State) (bool, error) {
-	// One wait for every read model this email's checks consult.
-	p.Settle(ctx, pos, "accounts", "domains", "emails")
-	suspended, err := p.AccountSuspended(ctx, st.Queued.AccountID)
-	if err != nil || !suspended {
-		return false, Transient(err)
-	}
-	return true, Transient(p.Commands.HoldEmail(ctx, st.Queued.EmailID, pipelineMeta))
+	return p.send(ctx, st, ver, atts)
 }
 
 func (p *Pipeline) fail(ctx context.Context, id, reason, detail string) error {
@@ -122,11 +122,11 @@ func (p *Pipeline) fail(ctx context.Context, id, reason, detail string) error {
 
 // prepare runs the gateway within the preparation deadline: an email that
 // cannot be prepared in time fails rather than holding a worker for good.
-func (p *Pipeline) prepare(ctx context.Context, st email.State) (reason, detail string, atts []email.Attachment, err error) {
+func (p *Pipeline) prepare(ctx context.Context, st email.State, checks Checks) (reason, detail string, atts []email.Attachment, err error) {
 	limit := cmp.Or(p.Prepare, PrepareDeadline)
 	pctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	reason, detail, atts, err = p.gateway(pctx, st)
+	reason, detail, atts, err = p.gateway(pctx, st, checks)
 	if err != nil && pctx.Err() != nil && ctx.Err() == nil {
 		p.logFailure(st.Queued.EmailID, "preparation deadline passed", err)
 		return email.ReasonAttachmentDownload, fmt.Sprintf("the attachments could not be fetched and scanned within %s", limit), nil, nil
@@ -134,24 +134,14 @@ func (p *Pipeline) prepare(ctx context.Context, st email.State) (reason, detail 
 	return reason, detail, atts, err
 }
 
-// gateway runs the checks an email must pass before it leaves: the domain
-// is still the account's, no recipient is suppressed, attachments download,
-// and nothing is blocked by the content scanner. A non-empty reason fails
-// the email; an error means try again.
-func (p *Pipeline) gateway(ctx context.Context, st email.State) (reason, detail string, atts []email.Attachment, err error) {
+// gateway runs the checks an email must pass before it leaves, once its
+// domain is known to send: no recipient is suppressed, attachments
+// download, and nothing is blocked by the content scanner. A non-empty
+// reason fails the email; an error means try again.
+func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks) (reason, detail string, atts []email.Attachment, err error) {
 	q := st.Queued
-	if ok, err := p.CanSend(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil || !ok {
-		if err != nil {
-			return "", "", nil, err
-		}
-		return email.ReasonDomainRemoved, "the sending domain was removed", nil, nil
-	}
-	suppressed, err := p.Suppressed(ctx, q.AccountID, addresses(st.Recipients()))
-	if err != nil {
-		return "", "", nil, err
-	}
-	if len(suppressed) > 0 {
-		return email.ReasonSuppressed, "suppressed recipients: " + strings.Join(suppressed, ", "), nil, nil
+	if len(checks.Suppressed) > 0 {
+		return email.ReasonSuppressed, "suppressed recipients: " + strings.Join(checks.Suppressed, ", "), nil, nil
 	}
 	for _, d := range []string{q.HTMLDigest, q.TextDigest} {
 		if d == "" {
@@ -240,17 +230,9 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State) (reason, detail 
 }
 
 // send renders the message, hands it to the provider and records the
-// outcome. Unless the gateway has just done so (checked), it first checks
-// that the domain may still send: a resumed email may have waited.
-func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, atts []email.Attachment, checked bool) error {
+// outcome.
+func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, atts []email.Attachment) error {
 	q := st.Queued
-	if !checked {
-		if ok, err := p.CanSend(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
-			return Transient(err)
-		} else if !ok {
-			return p.fail(ctx, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
-		}
-	}
 	raw, err := p.render(ctx, st, atts)
 	if IsTransient(err) {
 		return err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -73,34 +72,24 @@ func (a *App) sendableDomain(ctx context.Context, accountID, name string) (strin
 	return id, err
 }
 
+// emailChecks reads in one statement what the pipeline checks before an
+// email leaves: the account's suspension, the domain still verified for
+// the account (State.CanSend, from the table's columns), and the suppressed
+// recipients.
+func (a *App) emailChecks(ctx context.Context, accountID, domainName string, addresses []string) (processmanagers.Checks, error) {
+	var c processmanagers.Checks
+	err := a.Pool.QueryRow(ctx, `SELECT
+		EXISTS (SELECT 1 FROM accounts WHERE id = $1 AND status = 'suspended'),
+		EXISTS (SELECT 1 FROM domains WHERE account_id = $1 AND name = $2 AND status = $4),
+		ARRAY(SELECT lower(email) FROM suppressions WHERE account_id = $1 AND email = ANY($3) ORDER BY email)`,
+		accountID, domainName, addresses, string(sendingdomain.StatusVerified)).Scan(&c.Suspended, &c.CanSend, &c.Suppressed)
+	return c, err
+}
+
 func (a *App) pipeline() *processmanagers.Pipeline {
 	p := &processmanagers.Pipeline{
 		Commands: a.Commands, Blobs: a.Blobs, Scanner: a.Scanner, Egress: a.Egress, Sender: a.Sender,
-		// A verified domain of the account can send (State.CanSend), read
-		// from the table's columns without decoding the domain's state.
-		CanSend: func(ctx context.Context, accountID, name string) (bool, error) {
-			_, err := a.sendableDomain(ctx, accountID, name)
-			if errors.Is(err, domain.ErrNotFound) {
-				return false, nil
-			}
-			return err == nil, err
-		},
-		Suppressed: func(ctx context.Context, accountID string, addresses []string) ([]string, error) {
-			rows, err := a.Pool.Query(ctx, `SELECT email FROM suppressions WHERE account_id = $1 AND email = ANY($2) ORDER BY email`, accountID, addresses)
-			if err != nil {
-				return nil, err
-			}
-			defer rows.Close()
-			var out []string
-			for rows.Next() {
-				var e string
-				if err := rows.Scan(&e); err != nil {
-					return nil, err
-				}
-				out = append(out, strings.ToLower(e))
-			}
-			return out, rows.Err()
-		},
+		Checks:   a.emailChecks,
 		Settle:   a.Waiter.WaitFor,
 		MaxAge:   a.Config.SendMaxAge,
 		Download: 30 * time.Second,
@@ -109,7 +98,6 @@ func (a *App) pipeline() *processmanagers.Pipeline {
 		Outcomes: a.Outcomes,
 		Log:      a.Log,
 	}
-	p.AccountSuspended = a.accountSuspended
 	if a.Config.Provider == "smtp" { // the only provider that signs itself
 		p.SigningKey = a.signingKey
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/mail"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -300,5 +302,52 @@ func TestSlowAttachmentsDelayNoOtherAccount(t *testing.T) {
 		if e := w.Do("GET", "/v1/emails/"+id, w.key, nil).JSON(t); e["status"] == "delivered" || e["status"] == "sent" {
 			t.Fatalf("slow email %s already %s", id, e["status"])
 		}
+	}
+}
+
+// An email whose domain is removed while it waits for a worker fails as
+// domain_removed and never reaches the provider.
+func TestEmailOfARemovedDomainFails(t *testing.T) {
+	url := pgtest.NewURL(t)
+	shared := t.TempDir()
+	cfgFor := func(roles ...string) config.Config {
+		cfg := apptest.Config(t, url)
+		cfg.DataDir, cfg.BlobDir, cfg.SandboxOutbox = shared, shared+"/blobs", shared+"/outbox"
+		cfg.Roles = roles
+		return cfg
+	}
+	a := apptest.StartWith(t, cfgFor("api", "projections")) // nothing sends yet
+	_, admin, key := a.Sender("acme.test")
+	r := a.Do("POST", "/v1/emails/send", key, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})
+	if r.Status != 202 {
+		t.Fatalf("send: %d %s", r.Status, r.Body)
+	}
+	id := r.JSON(t)["id"].(string)
+	var domainID string
+	if err := a.Pool.QueryRow(context.Background(), `SELECT id FROM domains WHERE name = 'acme.test'`).Scan(&domainID); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.Do("DELETE", "/api/domains/"+domainID, admin, nil); r.Status != 204 {
+		t.Fatalf("delete domain: %d %s", r.Status, r.Body)
+	}
+
+	apptest.StartWith(t, cfgFor("workers"))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := a.Do("GET", "/v1/emails/"+id, key, nil).JSON(t)
+		if got["status"] == "failed" {
+			ev := got["events"].([]any)[0].(map[string]any)
+			if reason := ev["metadata"].(map[string]any)["reason"]; reason != "domain_removed" {
+				t.Fatalf("failed with reason %v, want domain_removed", reason)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("email still %v after its domain was removed", got["status"])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(shared, "outbox", id+".eml")); !os.IsNotExist(err) {
+		t.Fatalf("the email reached the outbox: %v", err)
 	}
 }
