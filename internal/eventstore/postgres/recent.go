@@ -26,7 +26,7 @@ import (
 // miss an event committed before its call. Readers behind the window (a
 // rebuild, a projector catching up) and readers ahead of it query directly.
 type recentLog struct {
-	limit int // events kept
+	limit int // events kept, give or take half as many again
 
 	mu      sync.Mutex
 	live    bool   // the window holds the head of the log as of its last read
@@ -117,10 +117,13 @@ func (w *recentLog) extend(ctx context.Context, query func(context.Context, even
 	}
 	w.ended, w.more = gen, len(evs) == recentChunk
 	w.evs = append(w.evs, evs...)
-	if over := len(w.evs) - w.limit; over > 0 {
+	// Past half as much again as the limit, the oldest go: copied rather
+	// than resliced, so they can be freed, and seldom, so the copy costs
+	// each event little.
+	if len(w.evs) > w.limit+w.limit/2 {
+		over := len(w.evs) - w.limit
 		w.base = w.evs[over-1].Position
-		// Copy rather than reslice, so the dropped events can be freed.
-		w.evs = append(make([]eventstore.RecordedEvent, 0, w.limit+recentChunk), w.evs[over:]...)
+		w.evs = append(make([]eventstore.RecordedEvent, 0, w.limit+w.limit/2+recentChunk), w.evs[over:]...)
 	}
 	return nil
 }
