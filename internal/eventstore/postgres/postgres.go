@@ -48,6 +48,8 @@ const (
 	// recentEvents is how much of the head of $all a store keeps for its
 	// readers (see recentLog): a few seconds of a busy log, some megabytes.
 	recentEvents = 20000
+	// knownHeads is how many streams' heads a store remembers (see heads).
+	knownHeads = 10000
 )
 
 // ErrClosed is returned by Subscription.Next after the subscription (or its
@@ -59,6 +61,7 @@ type Store struct {
 	pool         *pgxpool.Pool
 	pollInterval time.Duration
 	recent       *recentLog // the head of $all, shared by this process's readers
+	heads        *heads     // streams' heads last read or written here
 
 	mu       sync.Mutex
 	subs     map[*subscription]struct{}
@@ -75,7 +78,7 @@ var _ eventstore.Store = (*Store)(nil)
 // (database.Migrate). The pool stays owned by the caller.
 func New(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool, pollInterval: defaultPollInterval, subs: map[*subscription]struct{}{},
-		recent: newRecentLog(recentEvents)}
+		recent: newRecentLog(recentEvents), heads: newHeads(knownHeads)}
 }
 
 // Close closes the store's open subscriptions; SubscribeAll fails after it.
@@ -147,6 +150,24 @@ func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend
 		prepared[i] = eventstore.StreamAppend{Stream: p.Stream, Expected: p.Expected, Events: events}
 	}
 
+	if len(prepared) == 1 {
+		p := prepared[0]
+		if rev, exact := p.Expected.Revision(); exact {
+			if h, ok := s.heads.get(p.Stream); ok && h.revision == rev {
+				res, hash, done, err := s.appendAtHead(ctx, p, h)
+				if err != nil {
+					s.heads.forget(p.Stream)
+					return nil, err
+				}
+				if done {
+					s.heads.put(p.Stream, head{revision: res.NextRevision, hash: hash})
+					s.announce()
+					return []eventstore.AppendResult{res}, nil
+				}
+				s.heads.forget(p.Stream) // stale: the ordinary append decides
+			}
+		}
+	}
 	if allNew(prepared) {
 		return s.appendNew(ctx, prepared)
 	}
@@ -157,19 +178,36 @@ func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend
 		return nil, fmt.Errorf("eventstore/postgres: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	res, err := appendTx(ctx, tx, prepared, false)
+	res, hashes, err := appendTx(ctx, tx, prepared, false)
 	if errors.Is(err, errStreamExists) {
 		tx.Rollback(context.WithoutCancel(ctx))
 		return nil, s.existing(ctx, prepared)
 	}
 	if err != nil {
+		s.forgetHeads(prepared)
 		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
+		s.forgetHeads(prepared)
 		return nil, fmt.Errorf("eventstore/postgres: commit append to %s: %w", prepared[0].Stream, err)
 	}
+	s.rememberHeads(prepared, res, hashes)
 	s.announce()
 	return res, nil
+}
+
+// rememberHeads notes the heads an append left; forgetHeads drops those an
+// append may have found otherwise.
+func (s *Store) rememberHeads(parts []eventstore.StreamAppend, res []eventstore.AppendResult, hashes []string) {
+	for i, p := range parts {
+		s.heads.put(p.Stream, head{revision: res[i].NextRevision, hash: hashes[i]})
+	}
+}
+
+func (s *Store) forgetHeads(parts []eventstore.StreamAppend) {
+	for _, p := range parts {
+		s.heads.forget(p.Stream)
+	}
 }
 
 // announce wakes this process's subscriptions at once and other processes'
@@ -224,7 +262,7 @@ func (s *Store) appendNew(ctx context.Context, parts []eventstore.StreamAppend) 
 		return nil, fmt.Errorf("eventstore/postgres: acquire: %w", err)
 	}
 	defer conn.Release()
-	res, err := appendTx(ctx, conn, parts, true)
+	res, hashes, err := appendTx(ctx, conn, parts, true)
 	if conn.Conn().PgConn().TxStatus() != 'I' {
 		// A failed statement left the transaction open: end it, or drop
 		// the connection so the pool never hands it out half-done.
@@ -240,6 +278,7 @@ func (s *Store) appendNew(ctx context.Context, parts []eventstore.StreamAppend) 
 	if err != nil {
 		return nil, err
 	}
+	s.rememberHeads(parts, res, hashes)
 	s.announce()
 	return res, nil
 }
@@ -306,8 +345,9 @@ const insertEvents = `INSERT INTO events (event_id, stream_id, stream_revision, 
 // fails with errStreamExists. Otherwise the heads are read first.
 //
 // own (all streams new only) makes the batch begin and commit its own
-// transaction, tx then being a connection outside any.
-func appendTx(ctx context.Context, tx batchSender, parts []eventstore.StreamAppend, own bool) ([]eventstore.AppendResult, error) {
+// transaction, tx then being a connection outside any. Next to the results
+// come the hashes of each stream's last event.
+func appendTx(ctx context.Context, tx batchSender, parts []eventstore.StreamAppend, own bool) ([]eventstore.AppendResult, []string, error) {
 	// Lock every stream first, in one order for all writers so that two
 	// multi-stream appends cannot deadlock (an advisory lock assigns no
 	// transaction id), then read the heads in a separate statement so that
@@ -319,7 +359,7 @@ func appendTx(ctx context.Context, tx batchSender, parts []eventstore.StreamAppe
 		allNew = allNew && p.Expected.IsNoStream()
 	}
 	if own && !allNew {
-		return nil, errors.New("eventstore/postgres: an append of existing streams needs a transaction")
+		return nil, nil, errors.New("eventstore/postgres: an append of existing streams needs a transaction")
 	}
 	locks := slices.Clone(streams)
 	slices.Sort(locks)
@@ -367,12 +407,13 @@ func appendTx(ctx context.Context, tx batchSender, parts []eventstore.StreamAppe
 			err = cerr
 		}
 		if err != nil {
-			return nil, fmt.Errorf("eventstore/postgres: lock stream %s: %w", parts[0].Stream, err)
+			return nil, nil, fmt.Errorf("eventstore/postgres: lock stream %s: %w", parts[0].Stream, err)
 		}
 		b = &pgx.Batch{}
 	}
 
 	lastRevs := make([]uint64, len(parts))
+	lastHashes := make([]string, len(parts))
 	for i, p := range parts {
 		h, exists := heads[p.Stream]
 		current := uint64(0)
@@ -380,7 +421,7 @@ func appendTx(ctx context.Context, tx batchSender, parts []eventstore.StreamAppe
 			current = uint64(h.last)
 		}
 		if !p.Expected.Satisfied(current, exists) {
-			return nil, &eventstore.ConflictError{Stream: p.Stream, Expected: p.Expected, Actual: current, ActualExists: exists}
+			return nil, nil, &eventstore.ConflictError{Stream: p.Stream, Expected: p.Expected, Actual: current, ActualExists: exists}
 		}
 		next := uint64(0)
 		if exists {
@@ -397,12 +438,12 @@ func appendTx(ctx context.Context, tx batchSender, parts []eventstore.StreamAppe
 			prevHash = eventstore.ChainHash(prevHash, p.Stream, next+uint64(j), ev)
 			meta, err := json.Marshal(ev.Metadata)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			ids[j], types[j], versions[j] = ev.ID.String(), ev.Type, int32(ev.SchemaVersion)
 			data[j], metas[j], hashes[j] = string(ev.Data), string(meta), prevHash
 		}
-		lastRevs[i] = next + uint64(len(p.Events)) - 1
+		lastRevs[i], lastHashes[i] = next+uint64(len(p.Events))-1, prevHash
 		if allNew {
 			// A unique violation here is the stream existing.
 			b.Queue(`INSERT INTO streams (stream_id, last_revision, last_hash) VALUES ($1, $2, $3)`,
@@ -437,7 +478,7 @@ func appendTx(ctx context.Context, tx batchSender, parts []eventstore.StreamAppe
 		if _, err = br.Exec(); err != nil { // the stream head
 			if allNew && isUniqueViolation(err, "streams_pkey") {
 				br.Close()
-				return nil, errStreamExists
+				return nil, nil, errStreamExists
 			}
 			break
 		}
@@ -469,9 +510,9 @@ func appendTx(ctx context.Context, tx batchSender, parts []eventstore.StreamAppe
 		err = cerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("eventstore/postgres: append to %s: %w", parts[0].Stream, err)
+		return nil, nil, fmt.Errorf("eventstore/postgres: append to %s: %w", parts[0].Stream, err)
 	}
-	return res, nil
+	return res, lastHashes, nil
 }
 
 // isUniqueViolation reports err being a unique violation of constraint.
@@ -517,6 +558,10 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, max 
 	evs, err := scanEvents(rows, max)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore/postgres: read %s: %w", stream, err)
+	}
+	if n := len(evs); n > 0 && n < max {
+		// Read to its end: the next append is likely at this head.
+		s.heads.put(stream, head{revision: evs[n-1].StreamRevision, hash: evs[n-1].Hash})
 	}
 	if len(evs) == 0 {
 		var exists bool

@@ -254,13 +254,13 @@ func testOutOfOrder(t *testing.T, lateInsert bool) {
 		if _, err := tx.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
 			t.Fatal(err)
 		}
-	} else if _, err := appendTx(ctx, tx, []eventstore.StreamAppend{{Stream: "order-slow", Expected: eventstore.NoStream, Events: []eventstore.EventData{slow}}}, false); err != nil {
+	} else if _, _, err := appendTx(ctx, tx, []eventstore.StreamAppend{{Stream: "order-slow", Expected: eventstore.NoStream, Events: []eventstore.EventData{slow}}}, false); err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, s, "order-fast1", eventstore.NoStream, fast1)
 	mustAppend(t, s, "order-fast2", eventstore.NoStream, fast2)
 	if lateInsert {
-		if _, err := appendTx(ctx, tx, []eventstore.StreamAppend{{Stream: "order-slow", Expected: eventstore.NoStream, Events: []eventstore.EventData{slow}}}, false); err != nil {
+		if _, _, err := appendTx(ctx, tx, []eventstore.StreamAppend{{Stream: "order-slow", Expected: eventstore.NoStream, Events: []eventstore.EventData{slow}}}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
