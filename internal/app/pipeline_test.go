@@ -164,7 +164,7 @@ func TestUpgradeFromShardsSendsNothingTwice(t *testing.T) {
 	waitJobsIdle(t, w)
 	checkOnce(t, relayCounts(t, relay), append(first, second...))
 	var replanned int
-	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'email_id' = ANY($1)`, first).Scan(&replanned); err != nil {
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'email_send' AND args->>'email_id' = ANY($1)`, first).Scan(&replanned); err != nil {
 		t.Fatal(err)
 	}
 	if replanned != len(first) {
