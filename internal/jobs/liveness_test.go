@@ -61,3 +61,23 @@ func TestRescueDeadClientsJobs(t *testing.T) {
 		t.Fatalf("moved %d; dead's job %s, live's job %s", n, stateOf(t, pool, deadJob), stateOf(t, pool, liveJob))
 	}
 }
+
+// The migrated queue keeps River's indexes for its own statements but not
+// the two for searching jobs by hand, which every job write would pay for;
+// migrating again changes nothing.
+func TestMigrateDropsSearchIndexes(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	if err := jobs.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	var search, kept int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE indexname IN ('river_job_args_index', 'river_job_metadata_index')),
+		count(*) FILTER (WHERE indexname = 'river_job_prioritized_fetching_index')
+		FROM pg_indexes WHERE tablename = 'river_job'`).Scan(&search, &kept); err != nil {
+		t.Fatal(err)
+	}
+	if search != 0 || kept != 1 {
+		t.Fatalf("%d search indexes left, fetching index present %d times", search, kept)
+	}
+}
