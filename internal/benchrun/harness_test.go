@@ -1,6 +1,7 @@
 package benchrun_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
@@ -146,6 +149,7 @@ func newCluster(b *testing.B, name string, env ...string) *cluster {
 		b.Fatal(err)
 	}
 	db := pgtest.NewURL(b)
+	settle(db)
 	dir := dataDir(b)
 	c := &cluster{b: b, name: name, bin: bin, db: db, dir: dir, outbox: filepath.Join(dir, "outbox")}
 	c.env = append([]string{
@@ -165,6 +169,49 @@ func newCluster(b *testing.B, name string, env ...string) *cluster {
 	// Registered after the database's cleanup, so it runs before the drop.
 	b.Cleanup(c.stop)
 	return c
+}
+
+// settle lets what the previous figure left behind finish before the next
+// starts: PostgreSQL writes its dirty pages out (CHECKPOINT, skipped
+// without the right to it), then up to 10 s pass until the CPUs are
+// mostly idle for a second.
+func settle(db string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if conn, err := pgx.Connect(ctx, db); err == nil {
+		conn.Exec(ctx, "CHECKPOINT")
+		conn.Close(ctx)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		idle, total := cpuTimes()
+		time.Sleep(time.Second)
+		idle2, total2 := cpuTimes()
+		if total2 > total && float64(idle2-idle)/float64(total2-total) > 0.8 {
+			return
+		}
+	}
+}
+
+// cpuTimes is the idle and total time of all CPUs from /proc/stat, in
+// clock ticks (zero where it cannot be read).
+func cpuTimes() (idle, total uint64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	for i, f := range fields[1:] {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			continue
+		}
+		total += v
+		if i == 3 || i == 4 { // idle, iowait
+			idle += v
+		}
+	}
+	return idle, total
 }
 
 // dataDir is a fresh directory for a cluster's files, in memory where the
