@@ -37,6 +37,12 @@ CREATE INDEX IF NOT EXISTS domains_status_idx ON domains (status);
 CREATE INDEX IF NOT EXISTS domains_name_idx ON domains (name);`
 }
 
+// Reads is true of the events ApplyTx acts on: those of domain streams,
+// and a removal wherever it is.
+func (Domains) Reads(ev eventstore.RecordedEvent) bool {
+	return strings.HasPrefix(ev.StreamID, "domain-") || ev.Type == (sendingdomain.Removed{}).EventType()
+}
+
 // Apply is unused: Domains folds in Go (ApplyTx).
 func (Domains) Apply(eventstore.RecordedEvent, *pgx.Batch) error {
 	return errors.New("domains projection applies in its transaction")

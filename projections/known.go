@@ -58,11 +58,14 @@ func (r *Runner) forget(name string) {
 }
 
 // stepKnown is step from the known checkpoint, for projectors that queue
-// statements (a TxProjector needs its transaction to project). It returns
-// errStale when the ordinary step must run instead.
+// statements, and for a TxProjector (which needs its transaction to
+// project) that tells which events it reads. It returns errStale when the
+// ordinary step must run instead.
 func (r *Runner) stepKnown(ctx context.Context, p Projector) (eventstore.Position, int, error) {
 	k, ok := r.knownOf(p.Name())
-	if _, tx := p.(TxProjector); !ok || tx || k.version != p.Version() {
+	_, tx := p.(TxProjector)
+	picky, filters := p.(Filter)
+	if !ok || (tx && !filters) || k.version != p.Version() {
 		return eventstore.Position{}, 0, errStale
 	}
 	events, err := r.store.ReadAll(ctx, k.pos, r.batchSize)
@@ -72,8 +75,16 @@ func (r *Runner) stepKnown(ctx context.Context, p Projector) (eventstore.Positio
 	if len(events) == 0 {
 		return k.pos, 0, nil
 	}
-	b, err := project(ctx, nil, p, events, nil)
-	if err != nil {
+	b := &pgx.Batch{}
+	if tx {
+		// Only a batch it does not read at all is passed over here; one
+		// it reads is applied in its transaction, the ordinary way.
+		for _, ev := range events {
+			if picky.Reads(ev) {
+				return k.pos, 0, errStale
+			}
+		}
+	} else if b, err = project(ctx, nil, p, events, nil); err != nil {
 		return k.pos, 0, errStale // the ordinary step isolates the event at fault
 	}
 	last := events[len(events)-1].Position

@@ -56,6 +56,14 @@ type BatchProjector interface {
 	ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error
 }
 
+// Filter is a projector that tells, without a transaction, which events it
+// reads: Reads must be true of every event Apply or ApplyTx acts on (it may
+// be true of others). A runner passes a batch it reads nothing of with its
+// checkpoint moved, and nothing else.
+type Filter interface {
+	Reads(ev eventstore.RecordedEvent) bool
+}
+
 // IndexedProjector is a projector whose secondary indexes are declared
 // apart from its tables, so that a rebuild creates them once the replay is
 // done: building an index over a full table is far cheaper than keeping it

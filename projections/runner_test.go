@@ -492,12 +492,31 @@ func (p picky) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	return nil
 }
 
+// pickyTx is picky applying in its transaction, telling the runner which
+// events it reads.
+type pickyTx struct{ picky }
+
+func (p pickyTx) Reads(ev eventstore.RecordedEvent) bool { return ev.Type == "Counted" }
+func (p pickyTx) ApplyTx(ctx context.Context, tx pgx.Tx, ev eventstore.RecordedEvent) error {
+	b := &pgx.Batch{}
+	if err := p.picky.Apply(ev, b); err != nil {
+		return err
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
 // Two instances follow the log at once while it grows, most of it events
 // the projector ignores: every counted event is applied exactly once, and
-// the checkpoint ends past the last event, ignored ones included.
+// the checkpoint ends past the last event, ignored ones included; whether
+// the projector queues statements or applies in its transaction.
 func TestInstancesApplyEachEventOnceAndPassIgnoredOnes(t *testing.T) {
+	for _, p := range []projections.Projector{picky{tally{version: 1}}, pickyTx{picky{tally{version: 1}}}} {
+		t.Run(fmt.Sprintf("%T", p), func(t *testing.T) { instancesApplyOnce(t, p) })
+	}
+}
+
+func instancesApplyOnce(t *testing.T, p projections.Projector) {
 	pool, store := setup(t)
-	p := picky{tally{version: 1}}
 	a := projections.NewRunner(pool, store, nil, quiet, p)
 	b := projections.NewRunner(pool, store, nil, quiet, p)
 	if err := a.Prepare(context.Background()); err != nil {
