@@ -154,6 +154,9 @@ type ReleaseArgs struct {
 func (ReleaseArgs) Kind() string                 { return "webhook_release" }
 func (ReleaseArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: WebhookQueue} }
 
+// prepareWait bounds Prepare's wait for the webhooks read model.
+const prepareWait = 250 * time.Millisecond
+
 // webhooksProjection is the read model of endpoints and deliveries.
 const webhooksProjection = "webhooks"
 
@@ -235,9 +238,13 @@ func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent
 		return nil
 	}
 	// The fan-out would wait for the read model to reach the email's
-	// queue; so does the batch, which is seldom behind it.
+	// queue; so does the batch, which is seldom behind it, but not for
+	// long: the reader plans for every account, and a read model that is
+	// far behind only means the batch's events get their jobs.
 	if w.Settle != nil {
-		w.Settle(ctx, latest, webhooksProjection)
+		sctx, cancel := context.WithTimeout(ctx, prepareWait)
+		w.Settle(sctx, latest, webhooksProjection)
+		cancel()
 	}
 	var commit, prepare *int64
 	var accounts, types []string
