@@ -2,10 +2,8 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -70,21 +68,11 @@ func (h *heads) forget(stream string) {
 // was not h; the caller then appends the ordinary way.
 func (s *Store) appendAtHead(ctx context.Context, p eventstore.StreamAppend, h head) (eventstore.AppendResult, string, bool, error) {
 	next := h.revision + 1
-	prevHash := h.hash
-	n := len(p.Events)
-	ids, types := make([]string, n), make([]string, n)
-	versions := make([]int32, n)
-	data, metas, hashes := make([]string, n), make([]string, n), make([]string, n)
-	for j, ev := range p.Events {
-		prevHash = eventstore.ChainHash(prevHash, p.Stream, next+uint64(j), ev)
-		meta, err := json.Marshal(ev.Metadata)
-		if err != nil {
-			return eventstore.AppendResult{}, "", false, err
-		}
-		ids[j], types[j], versions[j] = ev.ID.String(), ev.Type, int32(ev.SchemaVersion)
-		data[j], metas[j], hashes[j] = string(ev.Data), string(meta), prevHash
+	rows, err := rowsOf(p, next, h.hash)
+	if err != nil {
+		return eventstore.AppendResult{}, "", false, err
 	}
-	last := next + uint64(n) - 1
+	last := next + uint64(len(p.Events)) - 1
 
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -105,8 +93,7 @@ func (s *Store) appendAtHead(ctx context.Context, p eventstore.StreamAppend, h h
 		WHERE EXISTS (SELECT 1 FROM moved)
 		ORDER BY e.n
 		RETURNING transaction_id, seq`,
-		ids, p.Stream, int64(next), types, versions, data, metas, hashes,
-		int64(last), prevHash, int64(h.revision), h.hash)
+		append(rows.args(p.Stream, next), int64(last), rows.lastHash(), int64(h.revision), h.hash)...)
 	b.Queue("COMMIT")
 	br := conn.SendBatch(ctx, b)
 	var pos eventstore.Position
@@ -141,20 +128,12 @@ func (s *Store) appendAtHead(ctx context.Context, p eventstore.StreamAppend, h h
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if conn.Conn().PgConn().TxStatus() != 'I' {
-		// A failed statement left the transaction open: end it, or drop
-		// the connection so the pool never hands it out half-done.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
-			conn.Conn().Close(rctx)
-		}
-		cancel()
-	}
+	endOpenTx(ctx, conn)
 	if err != nil {
 		return eventstore.AppendResult{}, "", false, fmt.Errorf("eventstore/postgres: append to %s: %w", p.Stream, err)
 	}
 	if inserted == 0 {
 		return eventstore.AppendResult{}, "", false, nil // the head moved: nothing was written
 	}
-	return eventstore.AppendResult{NextRevision: last, Position: pos}, prevHash, true, nil
+	return eventstore.AppendResult{NextRevision: last, Position: pos}, rows.lastHash(), true, nil
 }

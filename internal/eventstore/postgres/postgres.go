@@ -263,15 +263,7 @@ func (s *Store) appendNew(ctx context.Context, parts []eventstore.StreamAppend) 
 	}
 	defer conn.Release()
 	res, hashes, err := appendTx(ctx, conn, parts, true)
-	if conn.Conn().PgConn().TxStatus() != 'I' {
-		// A failed statement left the transaction open: end it, or drop
-		// the connection so the pool never hands it out half-done.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
-			conn.Conn().Close(rctx)
-		}
-		cancel()
-	}
+	endOpenTx(ctx, conn)
 	if errors.Is(err, errStreamExists) {
 		return nil, s.existing(ctx, parts)
 	}
@@ -333,6 +325,51 @@ const insertEvents = `INSERT INTO events (event_id, stream_id, stream_revision, 
 		WITH ORDINALITY AS e(id, typ, ver, data, meta, hash, n)
 	ORDER BY e.n
 	RETURNING transaction_id, seq`
+
+// eventRows are a stream's events as insertEvents' array arguments, each
+// with its chained hash.
+type eventRows struct {
+	ids, types, data, metas, hashes []string
+	versions                        []int32
+}
+
+// rowsOf makes the rows of p's events, the first at revision next, chained
+// from prevHash.
+func rowsOf(p eventstore.StreamAppend, next uint64, prevHash string) (eventRows, error) {
+	n := len(p.Events)
+	r := eventRows{ids: make([]string, n), types: make([]string, n), data: make([]string, n),
+		metas: make([]string, n), hashes: make([]string, n), versions: make([]int32, n)}
+	for j, ev := range p.Events {
+		prevHash = eventstore.ChainHash(prevHash, p.Stream, next+uint64(j), ev)
+		meta, err := json.Marshal(ev.Metadata)
+		if err != nil {
+			return r, err
+		}
+		r.ids[j], r.types[j], r.versions[j] = ev.ID.String(), ev.Type, int32(ev.SchemaVersion)
+		r.data[j], r.metas[j], r.hashes[j] = string(ev.Data), string(meta), prevHash
+	}
+	return r, nil
+}
+
+func (r eventRows) lastHash() string { return r.hashes[len(r.hashes)-1] }
+
+// args are insertEvents' arguments for stream from revision next.
+func (r eventRows) args(stream string, next uint64) []any {
+	return []any{r.ids, stream, int64(next), r.types, r.versions, r.data, r.metas, r.hashes}
+}
+
+// endOpenTx ends a transaction a failed statement left open on conn, or
+// drops the connection so the pool never hands it out half-done.
+func endOpenTx(ctx context.Context, conn *pgxpool.Conn) {
+	if conn.Conn().PgConn().TxStatus() == 'I' {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+		conn.Conn().Close(rctx)
+	}
+}
 
 // appendTx appends parts inside tx, a read committed transaction that must
 // not have been assigned a transaction id yet (no prior writes): the id must
@@ -427,22 +464,11 @@ func appendTx(ctx context.Context, tx batchSender, parts []eventstore.StreamAppe
 		if exists {
 			next = current + 1
 		}
-		prevHash := h.hash
-		ids := make([]string, len(p.Events))
-		types := make([]string, len(p.Events))
-		versions := make([]int32, len(p.Events))
-		data := make([]string, len(p.Events))
-		metas := make([]string, len(p.Events))
-		hashes := make([]string, len(p.Events))
-		for j, ev := range p.Events {
-			prevHash = eventstore.ChainHash(prevHash, p.Stream, next+uint64(j), ev)
-			meta, err := json.Marshal(ev.Metadata)
-			if err != nil {
-				return nil, nil, err
-			}
-			ids[j], types[j], versions[j] = ev.ID.String(), ev.Type, int32(ev.SchemaVersion)
-			data[j], metas[j], hashes[j] = string(ev.Data), string(meta), prevHash
+		rows, err := rowsOf(p, next, h.hash)
+		if err != nil {
+			return nil, nil, err
 		}
+		prevHash := rows.lastHash()
 		lastRevs[i], lastHashes[i] = next+uint64(len(p.Events))-1, prevHash
 		if allNew {
 			// A unique violation here is the stream existing.
@@ -453,7 +479,7 @@ func appendTx(ctx context.Context, tx batchSender, parts []eventstore.StreamAppe
 				ON CONFLICT (stream_id) DO UPDATE SET last_revision = EXCLUDED.last_revision, last_hash = EXCLUDED.last_hash`,
 				p.Stream, int64(lastRevs[i]), prevHash)
 		}
-		b.Queue(insertEvents, ids, p.Stream, int64(next), types, versions, data, metas, hashes)
+		b.Queue(insertEvents, rows.args(p.Stream, next)...)
 	}
 	if own {
 		b.Queue("COMMIT")
