@@ -124,62 +124,68 @@ func mixedEmails(t *testing.T, store eventstore.Store, n int) eventstore.Positio
 	}
 }
 
-// readModel is the emails projector's tables as JSON, row by row in key
-// order.
-func readModel(t *testing.T, pool *pgxpool.Pool) []string {
+// tableOrder is a read-model table and the key its rows are compared by.
+type tableOrder struct{ name, key string }
+
+// tablesJSON reads tables as JSON, row by row in key order.
+func tablesJSON(t *testing.T, pool *pgxpool.Pool, tables []tableOrder) []string {
 	t.Helper()
-	var out []string
-	for _, q := range []string{
-		`SELECT coalesce(json_agg(t ORDER BY id)::text, '') FROM emails t`,
-		`SELECT coalesce(json_agg(t ORDER BY event_id)::text, '') FROM email_events t`,
-		`SELECT coalesce(json_agg(t ORDER BY account_id, email)::text, '') FROM suppressions t`,
-	} {
-		var s string
-		if err := pool.QueryRow(context.Background(), q).Scan(&s); err != nil {
+	out := make([]string, len(tables))
+	for i, tb := range tables {
+		q := fmt.Sprintf(`SELECT coalesce(json_agg(t ORDER BY %s)::text, '') FROM %s t`, tb.key, tb.name)
+		if err := pool.QueryRow(context.Background(), q).Scan(&out[i]); err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, s)
 	}
 	return out
+}
+
+// matchesOneByOne projects the log up to last with batched, caught up live
+// and then rebuilt, and with one, event by event, and fails the test where
+// the batches leave tables otherwise. It returns the tables as one left
+// them, for the caller to check that there was enough to compare.
+func matchesOneByOne(t *testing.T, pool *pgxpool.Pool, store eventstore.Store, last eventstore.Position,
+	batched, one projections.Projector, tables []tableOrder) []string {
+	t.Helper()
+	ctx := context.Background()
+	r := projections.NewRunner(pool, store, nil, quiet, batched)
+	if err := r.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	catchUpTo(t, r, batched, last)
+	caughtUp := tablesJSON(t, pool, tables)
+	if err := r.Rebuild(ctx, batched, nil); err != nil {
+		t.Fatal(err)
+	}
+	catchUpTo(t, r, batched, last)
+	rebuilt := tablesJSON(t, pool, tables)
+
+	r1 := projections.NewRunner(pool, store, nil, quiet, one)
+	if err := r1.Rebuild(ctx, one, nil); err != nil {
+		t.Fatal(err)
+	}
+	catchUpTo(t, r1, one, last)
+	want := tablesJSON(t, pool, tables)
+	for i, tb := range tables {
+		if caughtUp[i] != want[i] {
+			t.Errorf("%s caught up in batches differs from event by event:\n%s\nwant\n%s", tb.name, caughtUp[i], want[i])
+		}
+		if rebuilt[i] != want[i] {
+			t.Errorf("%s rebuilt in batches differs from event by event:\n%s\nwant\n%s", tb.name, rebuilt[i], want[i])
+		}
+	}
+	return want
 }
 
 // The set-based batches leave the emails read model exactly as applying
 // each event in turn does, whether by rebuild or by catching up.
 func TestEmailsBatchesMatchEventByEvent(t *testing.T) {
 	pool, store := setup(t)
-	ctx := context.Background()
 	last := mixedEmails(t, store, 400)
-
-	batched := projections.Emails{}
-	r := projections.NewRunner(pool, store, nil, quiet, batched)
-	if err := r.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
-	catchUpTo(t, r, batched, last)
-	caughtUp := readModel(t, pool)
-	if err := r.Rebuild(ctx, batched, nil); err != nil {
-		t.Fatal(err)
-	}
-	catchUpTo(t, r, batched, last)
-	rebuilt := readModel(t, pool)
-
-	one := rowByRow{}
-	r1 := projections.NewRunner(pool, store, nil, quiet, one)
-	if err := r1.Rebuild(ctx, one, nil); err != nil {
-		t.Fatal(err)
-	}
-	catchUpTo(t, r1, one, last)
-	want := readModel(t, pool)
+	want := matchesOneByOne(t, pool, store, last, projections.Emails{}, rowByRow{},
+		[]tableOrder{{"emails", "id"}, {"email_events", "event_id"}, {"suppressions", "account_id, email"}})
 	if len(want[0]) < 1000 || len(want[1]) < 1000 || len(want[2]) < 100 {
 		t.Fatalf("too little projected to compare: %d, %d, %d bytes", len(want[0]), len(want[1]), len(want[2]))
-	}
-	for i, table := range []string{"emails", "email_events", "suppressions"} {
-		if caughtUp[i] != want[i] {
-			t.Errorf("%s caught up in batches differs from event by event:\n%s\nwant\n%s", table, caughtUp[i], want[i])
-		}
-		if rebuilt[i] != want[i] {
-			t.Errorf("%s rebuilt in batches differs from event by event:\n%s\nwant\n%s", table, rebuilt[i], want[i])
-		}
 	}
 }
 

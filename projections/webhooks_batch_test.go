@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/delivery"
@@ -133,60 +132,14 @@ func mixedHooks(t *testing.T, store eventstore.Store, rounds int) eventstore.Pos
 	return last
 }
 
-// hooksModel is the webhooks projector's tables as JSON, row by row in key
-// order.
-func hooksModel(t *testing.T, pool *pgxpool.Pool) []string {
-	t.Helper()
-	var out []string
-	for _, q := range []string{
-		`SELECT coalesce(json_agg(t ORDER BY id)::text, '') FROM webhook_endpoints t`,
-		`SELECT coalesce(json_agg(t ORDER BY id)::text, '') FROM webhook_deliveries t`,
-	} {
-		var s string
-		if err := pool.QueryRow(context.Background(), q).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
 // The batches leave the webhooks read model exactly as applying each event
 // in turn does, whether caught up live or rebuilt.
 func TestWebhooksBatchesMatchEventByEvent(t *testing.T) {
 	pool, store := setup(t)
-	ctx := context.Background()
 	last := mixedHooks(t, store, 600)
-
-	batched := projections.Webhooks{}
-	r := projections.NewRunner(pool, store, nil, quiet, batched)
-	if err := r.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
-	catchUpTo(t, r, batched, last)
-	caughtUp := hooksModel(t, pool)
-	if err := r.Rebuild(ctx, batched, nil); err != nil {
-		t.Fatal(err)
-	}
-	catchUpTo(t, r, batched, last)
-	rebuilt := hooksModel(t, pool)
-
-	one := hooksOneByOne{}
-	r1 := projections.NewRunner(pool, store, nil, quiet, one)
-	if err := r1.Rebuild(ctx, one, nil); err != nil {
-		t.Fatal(err)
-	}
-	catchUpTo(t, r1, one, last)
-	want := hooksModel(t, pool)
+	want := matchesOneByOne(t, pool, store, last, projections.Webhooks{}, hooksOneByOne{},
+		[]tableOrder{{"webhook_endpoints", "id"}, {"webhook_deliveries", "id"}})
 	if len(want[0]) < 500 || len(want[1]) < 5000 {
 		t.Fatalf("too little projected to compare: %d, %d bytes", len(want[0]), len(want[1]))
-	}
-	for i, table := range []string{"webhook_endpoints", "webhook_deliveries"} {
-		if caughtUp[i] != want[i] {
-			t.Errorf("%s caught up in batches differs from event by event:\n%s\nwant\n%s", table, caughtUp[i], want[i])
-		}
-		if rebuilt[i] != want[i] {
-			t.Errorf("%s rebuilt in batches differs from event by event:\n%s\nwant\n%s", table, rebuilt[i], want[i])
-		}
 	}
 }
