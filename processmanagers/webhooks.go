@@ -16,7 +16,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -32,6 +31,7 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/secretbox"
+	"github.com/mailroom/mailroom/readapi"
 	whsig "github.com/mailroom/mailroom/webhook"
 )
 
@@ -246,24 +246,15 @@ func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent
 		w.Settle(sctx, latest, webhooksProjection)
 		cancel()
 	}
-	var commit, prepare *int64
-	var accounts, types []string
-	err := w.Pool.QueryRow(ctx, `SELECT c.commit_position, c.prepare_position, e.accounts, e.types
-		FROM (SELECT array_agg(account_id) AS accounts, array_agg(event_type) AS types
-			FROM (SELECT DISTINCT account_id, unnest(event_types) AS event_type FROM webhook_endpoints
-				WHERE account_id = ANY($2)) p) e
-		LEFT JOIN projection_checkpoints c ON c.name = $1`, webhooksProjection, asked).Scan(&commit, &prepare, &accounts, &types)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-		return nil // the read model is not made yet: every event gets its fan-out
-	}
+	subs, err := readapi.SubscribedTypes(ctx, w.Pool, webhooksProjection, asked)
 	if err != nil {
 		return fmt.Errorf("webhook endpoints: %w", err)
 	}
-	if commit == nil || prepare == nil {
-		return nil
+	if !subs.Made {
+		return nil // the read model is not made yet: every event gets its fan-out
 	}
-	set := &endpointSet{projected: eventstore.Position{Commit: uint64(*commit), Prepare: uint64(*prepare)},
+	accounts, types := subs.Accounts, subs.Types
+	set := &endpointSet{projected: eventstore.Position{Commit: subs.Commit, Prepare: subs.Prepare},
 		types: make(map[accountType]bool, len(accounts))}
 	for i := range accounts {
 		set.types[accountType{accounts[i], types[i]}] = true
@@ -535,18 +526,14 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	if wait := a.NotBefore.Sub(w.Now()); wait > 0 {
 		return river.JobSnooze(wait)
 	}
-	var url, sealed string
-	var active, clean, suspended bool
-	err := w.Pool.QueryRow(ctx, `SELECT e.url, e.sealed_secret, e.is_active, e.consecutive_failures = 0,
-		EXISTS (SELECT 1 FROM accounts a WHERE a.id = e.account_id AND a.status = 'suspended')
-		FROM webhook_endpoints e WHERE e.id = $1`, a.EndpointID).Scan(&url, &sealed, &active, &clean, &suspended)
-	if errors.Is(err, pgx.ErrNoRows) {
+	ep, err := readapi.EndpointForAttempt(ctx, w.Pool, a.EndpointID)
+	if errors.Is(err, readapi.ErrNotFound) {
 		return nil // deleted, with its deliveries
 	}
 	if err != nil {
 		return err
 	}
-	if !active || suspended {
+	if !ep.Active || ep.Suspended {
 		// Held, unattempted, so none of its retries is spent: resuming the
 		// endpoint or reinstating the account queues it again.
 		return nil
@@ -581,13 +568,13 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	if !w.take(ctx, a.AccountID, a.EndpointID) {
 		return river.JobSnooze(busy())
 	}
-	o, err := w.post(ctx, st.Created, url, sealed)
+	o, err := w.post(ctx, st.Created, ep.URL, ep.SealedSecret)
 	w.release(a.AccountID, a.EndpointID)
 	if err != nil {
 		return err
 	}
 	w.Outcomes.attempt(o.Succeeded())
-	final, err := w.Commands.RecordAttempt(ctx, st, expected, o, w.Schedule, rand.Float64()*2-1, clean, dispatchMeta)
+	final, err := w.Commands.RecordAttempt(ctx, st, expected, o, w.Schedule, rand.Float64()*2-1, ep.Clean, dispatchMeta)
 	if err != nil {
 		return err
 	}
@@ -668,53 +655,33 @@ type releaseWorker struct {
 // account, once the read model shows the change.
 func (rw *releaseWorker) Work(ctx context.Context, job *river.Job[ReleaseArgs]) error {
 	w, a := rw.w, job.Args
-	projection, match := "webhooks", "d.endpoint_id = $1"
-	key := a.EndpointID
+	projection := "webhooks"
 	if a.AccountID != "" {
-		projection, match, key = "accounts", "d.account_id = $1", a.AccountID
+		projection = "accounts"
 	}
 	if !w.Settle(ctx, a.Position, projection) {
 		return errors.New("the read model is behind the event")
 	}
-	return w.queue(ctx, river.ClientFromContext[pgx.Tx](ctx), `SELECT d.id, d.account_id, d.endpoint_id, d.attempts FROM webhook_deliveries d
-		JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		WHERE `+match+` AND d.status = 'pending' AND e.is_active AND d.id > $2 ORDER BY d.id LIMIT 1000`, key)
-}
-
-// queue queues the next attempt of every delivery query lists (id, account,
-// endpoint, attempts made; $2 is the id to list after), a page at a time.
-func (w *Webhooks) queue(ctx context.Context, client *river.Client[pgx.Tx], query string, key any) error {
+	client := river.ClientFromContext[pgx.Tx](ctx)
 	for after := ""; ; {
-		rows, err := w.Pool.Query(ctx, query, key, after)
-		if err != nil {
+		list, err := readapi.PendingOf(ctx, w.Pool, a.EndpointID, a.AccountID, after, 1000)
+		if err != nil || len(list) == 0 {
 			return err
 		}
-		jobs, last, err := nextAttempts(rows)
-		if err != nil || len(jobs) == 0 {
-			return err
-		}
-		after = last
-		if err := insertDue(ctx, client, jobs); err != nil {
+		after = list[len(list)-1].ID
+		if err := insertDue(ctx, client, nextAttempts(list)); err != nil {
 			return err
 		}
 	}
 }
 
-// nextAttempts reads rows of (delivery id, account, endpoint, attempts
-// made) into the jobs of each delivery's next attempt, with the last
-// delivery id read, and closes rows.
-func nextAttempts(rows pgx.Rows) (jobs []river.InsertManyParams, last string, err error) {
-	defer rows.Close()
-	for rows.Next() {
-		var a AttemptArgs
-		if err := rows.Scan(&a.DeliveryID, &a.AccountID, &a.EndpointID, &a.Attempt); err != nil {
-			return nil, "", err
-		}
-		a.Attempt++
-		last = a.DeliveryID
-		jobs = append(jobs, river.InsertManyParams{Args: a})
+// nextAttempts is the job of each delivery's next attempt.
+func nextAttempts(list []readapi.DueDelivery) []river.InsertManyParams {
+	jobs := make([]river.InsertManyParams, len(list))
+	for i, d := range list {
+		jobs[i] = river.InsertManyParams{Args: AttemptArgs{DeliveryID: d.ID, AccountID: d.AccountID, EndpointID: d.EndpointID, Attempt: d.Attempts + 1}}
 	}
-	return jobs, last, rows.Err()
+	return jobs
 }
 
 // insertDue queues attempts that are due now. One whose job exists already
@@ -769,19 +736,11 @@ const overdue = time.Minute
 // be attempted: their job was lost (a crash between recording and
 // queueing). A job still waiting is the same job (unique while pending).
 func (w *Webhooks) requeue(ctx context.Context, client *river.Client[pgx.Tx]) error {
-	rows, err := w.Pool.Query(ctx, `SELECT d.id, d.account_id, d.endpoint_id, d.attempts
-		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		WHERE d.status = 'pending' AND NOT d.held AND d.next_attempt_at <= $1 AND e.is_active
-		AND NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id AND a.status = 'suspended')
-		ORDER BY d.next_attempt_at LIMIT 500`, w.Now().Add(-overdue))
-	if err != nil {
+	list, err := readapi.Overdue(ctx, w.Pool, w.Now().Add(-overdue), 500)
+	if err != nil || len(list) == 0 {
 		return err
 	}
-	jobs, _, err := nextAttempts(rows)
-	if err != nil || len(jobs) == 0 {
-		return err
-	}
-	return insertDue(ctx, client, jobs)
+	return insertDue(ctx, client, nextAttempts(list))
 }
 
 // sweepEvery is how often held deliveries are looked at for expiry; one
@@ -796,18 +755,7 @@ func (w *Webhooks) expireHeld(ctx context.Context) error {
 	if now.Sub(w.lastSweep) < sweepEvery {
 		return nil
 	}
-	rows, err := w.Pool.Query(ctx, `SELECT d.id, e.disabled_reason IS NOT NULL
-		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		WHERE d.status = 'pending' AND d.held AND d.created_at < $1
-		ORDER BY d.created_at LIMIT 500`, now.Add(-delivery.HoldCap))
-	if err != nil {
-		return err
-	}
-	type held struct {
-		ID       string
-		Disabled bool
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[held])
+	list, err := readapi.HeldSince(ctx, w.Pool, now.Add(-delivery.HoldCap), 500)
 	if err != nil {
 		return err
 	}

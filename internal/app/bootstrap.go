@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/readapi"
 )
 
 // FirstRun is what a first development start creates and shows once.
@@ -22,8 +23,8 @@ const SandboxDomain = "example.test"
 // Bootstrap creates a first account with an admin token and an API key when
 // the database has no account yet. It returns nil when there was one.
 func (a *App) Bootstrap(ctx context.Context) (*FirstRun, error) {
-	var n int
-	if err := a.Pool.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil {
+	n, err := readapi.Accounts(ctx, a.Pool)
+	if err != nil {
 		return nil, err
 	}
 	if n > 0 {

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/views"
+	"github.com/mailroom/mailroom/readapi"
 )
 
 // RenderDomain shows a domain as the API does, at the app's clock.
@@ -64,31 +64,8 @@ func (p *DomainPoller) Tick(ctx context.Context) (ran bool, err error) {
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", pollLock)
 
-	rows, err := conn.Query(ctx, `SELECT id, state FROM domains
-		WHERE status = 'pending' OR state ? 'transition' ORDER BY created_at`)
+	work, err := readapi.DomainsToPoll(ctx, conn)
 	if err != nil {
-		return false, err
-	}
-	type due struct {
-		id string
-		st sendingdomain.State
-	}
-	var work []due
-	for rows.Next() {
-		var d due
-		var raw []byte
-		if err := rows.Scan(&d.id, &raw); err != nil {
-			rows.Close()
-			return false, err
-		}
-		if err := json.Unmarshal(raw, &d.st); err != nil {
-			rows.Close()
-			return false, err
-		}
-		work = append(work, d)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return false, err
 	}
 
@@ -96,17 +73,17 @@ func (p *DomainPoller) Tick(ctx context.Context) (ran bool, err error) {
 	now := p.Now()
 	for _, d := range work {
 		var err error
-		t := d.st.Transition
+		t := d.State.Transition
 		switch {
-		case d.st.Status == sendingdomain.StatusPending && !now.Before(d.st.Deadline):
-			err = p.Commands.ExpireDomain(ctx, d.id, meta)
-		case d.st.Status == sendingdomain.StatusPending || (t != nil && t.State == sendingdomain.AwaitingDNS):
-			_, err = p.Commands.RecheckDomain(ctx, d.id, meta)
+		case d.State.Status == sendingdomain.StatusPending && !now.Before(d.State.Deadline):
+			err = p.Commands.ExpireDomain(ctx, d.ID, meta)
+		case d.State.Status == sendingdomain.StatusPending || (t != nil && t.State == sendingdomain.AwaitingDNS):
+			_, err = p.Commands.RecheckDomain(ctx, d.ID, meta)
 		case t != nil && t.State == sendingdomain.CutOver && !now.Before(t.OldKeyRetiresAt):
-			err = p.Commands.RetireOldDKIMKey(ctx, d.id, meta)
+			err = p.Commands.RetireOldDKIMKey(ctx, d.ID, meta)
 		}
 		if err != nil {
-			p.Log.Warn("domain poll", "domain_id", d.id, "err", err)
+			p.Log.Warn("domain poll", "domain_id", d.ID, "err", err)
 		}
 	}
 	return true, nil

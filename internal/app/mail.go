@@ -77,13 +77,8 @@ func (a *App) sendableDomain(ctx context.Context, accountID, name string) (strin
 // the account (State.CanSend, from the table's columns), and the suppressed
 // recipients.
 func (a *App) emailChecks(ctx context.Context, accountID, domainName string, addresses []string) (processmanagers.Checks, error) {
-	var c processmanagers.Checks
-	err := a.Pool.QueryRow(ctx, `SELECT
-		EXISTS (SELECT 1 FROM accounts WHERE id = $1 AND status = 'suspended'),
-		EXISTS (SELECT 1 FROM domains WHERE account_id = $1 AND name = $2 AND status = $4),
-		ARRAY(SELECT lower(email) FROM suppressions WHERE account_id = $1 AND email = ANY($3) ORDER BY email)`,
-		accountID, domainName, addresses, string(sendingdomain.StatusVerified)).Scan(&c.Suspended, &c.CanSend, &c.Suppressed)
-	return c, err
+	c, err := readapi.EmailChecks(ctx, a.Pool, accountID, domainName, addresses)
+	return processmanagers.Checks(c), err
 }
 
 func (a *App) pipeline() *processmanagers.Pipeline {

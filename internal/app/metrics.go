@@ -5,12 +5,12 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/projections"
+	"github.com/mailroom/mailroom/readapi"
 )
 
 // meteredStore times appends for /metrics.
@@ -113,9 +113,7 @@ func (c *projectionCollector) Collect(ch chan<- prometheus.Metric) {
 // stuckCollector counts emails accepted more than 15 minutes ago that have
 // not left the service: the first sign of a pipeline or provider problem.
 type stuckCollector struct {
-	pool interface {
-		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	}
+	pool readapi.Querier
 	desc *prometheus.Desc
 }
 
@@ -129,8 +127,8 @@ func (c *stuckCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c *stuckCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	var n int64
-	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM emails WHERE status = 'queued' AND created_at < now() - interval '15 minutes'`).Scan(&n); err != nil {
+	n, err := readapi.StuckEmails(ctx, c.pool, 15*time.Minute)
+	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}

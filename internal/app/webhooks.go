@@ -4,11 +4,11 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/processmanagers"
+	"github.com/mailroom/mailroom/readapi"
 )
 
 // webhooks is webhook delivery as this process runs it.
@@ -27,12 +27,12 @@ func (a *App) webhooks() *processmanagers.Webhooks {
 		Outcomes:    a.Outcomes,
 		Sweep:       5 * time.Second,
 		Endpoints: func(ctx context.Context, accountID, eventType string, at time.Time) ([]processmanagers.Target, error) {
-			rows, err := a.Pool.Query(ctx, `SELECT id, disabled_reason IS NOT NULL FROM webhook_endpoints
-				WHERE account_id = $1 AND $2 = ANY(event_types) AND created_at <= $3 ORDER BY id`, accountID, eventType, at)
-			if err != nil {
-				return nil, err
+			targets, err := readapi.WebhookTargets(ctx, a.Pool, accountID, eventType, at)
+			out := make([]processmanagers.Target, len(targets))
+			for i, t := range targets {
+				out[i] = processmanagers.Target(t)
 			}
-			return pgx.CollectRows(rows, pgx.RowToStructByPos[processmanagers.Target])
+			return out, err
 		},
 	}
 }

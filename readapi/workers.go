@@ -1,0 +1,202 @@
+package readapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mailroom/mailroom/domain/sendingdomain"
+)
+
+// The queries in this file are the ones the pipeline and webhook delivery
+// run against the read models before they act.
+
+// SendChecks is what the pipeline checks before an email leaves.
+type SendChecks struct {
+	Suspended  bool     // the account is suspended
+	CanSend    bool     // the domain is the account's and verified
+	Suppressed []string // the given recipients the account suppresses, lower case
+}
+
+// EmailChecks reads an email's SendChecks in one statement.
+func EmailChecks(ctx context.Context, q Querier, accountID, domainName string, addresses []string) (SendChecks, error) {
+	rows, err := q.Query(ctx, `SELECT
+		EXISTS (SELECT 1 FROM accounts WHERE id = $1 AND status = 'suspended'),
+		EXISTS (SELECT 1 FROM domains WHERE account_id = $1 AND name = $2 AND status = $4),
+		ARRAY(SELECT lower(email) FROM suppressions WHERE account_id = $1 AND email = ANY($3) ORDER BY email)`,
+		accountID, domainName, addresses, string(sendingdomain.StatusVerified))
+	if err != nil {
+		return SendChecks{}, err
+	}
+	return pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[SendChecks])
+}
+
+// StuckEmails counts the emails queued longer than age ago that have not
+// left the service.
+func StuckEmails(ctx context.Context, q Querier, age time.Duration) (int64, error) {
+	rows, err := q.Query(ctx, `SELECT count(*) FROM emails WHERE status = 'queued' AND created_at < now() - $1::interval`, age)
+	if err != nil {
+		return 0, err
+	}
+	return pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+}
+
+// DomainToPoll is a domain whose verification or key change is under way.
+type DomainToPoll struct {
+	ID    string
+	State sendingdomain.State
+}
+
+// DomainsToPoll lists the domains pending verification or in a key
+// transition, oldest first.
+func DomainsToPoll(ctx context.Context, q Querier) ([]DomainToPoll, error) {
+	rows, err := q.Query(ctx, `SELECT id, state FROM domains
+		WHERE status = 'pending' OR state ? 'transition' ORDER BY created_at`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (DomainToPoll, error) {
+		var d DomainToPoll
+		var raw []byte
+		if err := row.Scan(&d.ID, &raw); err != nil {
+			return d, err
+		}
+		return d, json.Unmarshal(raw, &d.State)
+	})
+}
+
+// WebhookTarget is an endpoint an event is delivered to.
+type WebhookTarget struct {
+	ID       string
+	Disabled bool // disabled after consecutive failures (not paused)
+}
+
+// WebhookTargets lists an account's endpoints subscribed to eventType that
+// existed at at, by id.
+func WebhookTargets(ctx context.Context, q Querier, accountID, eventType string, at time.Time) ([]WebhookTarget, error) {
+	rows, err := q.Query(ctx, `SELECT id, disabled_reason IS NOT NULL FROM webhook_endpoints
+		WHERE account_id = $1 AND $2 = ANY(event_types) AND created_at <= $3 ORDER BY id`, accountID, eventType, at)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[WebhookTarget])
+}
+
+// Subscriptions is which event types the endpoints of some accounts
+// subscribe to, as of the webhooks read model's checkpoint.
+type Subscriptions struct {
+	Made            bool   // the read model exists and has a checkpoint
+	Commit, Prepare uint64 // its checkpoint
+	Accounts, Types []string
+}
+
+// SubscribedTypes reads, in one statement, the checkpoint of projection
+// and the (account, event type) pairs of the endpoints of accounts.
+func SubscribedTypes(ctx context.Context, q Querier, projection string, accounts []string) (Subscriptions, error) {
+	rows, err := q.Query(ctx, `SELECT c.commit_position, c.prepare_position, e.accounts, e.types
+		FROM (SELECT array_agg(account_id) AS accounts, array_agg(event_type) AS types
+			FROM (SELECT DISTINCT account_id, unnest(event_types) AS event_type FROM webhook_endpoints
+				WHERE account_id = ANY($2)) p) e
+		LEFT JOIN projection_checkpoints c ON c.name = $1`, projection, accounts)
+	var s Subscriptions
+	if err == nil {
+		var commit, prepare *int64
+		_, err = pgx.ForEachRow(rows, []any{&commit, &prepare, &s.Accounts, &s.Types}, func() error {
+			if commit != nil && prepare != nil {
+				s.Made, s.Commit, s.Prepare = true, uint64(*commit), uint64(*prepare)
+			}
+			return nil
+		})
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return Subscriptions{}, nil // the read model is not made yet
+	}
+	return s, err
+}
+
+// AttemptEndpoint is what an attempt needs of its endpoint.
+type AttemptEndpoint struct {
+	URL          string
+	SealedSecret string
+	Active       bool
+	Clean        bool // no consecutive failures
+	Suspended    bool // its account is suspended
+}
+
+// EndpointForAttempt reads an endpoint for an attempt; ErrNotFound when it
+// was deleted.
+func EndpointForAttempt(ctx context.Context, q Querier, endpointID string) (AttemptEndpoint, error) {
+	rows, err := q.Query(ctx, `SELECT e.url, e.sealed_secret, e.is_active, e.consecutive_failures = 0,
+		EXISTS (SELECT 1 FROM accounts a WHERE a.id = e.account_id AND a.status = 'suspended')
+		FROM webhook_endpoints e WHERE e.id = $1`, endpointID)
+	if err != nil {
+		return AttemptEndpoint{}, err
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[AttemptEndpoint])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return e, ErrNotFound
+	}
+	return e, err
+}
+
+// DueDelivery is a pending delivery whose next attempt is to be queued.
+type DueDelivery struct {
+	ID         string
+	AccountID  string
+	EndpointID string
+	Attempts   int // made so far
+}
+
+// PendingOf lists the pending deliveries of active endpoints, of one
+// endpoint or, when accountID is given, of one account, in id order after
+// the id after, limit at a time.
+func PendingOf(ctx context.Context, q Querier, endpointID, accountID, after string, limit int) ([]DueDelivery, error) {
+	match, key := "d.endpoint_id = $1", endpointID
+	if accountID != "" {
+		match, key = "d.account_id = $1", accountID
+	}
+	rows, err := q.Query(ctx, `SELECT d.id, d.account_id, d.endpoint_id, d.attempts FROM webhook_deliveries d
+		JOIN webhook_endpoints e ON e.id = d.endpoint_id
+		WHERE `+match+` AND d.status = 'pending' AND e.is_active AND d.id > $2 ORDER BY d.id LIMIT $3`, key, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[DueDelivery])
+}
+
+// Overdue lists the deliveries due before before that may be attempted
+// (not held, endpoint active, account not suspended), earliest first.
+func Overdue(ctx context.Context, q Querier, before time.Time, limit int) ([]DueDelivery, error) {
+	rows, err := q.Query(ctx, `SELECT d.id, d.account_id, d.endpoint_id, d.attempts
+		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+		WHERE d.status = 'pending' AND NOT d.held AND d.next_attempt_at <= $1 AND e.is_active
+		AND NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id AND a.status = 'suspended')
+		ORDER BY d.next_attempt_at LIMIT $2`, before, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[DueDelivery])
+}
+
+// HeldDelivery is a delivery waiting for its paused or disabled endpoint.
+type HeldDelivery struct {
+	ID       string
+	Disabled bool // its endpoint is disabled (not paused)
+}
+
+// HeldSince lists the deliveries held since before before, oldest first.
+func HeldSince(ctx context.Context, q Querier, before time.Time, limit int) ([]HeldDelivery, error) {
+	rows, err := q.Query(ctx, `SELECT d.id, e.disabled_reason IS NOT NULL
+		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+		WHERE d.status = 'pending' AND d.held AND d.created_at < $1
+		ORDER BY d.created_at LIMIT $2`, before, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[HeldDelivery])
+}
