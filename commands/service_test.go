@@ -379,3 +379,16 @@ func (h *harness) verifiedDomain(t *testing.T, accountID, name string) string {
 	}
 	return d.ID
 }
+
+// appendEvent appends a domain event to a stream whatever it holds, as
+// events from before a stream was introduced, or from a crash, are found.
+func (h *harness) appendEvent(t *testing.T, stream string, e domain.Event) {
+	t.Helper()
+	data, err := codec.Encode(e, eventstore.Metadata{Actor: "system:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Append(context.Background(), stream, eventstore.Any, data); err != nil {
+		t.Fatal(err)
+	}
+}
