@@ -57,6 +57,8 @@ type harness struct {
 	box   *secretbox.Box
 	blobs *blob.FS
 
+	sender string // an account with a verified domain, once queuedEmail made it
+
 	mu        sync.Mutex
 	settled   []string // projectors waited for, in order
 	visible   bool     // what Settle answers
