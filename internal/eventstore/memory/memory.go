@@ -104,7 +104,7 @@ func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend
 			return nil, &eventstore.ConflictError{Stream: p.Stream, Expected: p.Expected, Actual: last, ActualExists: exists}
 		}
 	}
-	now := time.Now().Round(0).Truncate(time.Microsecond) // as precise as PostgreSQL keeps it
+	now := time.Now().Truncate(time.Microsecond) // as precise as PostgreSQL keeps it
 	res := make([]eventstore.AppendResult, len(prepared))
 	for i, p := range prepared {
 		idx := s.streams[p.Stream]
