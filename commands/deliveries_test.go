@@ -1,0 +1,118 @@
+package commands_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain/delivery"
+	"github.com/mailroom/mailroom/domain/webhook"
+	"github.com/mailroom/mailroom/internal/eventstore"
+)
+
+// newDelivery is a delivery of an email event to endpoint.
+func newDelivery(endpoint webhook.State, skipped bool) commands.NewDelivery {
+	return commands.NewDelivery{Created: delivery.Created{DeliveryID: uuid.NewString(), EndpointID: endpoint.ID,
+		AccountID: endpoint.AccountID, EmailID: uuid.NewString(), Type: "email.delivered", Payload: `{"type":"email.delivered"}`,
+		CreatedAt: start}, Skipped: skipped}
+}
+
+func TestCreateDeliveriesRecordsEachOnce(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	ep, _, err := h.svc.CreateWebhook(ctx, acct, webhook.Settings{URL: ptr(hookURL)}, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := []commands.NewDelivery{newDelivery(ep, false), newDelivery(ep, true)}
+
+	fresh, pos, err := h.svc.CreateDeliveries(ctx, ds, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fresh, []bool{true, true}) || pos == eventstore.Start {
+		t.Fatalf("fresh %v at %s, want both recorded", fresh, pos)
+	}
+	if got := h.types(t, delivery.Stream(ds[0].DeliveryID)); !slices.Equal(got, []string{"WebhookDeliveryCreated"}) {
+		t.Fatalf("delivery stream %q", got)
+	}
+	if got := h.types(t, delivery.Stream(ds[1].DeliveryID)); !slices.Equal(got, []string{"WebhookDeliveryCreated", "WebhookDeliverySkipped"}) {
+		t.Fatalf("skipped delivery stream %q", got)
+	}
+
+	// A redelivered event records only the deliveries it had not.
+	ds = append(ds, newDelivery(ep, false))
+	h.appended(t)
+	fresh, _, err = h.svc.CreateDeliveries(ctx, ds, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fresh, []bool{false, false, true}) {
+		t.Fatalf("fresh %v, want only the new delivery", fresh)
+	}
+	if n := h.appended(t); n != 1 {
+		t.Fatalf("the repeat appended %d events, want 1", n)
+	}
+}
+
+func TestRecordAttemptCountsExhaustedDeliveriesOnTheEndpoint(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	ep, _, err := h.svc.CreateWebhook(ctx, acct, webhook.Settings{URL: ptr(hookURL)}, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedule := []time.Duration{time.Minute}
+	status := func(code int) delivery.Outcome { return delivery.Outcome{ResponseStatus: &code} }
+	attempt := func(id string, o delivery.Outcome) delivery.State {
+		t.Helper()
+		st, expected, err := h.svc.Delivery(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := h.svc.RecordAttempt(ctx, st, expected, o, schedule, 0, false, meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	ds := []commands.NewDelivery{newDelivery(ep, false), newDelivery(ep, false)}
+	if _, _, err := h.svc.CreateDeliveries(ctx, ds, meta); err != nil {
+		t.Fatal(err)
+	}
+	first, second := ds[0].DeliveryID, ds[1].DeliveryID
+
+	if st := attempt(first, status(500)); st.Status != delivery.Pending || !st.NextAt.Equal(start.Add(time.Minute)) {
+		t.Fatalf("after a failed first attempt: %+v", st)
+	}
+	if st := attempt(first, status(500)); st.Status != delivery.Failed {
+		t.Fatalf("after the schedule ran out: %+v", st)
+	}
+	if st := attempt(first, status(200)); st.Status != delivery.Failed {
+		t.Fatalf("an attempt after the delivery failed changed it: %+v", st)
+	}
+	got, err := h.svc.Webhook(ctx, ep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ConsecutiveFailures != 1 {
+		t.Fatalf("endpoint counts %d failures, want 1", got.ConsecutiveFailures)
+	}
+	if st := attempt(second, status(204)); st.Status != delivery.Delivered {
+		t.Fatalf("after a success: %+v", st)
+	}
+	want := []string{"WebhookEndpointCreated", "WebhookEventExhausted", "WebhookFailuresReset"}
+	if got := h.types(t, webhook.Stream(ep.ID)); !slices.Equal(got, want) {
+		t.Fatalf("endpoint stream %q, want %q", got, want)
+	}
+	want = []string{"WebhookDeliveryCreated", "WebhookAttemptFailed", "WebhookAttemptFailed"}
+	if got := h.types(t, delivery.Stream(first)); !slices.Equal(got, want) {
+		t.Fatalf("delivery stream %q, want %q", got, want)
+	}
+}

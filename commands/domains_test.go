@@ -1,0 +1,210 @@
+package commands_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/dkimkey"
+	"github.com/mailroom/mailroom/internal/dnscheck"
+)
+
+func TestAddDomainClaimsTheNameAndMakesAKey(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	h.waitedFor()
+
+	st, err := h.svc.AddDomain(ctx, acct, " Mail.Example.COM. ", meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Name != "mail.example.com" || st.AccountID != acct || st.Status != sendingdomain.StatusPending ||
+		st.Mode != sendingdomain.BYODKIM || st.Region != "eu-west-1" || st.Active == nil ||
+		!st.Deadline.Equal(start.Add(sendingdomain.VerificationWindow)) {
+		t.Fatalf("added %+v", st)
+	}
+	if _, err := dkimkey.Open(h.box, st.ID, *st.Active); err != nil {
+		t.Fatalf("the sealed key does not open for its domain: %v", err)
+	}
+	if h.keysGenerated() != 1 {
+		t.Fatalf("%d keys made, want 1", h.keysGenerated())
+	}
+	claim := only[*sendingdomain.NameClaimed](t, h, sendingdomain.NameStream("mail.example.com"))
+	if claim.DomainID != st.ID || claim.AccountID != acct {
+		t.Fatalf("claim %+v for domain %s", claim, st.ID)
+	}
+	added := only[*sendingdomain.Added](t, h, sendingdomain.Stream(st.ID))
+	if added.Name != st.Name || added.Key == nil || added.Key.PublicKey != st.Active.PublicKey {
+		t.Fatalf("added event %+v", added)
+	}
+	if loaded, err := h.svc.Domain(ctx, st.ID); err != nil || loaded.Name != st.Name {
+		t.Fatalf("domain %s loads as %+v, %v", st.ID, loaded, err)
+	}
+	if w := h.waitedFor(); !slices.Equal(w, []string{"domains"}) {
+		t.Errorf("waited for %q, want the domains projection", w)
+	}
+}
+
+func TestAddDomainRefusesANameInUse(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct, other := h.newAccount(t), h.newAccount(t)
+	first, err := h.svc.ImportLegacyDomain(ctx, acct, "example.com", meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.appended(t)
+
+	_, err = h.svc.AddDomain(ctx, acct, "EXAMPLE.com", meta)
+	wantConflict(t, err, "domain_exists")
+	_, err = h.svc.AddDomain(ctx, other, "example.com", meta)
+	wantConflict(t, err, sendingdomain.ErrUnavailable.Code)
+	if n := h.appended(t); n != 0 {
+		t.Fatalf("refused adds appended %d events", n)
+	}
+	if h.keysGenerated() != 0 {
+		t.Fatal("a key was made for a name in use")
+	}
+
+	// Removing the domain frees its name for any account.
+	if err := h.svc.RemoveDomain(ctx, acct, first.ID, meta); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.types(t, sendingdomain.NameStream("example.com")); !slices.Equal(got, []string{"DomainNameClaimed", "DomainNameReleased"}) {
+		t.Fatalf("name stream %q", got)
+	}
+	if _, err := h.svc.ImportLegacyDomain(ctx, other, "example.com", meta); err != nil {
+		t.Fatalf("add after removal: %v", err)
+	}
+}
+
+func TestAddDomainRefusesInvalidNames(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	h.appended(t)
+	for _, name := range []string{"", "localhost", "192.0.2.1", "exa mple.com", "-bad.example.com"} {
+		_, err := h.svc.AddDomain(ctx, acct, name, meta)
+		if got := fields(t, err); !slices.Equal(got, []string{"domain"}) {
+			t.Errorf("add %q: fields %q, want domain", name, got)
+		}
+	}
+	if n := h.appended(t); n != 0 {
+		t.Fatalf("refused adds appended %d events", n)
+	}
+}
+
+func TestAddDomainStopsAtTheAccountsLimit(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(d *commands.Deps) {
+		d.DomainCount = func(context.Context, string) (int, error) { return sendingdomain.MaxDomains, nil }
+	})
+	acct := h.newAccount(t)
+	h.appended(t)
+	_, err := h.svc.AddDomain(ctx, acct, "example.com", meta)
+	wantLimit(t, err)
+	if n := h.appended(t); n != 0 {
+		t.Fatalf("a refused add appended %d events", n)
+	}
+}
+
+func TestImportLegacyDomainNeedsTheAccount(t *testing.T) {
+	h := newHarness(t)
+	_, err := h.svc.ImportLegacyDomain(context.Background(), "f3c5d3b2-5b0e-4d0e-9d43-1d7d3f0f7a11", "example.com", meta)
+	if !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("import for no account: %v, want not found", err)
+	}
+}
+
+func TestRemoveDomainOfAnotherAccountIsNotFound(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct, other := h.newAccount(t), h.newAccount(t)
+	id := h.verifiedDomain(t, acct, "example.com")
+	h.appended(t)
+	for _, c := range []struct{ account, id string }{{other, id}, {acct, "not-an-id"}} {
+		if err := h.svc.RemoveDomain(ctx, c.account, c.id, meta); !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("remove %s as %s: %v, want not found", c.id, c.account, err)
+		}
+	}
+	if n := h.appended(t); n != 0 {
+		t.Fatalf("refused removals appended %d events", n)
+	}
+}
+
+// zone is one resolver that sees the records published on it.
+type zone struct {
+	mu        sync.Mutex
+	published map[dnscheck.Record]bool
+}
+
+func (z *zone) publish(records []sendingdomain.Record) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.published == nil {
+		z.published = map[dnscheck.Record]bool{}
+	}
+	for _, r := range records {
+		z.published[dnscheck.Record{Type: r.Type, Name: r.Name, Value: r.Value, Priority: r.Priority}] = true
+	}
+}
+
+func (z *zone) Check(_ context.Context, records []dnscheck.Record) dnscheck.Result {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	srv := dnscheck.ServerResult{Server: "192.0.2.53:53"}
+	for _, r := range records {
+		srv.Records = append(srv.Records, dnscheck.RecordResult{Record: r, Seen: z.published[r]})
+	}
+	return dnscheck.Result{Servers: []dnscheck.ServerResult{srv}}
+}
+
+func TestVerifyDomainNeedsTheRecordsAndTheProvider(t *testing.T) {
+	ctx := context.Background()
+	var dns zone
+	providerSees := false
+	h := newHarness(t, func(d *commands.Deps) {
+		d.DNS = &dns
+		d.Identity = func(context.Context, string, string) (bool, bool, error) { return providerSees, providerSees, nil }
+	})
+	acct := h.newAccount(t)
+	st, err := h.svc.ImportLegacyDomain(ctx, acct, "example.com", meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := func() (sendingdomain.State, commands.DNSCheck) {
+		t.Helper()
+		st, report, err := h.svc.VerifyDomain(ctx, acct, st.ID, meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, report
+	}
+
+	got, report := verify()
+	if got.Status != sendingdomain.StatusPending || report.OK || len(report.Results) != 1 || report.Results[0].OK {
+		t.Fatalf("nothing published: %s, report %+v", got.Status, report)
+	}
+	dns.publish(st.Records())
+	got, report = verify()
+	if got.Status != sendingdomain.StatusPending || !report.OK {
+		t.Fatalf("published, the provider not seeing it: %s, report %+v", got.Status, report)
+	}
+	providerSees = true
+	if got, _ = verify(); got.Status != sendingdomain.StatusVerified {
+		t.Fatalf("published, the provider seeing it: %s", got.Status)
+	}
+	want := []string{"DomainAdded", "DomainDnsChecked", "DomainDnsChecked", "DomainDnsChecked", "DomainVerified"}
+	if got := h.types(t, sendingdomain.Stream(st.ID)); !slices.Equal(got, want) {
+		t.Fatalf("domain stream %q, want %q", got, want)
+	}
+	if _, _, err := h.svc.VerifyDomain(ctx, h.newAccount(t), st.ID, meta); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("verify by another account: %v, want not found", err)
+	}
+}

@@ -1,0 +1,264 @@
+package commands_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/blob"
+)
+
+// sendRequest is a valid request from example.com and its body as sent.
+func sendRequest(t *testing.T) (commands.SendEmail, []byte) {
+	t.Helper()
+	req := commands.SendEmail{
+		From:    "Acme <news@Example.com>",
+		To:      []string{"ann@example.org"},
+		Cc:      []string{"Bob <bob@example.org>"},
+		Bcc:     []string{"audit@example.net"},
+		ReplyTo: []string{"help@example.com"},
+		Subject: "Your receipt",
+		HTML:    "<p>Thanks</p>",
+		Text:    "Thanks",
+		Tags:    map[string]string{"kind": "receipt"},
+		Attachments: []commands.SendAttachment{
+			{Filename: "receipt.pdf", Content: base64.StdEncoding.EncodeToString([]byte("%PDF-1.7"))},
+		},
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req, body
+}
+
+func TestSendEmailQueuesTheRequestedEmail(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	domainID := h.verifiedDomain(t, acct, "example.com")
+	h.appended(t)
+	h.waitedFor()
+	req, body := sendRequest(t) // from Example.com: domains match whatever the case
+
+	got, err := h.svc.SendEmail(ctx, acct, req, "", body, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := commands.Accepted{ID: got.ID, CreatedAt: start, Recipients: 3, Attachments: 1}
+	if got != want {
+		t.Fatalf("accepted %+v, want %+v", got, want)
+	}
+	if n := h.appended(t); n != 1 {
+		t.Fatalf("a send appended %d events, want 1", n)
+	}
+	recs, _ := h.stream(t, email.Stream(got.ID))
+	if m := recs[0].Metadata; m.Actor != meta.Actor || m.RequestID != meta.RequestID || m.ClientRequestID != meta.ClientRequestID {
+		t.Fatalf("metadata %+v, want the command's %+v", m, meta)
+	}
+	q := only[*email.Queued](t, h, email.Stream(got.ID))
+	sum := sha256.Sum256(body)
+	if q.EmailID != got.ID || q.AccountID != acct || q.DomainID != domainID || q.From != req.From ||
+		q.FromEmail != "news@Example.com" || q.Subject != req.Subject || !q.QueuedAt.Equal(start) ||
+		q.RequestHash != hex.EncodeToString(sum[:]) {
+		t.Fatalf("queued %+v", q)
+	}
+	for _, l := range []struct {
+		name      string
+		got, want []string
+	}{{"to", q.To, req.To}, {"cc", q.Cc, req.Cc}, {"bcc", q.Bcc, req.Bcc}, {"reply_to", q.ReplyTo, req.ReplyTo}} {
+		if !slices.Equal(l.got, l.want) {
+			t.Errorf("%s %q, want %q", l.name, l.got, l.want)
+		}
+	}
+	if q.Tags["kind"] != "receipt" || len(q.Tags) != 1 {
+		t.Errorf("tags %v", q.Tags)
+	}
+	// The bytes are in blob storage; the event names them by digest.
+	for _, c := range []struct{ digest, content string }{
+		{q.HTMLDigest, req.HTML}, {q.TextDigest, req.Text}, {q.Attachments[0].Digest, "%PDF-1.7"},
+	} {
+		if c.digest != string(blob.DigestOf([]byte(c.content))) {
+			t.Errorf("digest %s for %q", c.digest, c.content)
+			continue
+		}
+		if b, err := h.blobs.Get(ctx, blob.Digest(c.digest)); err != nil || string(b) != c.content {
+			t.Errorf("blob %s: %q, %v; want %q", c.digest, b, err, c.content)
+		}
+	}
+	if a := q.Attachments[0]; a.Filename != "receipt.pdf" || a.ContentType != "application/pdf" || a.SizeBytes != 8 {
+		t.Errorf("attachment %+v", a)
+	}
+	if w := h.waitedFor(); !slices.Equal(w, []string{"emails"}) {
+		t.Errorf("waited for %q, want the emails projection", w)
+	}
+}
+
+func TestSendEmailSealsAnAttachmentURL(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	req, body := sendRequest(t)
+	const url = "https://192.0.2.7/files/invoice.pdf?X-Amz-Signature=secret"
+	req.Attachments = []commands.SendAttachment{{Path: url}}
+
+	got, err := h.svc.SendEmail(ctx, acct, req, "", body, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := only[*email.Queued](t, h, email.Stream(got.ID)).Attachments[0]
+	if a.Path != "https://192.0.2.7/files/invoice.pdf" || a.Filename != "invoice.pdf" || a.Digest != "" {
+		t.Fatalf("attachment %+v: want the URL without its query, named after it, not downloaded", a)
+	}
+	if strings.Contains(a.SealedPath, "secret") {
+		t.Fatalf("sealed path %q shows the signature", a.SealedPath)
+	}
+	if u, err := h.svc.AttachmentURL(got.ID, a); err != nil || u != url {
+		t.Fatalf("attachment URL %q, %v; want %q", u, err, url)
+	}
+}
+
+func TestSendEmailRefusesInvalidRequests(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	h.appended(t)
+	for _, c := range []struct {
+		name   string
+		change func(*commands.SendEmail)
+		key    string
+		want   []string
+	}{
+		{"nothing", func(r *commands.SendEmail) { *r = commands.SendEmail{} }, "", []string{"from", "to", "subject", "html"}},
+		{"bad addresses", func(r *commands.SendEmail) {
+			r.From, r.Cc = "news at example.com", []string{"ok@example.org", "not an address"}
+		}, "", []string{"from", "cc.1"}},
+		{"too many recipients", func(r *commands.SendEmail) {
+			r.To = make([]string, commands.MaxRecipients)
+			for i := range r.To {
+				r.To[i] = "x@example.org"
+			}
+		}, "", []string{"to"}},
+		{"subject with a line break", func(r *commands.SendEmail) { r.Subject = "Hi\r\nBcc: all@example.org" }, "", []string{"subject"}},
+		{"bad tag value", func(r *commands.SendEmail) { r.Tags = map[string]string{"kind": "not ok"} }, "", []string{"tags.kind"}},
+		{"content and path", func(r *commands.SendEmail) { r.Attachments[0].Path = "https://192.0.2.7/a.pdf" }, "", []string{"attachments.0.content"}},
+		{"content not base64", func(r *commands.SendEmail) { r.Attachments[0].Content = "%%%" }, "", []string{"attachments.0.content"}},
+		{"private path", func(r *commands.SendEmail) {
+			r.Attachments = []commands.SendAttachment{{Path: "https://10.1.2.3/a.pdf"}}
+		}, "", []string{"attachments.0.path"}},
+		{"plain http path", func(r *commands.SendEmail) {
+			r.Attachments = []commands.SendAttachment{{Path: "http://192.0.2.7/a.pdf"}}
+		}, "", []string{"attachments.0.path"}},
+		{"long idempotency key", func(*commands.SendEmail) {}, strings.Repeat("k", commands.MaxIdempotencyKey+1), []string{commands.IdempotencyKeyField}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, body := sendRequest(t)
+			c.change(&req)
+			_, err := h.svc.SendEmail(ctx, acct, req, c.key, body, meta)
+			if got := fields(t, err); !slices.Equal(got, c.want) {
+				t.Fatalf("fields %q, want %q (%v)", got, c.want, err)
+			}
+			if n := h.appended(t); n != 0 {
+				t.Fatalf("a refused send appended %d events", n)
+			}
+		})
+	}
+}
+
+func TestSendEmailOnlyFromAVerifiedDomain(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct, other := h.newAccount(t), h.newAccount(t)
+	if _, err := h.svc.ImportLegacyDomain(ctx, acct, "example.com", meta); err != nil { // pending
+		t.Fatal(err)
+	}
+	h.verifiedDomain(t, other, "example.net")
+	h.appended(t)
+	for _, from := range []string{"news@example.com", "news@example.net", "news@unknown.example"} {
+		req, body := sendRequest(t)
+		req.From = from
+		_, err := h.svc.SendEmail(ctx, acct, req, "", body, meta)
+		var f *domain.ForbiddenError
+		if !errors.As(err, &f) || f.Code != "domain_not_verified" {
+			t.Errorf("send from %s: %v, want domain_not_verified", from, err)
+		}
+	}
+	if n := h.appended(t); n != 0 {
+		t.Fatalf("refused sends appended %d events", n)
+	}
+}
+
+func TestSendEmailWithAnIdempotencyKey(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct, other := h.newAccount(t), h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	h.verifiedDomain(t, other, "example.net")
+	req, body := sendRequest(t)
+	send := func(account string, req commands.SendEmail, body []byte) (commands.Accepted, error) {
+		return h.svc.SendEmail(ctx, account, req, "order-42", body, meta)
+	}
+	h.appended(t)
+
+	first, err := send(acct, req, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(time.Hour)
+	again, err := send(acct, req, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != first {
+		t.Fatalf("a repeat answered %+v, the first send %+v", again, first)
+	}
+	if n := h.appended(t); n != 1 {
+		t.Fatalf("a send and its repeat appended %d events, want 1", n)
+	}
+
+	changed := req
+	changed.Subject = "Another receipt"
+	changedBody, _ := json.Marshal(changed)
+	_, err = send(acct, changed, changedBody)
+	wantConflict(t, err, "idempotency_key_reused")
+
+	// Keys are the account's own.
+	req2 := req
+	req2.From = "news@example.net"
+	body2, _ := json.Marshal(req2)
+	theirs, err := send(other, req2, body2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if theirs.ID == first.ID {
+		t.Fatal("two accounts' sends under one key share an email")
+	}
+
+	// Once the first email is over 24 hours old, the key is free again.
+	h.clock.Advance(commands.IdempotencyWindow)
+	later, err := send(acct, changed, changedBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if later.ID == first.ID || !later.CreatedAt.Equal(start.Add(time.Hour+commands.IdempotencyWindow)) {
+		t.Fatalf("a send after the window answered %+v; the first was %+v", later, first)
+	}
+	if q := only[*email.Queued](t, h, email.Stream(first.ID)); q.Subject != req.Subject {
+		t.Fatalf("the first email changed: %+v", q)
+	}
+	if repeat, err := send(acct, changed, changedBody); err != nil || repeat != later {
+		t.Fatalf("a repeat in the second window answered %+v, %v; want %+v", repeat, err, later)
+	}
+}

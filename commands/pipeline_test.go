@@ -1,0 +1,157 @@
+package commands_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/email"
+)
+
+// queuedEmail sends a valid email and returns its id.
+func (h *harness) queuedEmail(t *testing.T) string {
+	t.Helper()
+	if h.sender == "" {
+		h.sender = h.newAccount(t)
+		h.verifiedDomain(t, h.sender, "example.com")
+	}
+	req, body := sendRequest(t)
+	got, err := h.svc.SendEmail(context.Background(), h.sender, req, "", body, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.ID
+}
+
+func TestRecordEmailSentOnce(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	id := h.queuedEmail(t)
+	atts := []email.Attachment{{Filename: "receipt.pdf", ContentType: "application/pdf", SizeBytes: 8}}
+	delivered := func(st email.State, at time.Time) []domain.Event {
+		return []domain.Event{&email.Delivered{EmailID: st.Queued.EmailID, FeedbackID: "fb-1", Recipients: st.Recipients(), OccurredAt: at}}
+	}
+	before, version, err := h.svc.EmailAt(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.appended(t)
+
+	if err := h.svc.RecordEmailSent(ctx, id, atts, "ses-1", delivered, meta); err != nil {
+		t.Fatal(err)
+	}
+	_, evs := h.stream(t, email.Stream(id))
+	want := []string{"EmailQueued", "EmailScanned", "EmailSent", "EmailDelivered"}
+	if got := h.types(t, email.Stream(id)); !slices.Equal(got, want) {
+		t.Fatalf("email stream %q, want %q", got, want)
+	}
+	if s := evs[2].(*email.Sent); s.ProviderMessageID != "ses-1" || !s.SentAt.Equal(start) {
+		t.Fatalf("sent %+v", s)
+	}
+	if sc := evs[1].(*email.Scanned); !slices.Equal(sc.Attachments, atts) {
+		t.Fatalf("scanned %+v", sc)
+	}
+	if d := evs[3].(*email.Delivered); len(d.Recipients) != 3 {
+		t.Fatalf("delivered %+v", d)
+	}
+
+	// A redelivered job, or one holding an old version, records nothing more.
+	if err := h.svc.RecordEmailSent(ctx, id, atts, "ses-2", delivered, meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.RecordEmailSentAt(ctx, before, version, atts, "ses-3", delivered, meta); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.appended(t); n != 3 {
+		t.Fatalf("recording a send three times appended %d events, want 3", n)
+	}
+}
+
+func TestRecordEmailSentAtAnOldVersionDecidesAgain(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	id := h.queuedEmail(t)
+	st, version, err := h.svc.EmailAt(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.FailEmail(ctx, id, email.ReasonMalware, "", meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.RecordEmailSentAt(ctx, st, version, nil, "ses-1", nil, meta); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.types(t, email.Stream(id)); !slices.Equal(got, []string{"EmailQueued", "EmailFailed"}) {
+		t.Fatalf("email stream %q: a failed email must not be sent", got)
+	}
+}
+
+func TestRecordEmailFeedback(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	id := h.queuedEmail(t)
+	bounce := &email.Bounced{EmailID: id, FeedbackID: "fb-1", BounceType: "Permanent", OccurredAt: start}
+	reject := "rendering failed"
+
+	err := h.svc.RecordEmailFeedback(ctx, id, []domain.Event{bounce}, nil, meta)
+	if !errors.Is(err, commands.ErrNotSentYet) {
+		t.Fatalf("feedback before the send is recorded: %v, want ErrNotSentYet", err)
+	}
+	if err := h.svc.RecordEmailSent(ctx, id, nil, "ses-1", nil, meta); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // providers redeliver
+		if err := h.svc.RecordEmailFeedback(ctx, id, []domain.Event{bounce}, nil, meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A late reject fails the email only when nothing else was heard of it.
+	if err := h.svc.RecordEmailFeedback(ctx, id, nil, &reject, meta); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"EmailQueued", "EmailScanned", "EmailSent", "EmailBounced"}
+	if got := h.types(t, email.Stream(id)); !slices.Equal(got, want) {
+		t.Fatalf("email stream %q, want %q", got, want)
+	}
+
+	other := h.queuedEmail(t)
+	if err := h.svc.RecordEmailSent(ctx, other, nil, "ses-2", nil, meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.RecordEmailFeedback(ctx, other, nil, &reject, meta); err != nil {
+		t.Fatal(err)
+	}
+	_, evs := h.stream(t, email.Stream(other))
+	if f, ok := evs[len(evs)-1].(*email.Failed); !ok || f.Reason != email.ReasonProviderRejected || f.Detail != reject {
+		t.Fatalf("after a reject the email ends with %+v, want a provider_rejected failure", evs[len(evs)-1])
+	}
+}
+
+func TestHoldAndReleaseAnEmail(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	id := h.queuedEmail(t)
+	for _, step := range []func(context.Context, string, commands.Meta) error{
+		h.svc.HoldEmail, h.svc.HoldEmail, h.svc.ReleaseEmail, h.svc.ReleaseEmail,
+	} {
+		if err := step(ctx, id, meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.types(t, email.Stream(id)); !slices.Equal(got, []string{"EmailQueued", "EmailHeld", "EmailReleased"}) {
+		t.Fatalf("email stream %q: each of hold and release once", got)
+	}
+	if err := h.svc.FailEmail(ctx, id, email.ReasonSuppressed, "", meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.HoldEmail(ctx, id, meta); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := h.svc.Email(ctx, id); err != nil || st.Held || st.Failed == nil {
+		t.Fatalf("a failed email is held: %+v, %v", st, err)
+	}
+}

@@ -1,0 +1,288 @@
+package processmanagers_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/eventstore/memory"
+	"github.com/mailroom/mailroom/internal/provider"
+	"github.com/mailroom/mailroom/internal/provider/sandbox"
+	"github.com/mailroom/mailroom/internal/scan"
+	"github.com/mailroom/mailroom/internal/secretbox"
+	"github.com/mailroom/mailroom/processmanagers"
+)
+
+// These tests run the email pipeline's decisions on the in-memory event
+// store: what the read models say of an email comes from pipelineRig's
+// checks, and the provider is the sandbox outbox or a stand-in. Process
+// runs on the test's goroutine, so tests change the rig between calls.
+
+var queuedAt = time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
+
+// eicar is the anti-virus test string, in two halves so that this file does
+// not look like it to a scanner.
+var eicar = `X5O!P%@AP[4\PZX54(P^)7CC)7}$` + `EICAR-STANDARD-ANTIVIRUS-TEST-FILE!$H+H*`
+
+type pipelineRig struct {
+	pipeline *processmanagers.Pipeline
+	store    *memory.Store
+	blobs    *blob.FS
+	outbox   *sandbox.Outbox
+
+	checks processmanagers.Checks
+	sender provider.Sender // nil: the outbox
+	now    time.Time
+}
+
+func newPipelineRig(t *testing.T) *pipelineRig {
+	t.Helper()
+	r := &pipelineRig{store: memory.New(), checks: processmanagers.Checks{CanSend: true}, now: queuedAt.Add(time.Second)}
+	t.Cleanup(func() { r.store.Close() })
+	box, err := secretbox.New(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.blobs, err = blob.NewFS(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if r.outbox, err = sandbox.NewOutbox(t.TempDir(), 0); err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { return r.now }
+	r.pipeline = &processmanagers.Pipeline{
+		Commands: commands.New(commands.Deps{Store: r.store, Now: now, Box: box, Blobs: r.blobs}),
+		Blobs:    r.blobs,
+		Scanner:  scan.New("", 0),
+		Sender:   r,
+		Checks: func(context.Context, string, string, []string) (processmanagers.Checks, error) {
+			return r.checks, nil
+		},
+		Settle:   func(context.Context, eventstore.Position, ...string) bool { return true },
+		MaxAge:   time.Hour,
+		Now:      now,
+		Feedback: processmanagers.SandboxFeedback,
+	}
+	return r
+}
+
+// Send hands the message to the rig's sender.
+func (r *pipelineRig) Send(ctx context.Context, m provider.Outbound) (string, error) {
+	if r.sender == nil {
+		return r.outbox.Send(ctx, m)
+	}
+	return r.sender.Send(ctx, m)
+}
+
+type sendFunc func(context.Context, provider.Outbound) (string, error)
+
+func (f sendFunc) Send(ctx context.Context, m provider.Outbound) (string, error) { return f(ctx, m) }
+
+// queue records a queued email to the given recipients with an HTML body
+// and attachments named as given, and returns its id.
+func (r *pipelineRig) queue(t *testing.T, html string, to []string, attachments ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	id := uuid.NewString()
+	d, err := r.blobs.Put(ctx, []byte(html))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &email.Queued{EmailID: id, AccountID: "acct-1", DomainID: "dom-1", From: "Acme <news@example.com>",
+		FromEmail: "news@example.com", To: to, Subject: "Your receipt", HTMLDigest: string(d), QueuedAt: queuedAt}
+	for _, name := range attachments {
+		content := []byte("content of " + name)
+		ad, err := r.blobs.Put(ctx, content)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Attachments = append(q.Attachments, email.Attachment{Filename: name, ContentType: "application/octet-stream",
+			SizeBytes: int64(len(content)), Digest: string(ad)})
+	}
+	data, err := codec.Encode(q, eventstore.Metadata{Actor: "apikey:k_test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.store.Append(ctx, email.Stream(id), eventstore.NoStream, data); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// process runs the pipeline on the email as its queued event would.
+func (r *pipelineRig) process(id string) error {
+	return r.pipeline.Process(context.Background(), id, eventstore.Start)
+}
+
+// events returns the email's stream.
+func (r *pipelineRig) events(t *testing.T, id string) []domain.Event {
+	t.Helper()
+	recs, err := r.store.ReadStream(context.Background(), email.Stream(id), 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]domain.Event, len(recs))
+	for i, rec := range recs {
+		if out[i], err = codec.Decode(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func (r *pipelineRig) types(t *testing.T, id string) []string {
+	t.Helper()
+	var out []string
+	for _, e := range r.events(t, id) {
+		out = append(out, e.EventType())
+	}
+	return out
+}
+
+// failure returns the email's failure, if it has one.
+func (r *pipelineRig) failure(t *testing.T, id string) *email.Failed {
+	t.Helper()
+	for _, e := range r.events(t, id) {
+		if f, ok := e.(*email.Failed); ok {
+			return f
+		}
+	}
+	return nil
+}
+
+func TestPipelineSendsAQueuedEmailOnce(t *testing.T) {
+	r := newPipelineRig(t)
+	id := r.queue(t, "<p>Thanks</p>", []string{"success@simulator.amazonses.com", "bounce@simulator.amazonses.com"}, "receipt.pdf")
+
+	for range 2 { // the second time, as after a redelivery
+		if err := r.process(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"EmailQueued", "EmailScanned", "EmailSent", "EmailDelivered", "EmailBounced"}
+	if got := r.types(t, id); !slices.Equal(got, want) {
+		t.Fatalf("email stream %q, want %q", got, want)
+	}
+	evs := r.events(t, id)
+	if s := evs[2].(*email.Sent); s.ProviderMessageID != sandbox.MessageID(id) {
+		t.Fatalf("sent %+v", s)
+	}
+	if sc := evs[1].(*email.Scanned); len(sc.Attachments) != 1 || sc.Attachments[0].Filename != "receipt.pdf" {
+		t.Fatalf("scanned %+v", sc)
+	}
+	if b := evs[4].(*email.Bounced); !slices.Equal(b.Recipients, []string{"bounce@simulator.amazonses.com"}) || b.BounceType != "Permanent" {
+		t.Fatalf("bounced %+v", b)
+	}
+	msg, err := os.ReadFile(r.outbox.Path(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(msg), "Subject: Your receipt") || !strings.Contains(string(msg), "X-Mailroom-Email-Id: "+id) {
+		t.Fatalf("message written:\n%s", msg)
+	}
+}
+
+func TestPipelineHoldsTheEmailOfASuspendedAccount(t *testing.T) {
+	r := newPipelineRig(t)
+	id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
+	r.checks.Suspended = true
+	for range 2 {
+		if err := r.process(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := r.types(t, id); !slices.Equal(got, []string{"EmailQueued", "EmailHeld"}) {
+		t.Fatalf("email stream %q: held once, not sent", got)
+	}
+	// Released, it goes on from where it stopped.
+	r.checks.Suspended = false
+	if err := r.pipeline.Commands.ReleaseEmail(context.Background(), id, commands.Meta{Actor: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.process(id); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"EmailQueued", "EmailHeld", "EmailReleased", "EmailScanned", "EmailSent", "EmailDelivered"}
+	if got := r.types(t, id); !slices.Equal(got, want) {
+		t.Fatalf("email stream %q, want %q", got, want)
+	}
+}
+
+func TestPipelineFailsWhatMustNotLeave(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		checks      processmanagers.Checks
+		html        string
+		attachments []string
+		reason      string
+	}{
+		{"domain no longer sends", processmanagers.Checks{}, "<p>Hi</p>", nil, email.ReasonDomainRemoved},
+		{"suppressed recipient", processmanagers.Checks{CanSend: true, Suppressed: []string{"ann@example.org"}}, "<p>Hi</p>", nil, email.ReasonSuppressed},
+		{"blocked attachment type", processmanagers.Checks{CanSend: true}, "<p>Hi</p>", []string{"setup.exe"}, email.ReasonBlockedAttachment},
+		{"malware in the body", processmanagers.Checks{CanSend: true}, eicar, nil, email.ReasonMalware},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newPipelineRig(t)
+			r.checks = c.checks
+			id := r.queue(t, c.html, []string{"ann@example.org"}, c.attachments...)
+			if err := r.process(id); err != nil {
+				t.Fatal(err)
+			}
+			if f := r.failure(t, id); f == nil || f.Reason != c.reason {
+				t.Fatalf("email stream %q, failure %+v; want failed for %s", r.types(t, id), f, c.reason)
+			}
+			if _, err := os.Stat(r.outbox.Path(id)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("a failed email reached the provider: %v", err)
+			}
+		})
+	}
+}
+
+func TestPipelineOnProviderErrors(t *testing.T) {
+	t.Run("rejected", func(t *testing.T) {
+		r := newPipelineRig(t)
+		r.sender = sendFunc(func(context.Context, provider.Outbound) (string, error) {
+			return "", &provider.RejectedError{Reason: "MessageRejected: relay says no", Code: "MessageRejected"}
+		})
+		id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
+		if err := r.process(id); err != nil {
+			t.Fatal(err)
+		}
+		f := r.failure(t, id)
+		if f == nil || f.Reason != email.ReasonProviderRejected || f.Detail != "the provider rejected the message (MessageRejected)" {
+			t.Fatalf("failure %+v", f)
+		}
+	})
+	t.Run("unavailable", func(t *testing.T) {
+		r := newPipelineRig(t)
+		down := errors.New("connection refused")
+		r.sender = sendFunc(func(context.Context, provider.Outbound) (string, error) { return "", down })
+		id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
+		// Within MaxAge it is tried again.
+		if err := r.process(id); !processmanagers.IsTransient(err) || !errors.Is(err, down) {
+			t.Fatalf("provider down: %v, want a transient error", err)
+		}
+		if f := r.failure(t, id); f != nil {
+			t.Fatalf("failed at the first outage: %+v", f)
+		}
+		r.now = queuedAt.Add(r.pipeline.MaxAge + time.Second)
+		if err := r.process(id); err != nil {
+			t.Fatal(err)
+		}
+		if f := r.failure(t, id); f == nil || f.Reason != email.ReasonProviderUnavailable {
+			t.Fatalf("email stream %q after MaxAge, failure %+v", r.types(t, id), f)
+		}
+	})
+}
