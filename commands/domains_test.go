@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
+	"time"
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/dkimkey"
 	"github.com/mailroom/mailroom/internal/dnscheck"
+	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
 )
 
 func TestAddDomainClaimsTheNameAndMakesAKey(t *testing.T) {
@@ -138,39 +139,19 @@ func TestRemoveDomainOfAnotherAccountIsNotFound(t *testing.T) {
 	}
 }
 
-// zone is one resolver that sees the records published on it.
-type zone struct {
-	mu        sync.Mutex
-	published map[dnscheck.Record]bool
-}
-
-func (z *zone) publish(records []sendingdomain.Record) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if z.published == nil {
-		z.published = map[dnscheck.Record]bool{}
-	}
+// publish serves records on a DNS server, as a registrar would.
+func publish(dns *dnstest.Server, records []sendingdomain.Record) {
 	for _, r := range records {
-		z.published[dnscheck.Record{Type: r.Type, Name: r.Name, Value: r.Value, Priority: r.Priority}] = true
+		dns.Add(dnscheck.Record{Type: r.Type, Name: r.Name, Value: r.Value, Priority: r.Priority})
 	}
-}
-
-func (z *zone) Check(_ context.Context, records []dnscheck.Record) dnscheck.Result {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	srv := dnscheck.ServerResult{Server: "192.0.2.53:53"}
-	for _, r := range records {
-		srv.Records = append(srv.Records, dnscheck.RecordResult{Record: r, Seen: z.published[r]})
-	}
-	return dnscheck.Result{Servers: []dnscheck.ServerResult{srv}}
 }
 
 func TestVerifyDomainNeedsTheRecordsAndTheProvider(t *testing.T) {
 	ctx := context.Background()
-	var dns zone
+	dns := dnstest.Start(t)
 	providerSees := false
 	h := newHarness(t, func(d *commands.Deps) {
-		d.DNS = &dns
+		d.DNS = dnscheck.New([]string{dns.Addr()}, time.Second)
 		d.Identity = func(context.Context, string, string) (bool, bool, error) { return providerSees, providerSees, nil }
 	})
 	acct := h.newAccount(t)
@@ -191,7 +172,7 @@ func TestVerifyDomainNeedsTheRecordsAndTheProvider(t *testing.T) {
 	if got.Status != sendingdomain.StatusPending || report.OK || len(report.Results) != 1 || report.Results[0].OK {
 		t.Fatalf("nothing published: %s, report %+v", got.Status, report)
 	}
-	dns.publish(st.Records())
+	publish(dns, st.Records())
 	got, report = verify()
 	if got.Status != sendingdomain.StatusPending || !report.OK {
 		t.Fatalf("published, the provider not seeing it: %s, report %+v", got.Status, report)
