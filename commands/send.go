@@ -84,42 +84,15 @@ var tagPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,` + strconv.Itoa(MaxTagLen
 // return the first answer, and a different request under the same key a
 // conflict; body is the request as received, whose fingerprint tells the
 // two apart.
+//
+// It runs in three steps: the request is checked, its content is staged
+// in blob storage (the event carries digests), and the email is queued by
+// one append.
 func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail, idempotencyKey string, body []byte, meta Meta) (Accepted, error) {
-	v, decoded := validateSend(req)
-	if len(idempotencyKey) > MaxIdempotencyKey {
-		v.Add(IdempotencyKeyField, "must be at most %d bytes; got %d", MaxIdempotencyKey, len(idempotencyKey))
-	} else {
-		v.CheckLine(IdempotencyKeyField, idempotencyKey)
-	}
-	if err := v.OrNil(); err != nil {
-		return Accepted{}, err
-	}
-	// Paths are checked now so a private or plain-http URL is a 422, and
-	// again when fetched.
-	var v2 domain.ValidationError
-	for i, a := range req.Attachments {
-		if a.Path != "" {
-			if err := s.egress.CheckURL(ctx, a.Path); err != nil {
-				v2.Add(fmt.Sprintf("attachments.%d.path", i), "%s", err.Error())
-			}
-		}
-	}
-	if err := v2.OrNil(); err != nil {
-		return Accepted{}, err
-	}
-
-	from, _ := mailmsg.ParseAddress(req.From)
-	_, fromDomain, _ := strings.Cut(from.Email, "@")
-	domainID, err := s.sendableDomain(ctx, accountID, strings.ToLower(fromDomain))
-	if err != nil && !errors.Is(err, domain.ErrNotFound) {
-		return Accepted{}, err
-	}
+	checked, err := s.checkSend(ctx, accountID, req, idempotencyKey)
 	if err != nil {
-		return Accepted{}, &domain.ForbiddenError{Code: "domain_not_verified",
-			Detail: fmt.Sprintf("%s is not a verified domain of this account", strings.ToLower(fromDomain))}
+		return Accepted{}, err
 	}
-
-	hash := requestHash(body)
 	now := s.now()
 	id := uuid.Must(uuid.NewV7()).String()
 	if idempotencyKey != "" {
@@ -127,32 +100,85 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 			return Accepted{}, err
 		}
 	}
-
-	// Bytes go to blob storage; the event carries digests.
-	q := email.Queued{
-		EmailID: id, AccountID: accountID, DomainID: domainID, From: strings.TrimSpace(req.From), FromEmail: from.Email,
-		To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo, Subject: req.Subject,
-		Tags: req.Tags, RequestHash: hash, QueuedAt: now,
+	q, err := s.stage(ctx, req, checked, email.Queued{
+		EmailID: id, AccountID: accountID, DomainID: checked.domainID, From: strings.TrimSpace(req.From),
+		FromEmail: checked.from, To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo, Subject: req.Subject,
+		Tags: req.Tags, RequestHash: requestHash(body), QueuedAt: now,
+	})
+	if err != nil {
+		return Accepted{}, err
 	}
+	return s.queue(ctx, q, idempotencyKey == "", meta)
+}
+
+// checkedSend is what checking a send request found out.
+type checkedSend struct {
+	from     string   // the sender's address
+	domainID string   // the verified domain it sends from
+	decoded  [][]byte // each inline attachment's bytes (nil for a path)
+}
+
+// checkSend validates a request: its fields, the idempotency key, the
+// attachments' URLs (checked now so a private or plain-http URL is a 422,
+// and again when fetched) and the sender's domain.
+func (s *Service) checkSend(ctx context.Context, accountID string, req SendEmail, idempotencyKey string) (checkedSend, error) {
+	v, decoded := validateSend(req)
+	if len(idempotencyKey) > MaxIdempotencyKey {
+		v.Add(IdempotencyKeyField, "must be at most %d bytes; got %d", MaxIdempotencyKey, len(idempotencyKey))
+	} else {
+		v.CheckLine(IdempotencyKeyField, idempotencyKey)
+	}
+	if err := v.OrNil(); err != nil {
+		return checkedSend{}, err
+	}
+	var paths domain.ValidationError
+	for i, a := range req.Attachments {
+		if a.Path != "" {
+			if err := s.egress.CheckURL(ctx, a.Path); err != nil {
+				paths.Add(fmt.Sprintf("attachments.%d.path", i), "%s", err.Error())
+			}
+		}
+	}
+	if err := paths.OrNil(); err != nil {
+		return checkedSend{}, err
+	}
+
+	from, _ := mailmsg.ParseAddress(req.From)
+	_, fromDomain, _ := strings.Cut(from.Email, "@")
+	domainID, err := s.sendableDomain(ctx, accountID, strings.ToLower(fromDomain))
+	if errors.Is(err, domain.ErrNotFound) {
+		return checkedSend{}, &domain.ForbiddenError{Code: "domain_not_verified",
+			Detail: fmt.Sprintf("%s is not a verified domain of this account", strings.ToLower(fromDomain))}
+	}
+	if err != nil {
+		return checkedSend{}, err
+	}
+	return checkedSend{from: from.Email, domainID: domainID, decoded: decoded}, nil
+}
+
+// stage puts the request's bodies and inline attachments in blob storage
+// and completes q with their digests and the attachments' descriptions.
+func (s *Service) stage(ctx context.Context, req SendEmail, checked checkedSend, q email.Queued) (email.Queued, error) {
 	put := func(b []byte) (string, error) {
 		d, err := s.blobs.Put(ctx, b)
 		return string(d), err
 	}
+	var err error
 	if req.HTML != "" {
 		if q.HTMLDigest, err = put([]byte(req.HTML)); err != nil {
-			return Accepted{}, err
+			return q, err
 		}
 	}
 	if req.Text != "" {
 		if q.TextDigest, err = put([]byte(req.Text)); err != nil {
-			return Accepted{}, err
+			return q, err
 		}
 	}
 	for i, a := range req.Attachments {
 		att := email.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: strings.Trim(a.ContentID, "<>")}
 		if a.Path != "" {
 			// A presigned URL is a credential: only the pipeline reads it.
-			att.Path, att.SealedPath = withoutQuery(a.Path), s.box.Seal([]byte(a.Path), PathContext(id))
+			att.Path, att.SealedPath = withoutQuery(a.Path), s.box.Seal([]byte(a.Path), PathContext(q.EmailID))
 		}
 		if att.Filename == "" {
 			att.Filename = filenameOf(a.Path)
@@ -161,41 +187,37 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 			att.ContentType = mailmsg.ContentTypeFor(att.Filename)
 		}
 		if a.Path == "" {
-			att.SizeBytes = int64(len(decoded[i]))
-			if att.Digest, err = put(decoded[i]); err != nil {
-				return Accepted{}, err
+			att.SizeBytes = int64(len(checked.decoded[i]))
+			if att.Digest, err = put(checked.decoded[i]); err != nil {
+				return q, err
 			}
 		}
 		q.Attachments = append(q.Attachments, att)
 	}
+	return q, nil
+}
 
-	if idempotencyKey == "" {
-		// A fresh id: nothing to load, the stream must not exist.
-		data, err := encodeOne(&q, meta)
-		if err != nil {
-			return Accepted{}, err
-		}
-		res, err := s.store.Append(ctx, email.Stream(id), eventstore.NoStream, data)
-		if err != nil {
-			return Accepted{}, err
-		}
-		s.settle(ctx, res.Position, "emails")
-		return acceptedOf(q), nil
-	}
-	var accepted email.Queued
-	_, err = execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
+// queue appends q to its email's stream. A repeat under an idempotency
+// key answers as the first time did; fresh says the id was just made, so
+// there is no stream to read first.
+func (s *Service) queue(ctx context.Context, q email.Queued, fresh bool, meta Meta) (Accepted, error) {
+	accepted := q
+	decide := func(st email.State) ([]domain.Event, error) {
 		if st.Exists() {
-			if st.Queued.RequestHash != hash {
+			if st.Queued.RequestHash != q.RequestHash {
 				return nil, &domain.ConflictError{Code: "idempotency_key_reused",
 					Detail: "this Idempotency-Key was used with a different request in the last 24 hours"}
 			}
 			accepted = *st.Queued // a repeat: answer as the first time
 			return nil, nil
 		}
-		accepted = q
 		return email.Queue(st, q)
-	}, meta, "emails")
-	if err != nil {
+	}
+	run := execute[email.State]
+	if fresh {
+		run = executeNew[email.State]
+	}
+	if _, err := run(ctx, s, email.Stream(q.EmailID), email.Evolve, decide, meta, "emails"); err != nil {
 		return Accepted{}, err
 	}
 	return acceptedOf(accepted), nil

@@ -128,11 +128,23 @@ func execute[S any](ctx context.Context, s *Service, stream string, evolve func(
 	return evs, err
 }
 
+// executeNew is execute for a stream whose id the caller has just made:
+// it decides on the empty state without reading the stream first (a
+// stream that exists after all is a conflict, and is then read).
+func executeNew[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
+	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, error) {
+	evs, pos, _, err := decideAndAppend(ctx, s, stream, evolve, decide, meta, true)
+	if err == nil && len(evs) > 0 && len(projectors) > 0 {
+		s.settle(ctx, pos, projectors...)
+	}
+	return evs, err
+}
+
 // executeAt is execute that also tells where the events landed (zero when
 // nothing was appended).
 func executeAt[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
 	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, eventstore.Position, error) {
-	evs, pos, _, err := decideAndAppend(ctx, s, stream, evolve, decide, meta)
+	evs, pos, _, err := decideAndAppend(ctx, s, stream, evolve, decide, meta, false)
 	if err == nil && len(evs) > 0 && len(projectors) > 0 {
 		s.settle(ctx, pos, projectors...)
 	}
@@ -150,7 +162,7 @@ var ErrNotVisible = errors.New("the change is recorded but not yet visible; retr
 // call appended it or an earlier one did.
 func executeConfirmed[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
 	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, error) {
-	evs, pos, last, err := decideAndAppend(ctx, s, stream, evolve, decide, meta)
+	evs, pos, last, err := decideAndAppend(ctx, s, stream, evolve, decide, meta, false)
 	if err != nil {
 		return evs, err
 	}
@@ -165,15 +177,17 @@ func executeConfirmed[S any](ctx context.Context, s *Service, stream string, evo
 
 // decideAndAppend runs the load, decide, append cycle. It tells where the
 // events landed, or, when nothing was decided, where the stream's last
-// event is.
+// event is. fresh skips the first load: the stream is taken to be new.
 func decideAndAppend[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
-	decide func(S) ([]domain.Event, error), meta Meta) (evs []domain.Event, pos, last eventstore.Position, err error) {
+	decide func(S) ([]domain.Event, error), meta Meta, fresh bool) (evs []domain.Event, pos, last eventstore.Position, err error) {
 	for attempt := 1; ; attempt++ {
 		var state S
-		var expected eventstore.ExpectedVersion
-		state, expected, _, last, err = loadSpan(ctx, s.store, stream, evolve)
-		if err != nil {
-			return nil, pos, last, err
+		expected := eventstore.NoStream
+		if !fresh || attempt > 1 {
+			state, expected, _, last, err = loadSpan(ctx, s.store, stream, evolve)
+			if err != nil {
+				return nil, pos, last, err
+			}
 		}
 		evs, err = decide(state)
 		if err != nil || len(evs) == 0 {
