@@ -312,10 +312,10 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 	switch {
 	case strings.HasPrefix(ev.StreamID, "email-"):
 	case strings.HasPrefix(ev.StreamID, "delivery-"):
-		if ev.Type != (delivery.Created{}).EventType() || ev.Metadata.Actor == fanoutMeta.Actor {
+		if ev.Type != (&delivery.Created{}).EventType() || ev.Metadata.Actor == fanoutMeta.Actor {
 			return nil, nil
 		}
-	case ev.Type == (webhook.Resumed{}).EventType(), ev.Type == (account.Reinstated{}).EventType():
+	case ev.Type == (&webhook.Resumed{}).EventType(), ev.Type == (&account.Reinstated{}).EventType():
 	default:
 		return nil, nil
 	}

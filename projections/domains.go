@@ -40,7 +40,7 @@ CREATE INDEX IF NOT EXISTS domains_name_idx ON domains (name);`
 // Reads is true of the events ApplyTx acts on: those of domain streams,
 // and a removal wherever it is.
 func (Domains) Reads(ev eventstore.RecordedEvent) bool {
-	return strings.HasPrefix(ev.StreamID, "domain-") || ev.Type == (sendingdomain.Removed{}).EventType()
+	return strings.HasPrefix(ev.StreamID, "domain-") || ev.Type == (&sendingdomain.Removed{}).EventType()
 }
 
 // Apply is unused: Domains folds in Go (ApplyTx).

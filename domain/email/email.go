@@ -167,17 +167,17 @@ type (
 	}
 )
 
-func (Queued) EventType() string     { return "EmailQueued" }
-func (Scanned) EventType() string    { return "EmailScanned" }
-func (Held) EventType() string       { return "EmailHeld" }
-func (Released) EventType() string   { return "EmailReleased" }
-func (Sent) EventType() string       { return "EmailSent" }
-func (Failed) EventType() string     { return "EmailFailed" }
-func (Delivered) EventType() string  { return "EmailDelivered" }
-func (Bounced) EventType() string    { return "EmailBounced" }
-func (Complained) EventType() string { return "EmailComplained" }
-func (Opened) EventType() string     { return "EmailOpened" }
-func (Clicked) EventType() string    { return "EmailClicked" }
+func (*Queued) EventType() string     { return "EmailQueued" }
+func (*Scanned) EventType() string    { return "EmailScanned" }
+func (*Held) EventType() string       { return "EmailHeld" }
+func (*Released) EventType() string   { return "EmailReleased" }
+func (*Sent) EventType() string       { return "EmailSent" }
+func (*Failed) EventType() string     { return "EmailFailed" }
+func (*Delivered) EventType() string  { return "EmailDelivered" }
+func (*Bounced) EventType() string    { return "EmailBounced" }
+func (*Complained) EventType() string { return "EmailComplained" }
+func (*Opened) EventType() string     { return "EmailOpened" }
+func (*Clicked) EventType() string    { return "EmailClicked" }
 
 // Events lists a fresh value of every event type of this aggregate.
 func Events() []domain.Event {
