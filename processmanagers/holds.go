@@ -34,8 +34,8 @@ func (r *Releaser) Handle(ctx context.Context, ev eventstore.RecordedEvent) erro
 	if ev.Type != (&account.Reinstated{}).EventType() && ev.Type != (&email.Held{}).EventType() {
 		return nil
 	}
-	e, err := codec.Decode(ev)
-	if err != nil {
+	e, known, err := codec.DecodeKnown(ev)
+	if err != nil || !known {
 		return err
 	}
 	// Both the status and the list of holds must include this event.

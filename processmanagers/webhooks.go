@@ -319,11 +319,11 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 	default:
 		return nil, nil
 	}
-	e, err := codec.Decode(ev)
+	e, known, err := codec.DecodeKnown(ev)
 	if err != nil {
 		return nil, jobs.Malformed(err) // undecodable: no retry helps
 	}
-	if e == nil {
+	if !known {
 		return nil, nil
 	}
 	var args river.JobArgs

@@ -55,8 +55,8 @@ func (Accounts) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	if !strings.HasPrefix(ev.StreamID, "account-") && !heldTypes[ev.Type] {
 		return nil
 	}
-	e, err := codec.Decode(ev)
-	if err != nil {
+	e, known, err := codec.DecodeKnown(ev)
+	if err != nil || !known {
 		return err
 	}
 	switch e := e.(type) {

@@ -49,8 +49,8 @@ func (Domains) Apply(eventstore.RecordedEvent, *pgx.Batch) error {
 }
 
 func (Domains) ApplyTx(ctx context.Context, tx pgx.Tx, ev eventstore.RecordedEvent) error {
-	e, err := codec.Decode(ev)
-	if err != nil || e == nil {
+	e, known, err := codec.DecodeKnown(ev)
+	if err != nil || !known {
 		return err
 	}
 	if rm, ok := e.(*sendingdomain.Removed); ok {
