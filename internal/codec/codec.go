@@ -39,9 +39,6 @@ func mustRegistry() *Registry {
 	return r
 }
 
-// Registered is the registry of every domain event type.
-func Registered() *Registry { return registry }
-
 // Encode prepares e for appending; its type must be registered.
 func Encode(e domain.Event, meta eventstore.Metadata) (eventstore.EventData, error) {
 	return registry.Encode(e, meta)
