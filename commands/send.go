@@ -267,7 +267,7 @@ func (s *Service) idempotentID(ctx context.Context, accountID, key string, now t
 		}
 		q, ok := e.(*email.Queued)
 		if !ok {
-			return time.Time{}, false, fmt.Errorf("stream %s does not start with %s", evs[0].StreamID, (email.Queued{}).EventType())
+			return time.Time{}, false, fmt.Errorf("stream %s does not start with %s", evs[0].StreamID, (&email.Queued{}).EventType())
 		}
 		return q.QueuedAt, true, nil
 	}

@@ -244,9 +244,7 @@ func loadSpan[S any](ctx context.Context, store eventstore.Store, stream string,
 			if err != nil {
 				return state, expected, first, last, err
 			}
-			if e != nil {
-				state = evolve(state, e)
-			}
+			state = evolve(state, e)
 			expected = eventstore.Exact(rec.StreamRevision)
 			last = rec.Position
 		}

@@ -31,11 +31,11 @@ var errAccountsBehind = errors.New("the accounts read model is behind the event"
 
 // Handle reacts to AccountReinstated and EmailHeld.
 func (r *Releaser) Handle(ctx context.Context, ev eventstore.RecordedEvent) error {
-	if ev.Type != (account.Reinstated{}).EventType() && ev.Type != (email.Held{}).EventType() {
+	if ev.Type != (&account.Reinstated{}).EventType() && ev.Type != (&email.Held{}).EventType() {
 		return nil
 	}
-	e, err := codec.Decode(ev)
-	if err != nil {
+	e, known, err := codec.DecodeKnown(ev)
+	if err != nil || !known {
 		return err
 	}
 	// Both the status and the list of holds must include this event.

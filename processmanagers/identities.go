@@ -34,8 +34,8 @@ type DomainLoader func(ctx context.Context, id string) (sendingdomain.State, err
 func Identities(ids provider.Identities, load DomainLoader, box *secretbox.Box, log *slog.Logger) Handler {
 	f := identityFollower{ids: ids, load: load, box: box}
 	return func(ctx context.Context, ev eventstore.RecordedEvent) error {
-		e, err := codec.Decode(ev)
-		if err != nil || e == nil {
+		e, known, err := codec.DecodeKnown(ev)
+		if err != nil || !known {
 			return err
 		}
 		err = f.follow(ctx, e)

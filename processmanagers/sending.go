@@ -51,7 +51,7 @@ const sendMaxAttempts = 5
 // PlanSends is the email reader's plan: one send job per EmailQueued and
 // EmailReleased.
 func PlanSends(_ context.Context, ev eventstore.RecordedEvent) ([]river.InsertManyParams, error) {
-	if ev.Type != (email.Queued{}).EventType() && ev.Type != (email.Released{}).EventType() {
+	if ev.Type != (&email.Queued{}).EventType() && ev.Type != (&email.Released{}).EventType() {
 		return nil, nil
 	}
 	var e struct {

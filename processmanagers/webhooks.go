@@ -303,18 +303,18 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 	switch {
 	case strings.HasPrefix(ev.StreamID, "email-"):
 	case strings.HasPrefix(ev.StreamID, "delivery-"):
-		if ev.Type != (delivery.Created{}).EventType() || ev.Metadata.Actor == fanoutMeta.Actor {
+		if ev.Type != (&delivery.Created{}).EventType() || ev.Metadata.Actor == fanoutMeta.Actor {
 			return nil, nil
 		}
-	case ev.Type == (webhook.Resumed{}).EventType(), ev.Type == (account.Reinstated{}).EventType():
+	case ev.Type == (&webhook.Resumed{}).EventType(), ev.Type == (&account.Reinstated{}).EventType():
 	default:
 		return nil, nil
 	}
-	e, err := codec.Decode(ev)
+	e, known, err := codec.DecodeKnown(ev)
 	if err != nil {
 		return nil, jobs.Malformed(err) // undecodable: no retry helps
 	}
-	if e == nil {
+	if !known {
 		return nil, nil
 	}
 	var args river.JobArgs

@@ -49,14 +49,14 @@ CREATE INDEX IF NOT EXISTS held_emails_account_idx ON held_emails (account_id);`
 
 // heldTypes are the events of other streams this projector reads; it skips
 // the rest without decoding them.
-var heldTypes = map[string]bool{(email.Held{}).EventType(): true, (email.Released{}).EventType(): true}
+var heldTypes = map[string]bool{(&email.Held{}).EventType(): true, (&email.Released{}).EventType(): true}
 
 func (Accounts) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	if !strings.HasPrefix(ev.StreamID, "account-") && !heldTypes[ev.Type] {
 		return nil
 	}
-	e, err := codec.Decode(ev)
-	if err != nil {
+	e, known, err := codec.DecodeKnown(ev)
+	if err != nil || !known {
 		return err
 	}
 	switch e := e.(type) {

@@ -34,8 +34,8 @@ CREATE INDEX IF NOT EXISTS api_keys_account_idx ON api_keys (account_id, created
 }
 
 func (APIKeys) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
-	e, err := codec.Decode(ev)
-	if err != nil {
+	e, known, err := codec.DecodeKnown(ev)
+	if err != nil || !known {
 		return err
 	}
 	switch e := e.(type) {

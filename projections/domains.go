@@ -40,7 +40,7 @@ CREATE INDEX IF NOT EXISTS domains_name_idx ON domains (name);`
 // Reads is true of the events ApplyTx acts on: those of domain streams,
 // and a removal wherever it is.
 func (Domains) Reads(ev eventstore.RecordedEvent) bool {
-	return strings.HasPrefix(ev.StreamID, "domain-") || ev.Type == (sendingdomain.Removed{}).EventType()
+	return strings.HasPrefix(ev.StreamID, "domain-") || ev.Type == (&sendingdomain.Removed{}).EventType()
 }
 
 // Apply is unused: Domains folds in Go (ApplyTx).
@@ -49,8 +49,8 @@ func (Domains) Apply(eventstore.RecordedEvent, *pgx.Batch) error {
 }
 
 func (Domains) ApplyTx(ctx context.Context, tx pgx.Tx, ev eventstore.RecordedEvent) error {
-	e, err := codec.Decode(ev)
-	if err != nil || e == nil {
+	e, known, err := codec.DecodeKnown(ev)
+	if err != nil || !known {
 		return err
 	}
 	if rm, ok := e.(*sendingdomain.Removed); ok {

@@ -103,8 +103,8 @@ const moveProgress = `WITH o AS (
 	FROM n WHERE e.id = n.id`
 
 func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
-	e, err := codec.Decode(ev)
-	if err != nil || e == nil {
+	e, known, err := codec.DecodeKnown(ev)
+	if err != nil || !known {
 		return err
 	}
 	timeline := func(id, typ string, meta map[string]any, at time.Time) {

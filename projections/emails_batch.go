@@ -60,11 +60,11 @@ func (Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error 
 	var tl timelineRows
 	var sup suppressionRows
 	for _, ev := range events {
-		e, err := codec.Decode(ev)
+		e, known, err := codec.DecodeKnown(ev)
 		if err != nil {
 			return err
 		}
-		if e == nil {
+		if !known {
 			continue
 		}
 		progress := func(f *emailFold) {

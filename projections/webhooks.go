@@ -69,8 +69,8 @@ CREATE INDEX IF NOT EXISTS webhook_deliveries_held_idx ON webhook_deliveries (cr
 const holdDeliveries = `UPDATE webhook_deliveries SET held = true WHERE endpoint_id = $1 AND status = 'pending' AND NOT held`
 
 func (w Webhooks) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
-	e, err := codec.Decode(ev)
-	if err != nil || e == nil {
+	e, known, err := codec.DecodeKnown(ev)
+	if err != nil || !known {
 		return err
 	}
 	w.apply(e, b)
@@ -95,12 +95,14 @@ func (w Webhooks) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) er
 		}
 	}
 	for _, ev := range events {
-		e, err := codec.Decode(ev)
+		e, known, err := codec.DecodeKnown(ev)
 		if err != nil {
 			return fmt.Errorf("event %s: %w", ev.ID, err)
 		}
+		if !known {
+			continue
+		}
 		switch e := e.(type) {
-		case nil:
 		case *delivery.Created:
 			if len(succeeded) > 0 {
 				flush()

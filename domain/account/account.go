@@ -60,11 +60,11 @@ type (
 	}
 )
 
-func (Created) EventType() string      { return "AccountCreated" }
-func (Suspended) EventType() string    { return "AccountSuspended" }
-func (Reinstated) EventType() string   { return "AccountReinstated" }
-func (TokenIssued) EventType() string  { return "ManagementTokenIssued" }
-func (TokenRevoked) EventType() string { return "ManagementTokenRevoked" }
+func (*Created) EventType() string      { return "AccountCreated" }
+func (*Suspended) EventType() string    { return "AccountSuspended" }
+func (*Reinstated) EventType() string   { return "AccountReinstated" }
+func (*TokenIssued) EventType() string  { return "ManagementTokenIssued" }
+func (*TokenRevoked) EventType() string { return "ManagementTokenRevoked" }
 
 // Events lists a fresh value of every event type of this aggregate, for
 // decoding.

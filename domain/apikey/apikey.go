@@ -43,8 +43,8 @@ type (
 	}
 )
 
-func (Created) EventType() string { return "ApiKeyCreated" }
-func (Revoked) EventType() string { return "ApiKeyRevoked" }
+func (*Created) EventType() string { return "ApiKeyCreated" }
+func (*Revoked) EventType() string { return "ApiKeyRevoked" }
 
 // Events lists a fresh value of every event type of this aggregate.
 func Events() []domain.Event { return []domain.Event{&Created{}, &Revoked{}} }

@@ -76,11 +76,11 @@ type (
 	}
 )
 
-func (Created) EventType() string          { return "WebhookDeliveryCreated" }
-func (AttemptSucceeded) EventType() string { return "WebhookAttemptSucceeded" }
-func (AttemptFailed) EventType() string    { return "WebhookAttemptFailed" }
-func (Skipped) EventType() string          { return "WebhookDeliverySkipped" }
-func (Expired) EventType() string          { return "WebhookDeliveryExpired" }
+func (*Created) EventType() string          { return "WebhookDeliveryCreated" }
+func (*AttemptSucceeded) EventType() string { return "WebhookAttemptSucceeded" }
+func (*AttemptFailed) EventType() string    { return "WebhookAttemptFailed" }
+func (*Skipped) EventType() string          { return "WebhookDeliverySkipped" }
+func (*Expired) EventType() string          { return "WebhookDeliveryExpired" }
 
 // Events lists a fresh value of every event type of this aggregate.
 func Events() []domain.Event {

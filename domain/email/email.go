@@ -6,8 +6,6 @@
 package email
 
 import (
-	"encoding/json"
-	"strings"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -55,27 +53,9 @@ type Attachment struct {
 }
 
 // Addresses is a list of addresses, each as given (display name included).
-// Emails queued before reply_to was stored as a list hold it as one string
-// joined with ", "; such a string is read back split the same way, which is
-// what it meant when it was written.
+// Emails queued before it was a list held reply_to as one string joined
+// with ", "; the codec upcasts such records.
 type Addresses []string
-
-func (a *Addresses) UnmarshalJSON(b []byte) error {
-	var joined string
-	if err := json.Unmarshal(b, &joined); err == nil {
-		*a = nil
-		if joined != "" {
-			*a = strings.Split(joined, ", ")
-		}
-		return nil
-	}
-	var list []string
-	if err := json.Unmarshal(b, &list); err != nil {
-		return err
-	}
-	*a = list
-	return nil
-}
 
 // Base64Size is the length of n bytes in padded standard base64: the
 // measure of the attachment budget, inline or downloaded.
@@ -167,17 +147,17 @@ type (
 	}
 )
 
-func (Queued) EventType() string     { return "EmailQueued" }
-func (Scanned) EventType() string    { return "EmailScanned" }
-func (Held) EventType() string       { return "EmailHeld" }
-func (Released) EventType() string   { return "EmailReleased" }
-func (Sent) EventType() string       { return "EmailSent" }
-func (Failed) EventType() string     { return "EmailFailed" }
-func (Delivered) EventType() string  { return "EmailDelivered" }
-func (Bounced) EventType() string    { return "EmailBounced" }
-func (Complained) EventType() string { return "EmailComplained" }
-func (Opened) EventType() string     { return "EmailOpened" }
-func (Clicked) EventType() string    { return "EmailClicked" }
+func (*Queued) EventType() string     { return "EmailQueued" }
+func (*Scanned) EventType() string    { return "EmailScanned" }
+func (*Held) EventType() string       { return "EmailHeld" }
+func (*Released) EventType() string   { return "EmailReleased" }
+func (*Sent) EventType() string       { return "EmailSent" }
+func (*Failed) EventType() string     { return "EmailFailed" }
+func (*Delivered) EventType() string  { return "EmailDelivered" }
+func (*Bounced) EventType() string    { return "EmailBounced" }
+func (*Complained) EventType() string { return "EmailComplained" }
+func (*Opened) EventType() string     { return "EmailOpened" }
+func (*Clicked) EventType() string    { return "EmailClicked" }
 
 // Events lists a fresh value of every event type of this aggregate.
 func Events() []domain.Event {

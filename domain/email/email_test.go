@@ -1,9 +1,6 @@
 package email_test
 
 import (
-	"encoding/json"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -99,31 +96,5 @@ func TestHoldAndRelease(t *testing.T) {
 	s = fold(s, email.MarkSent(s, "m1", t0))
 	if s.Sent == nil || len(email.Hold(s, t0)) != 0 {
 		t.Fatalf("sent email held: %+v", s)
-	}
-}
-
-func TestReplyToDecodesListsAndJoinedStrings(t *testing.T) {
-	for _, c := range []struct{ in, want string }{
-		{`{"reply_to":["\"Doe, Jane\" <jane@example.org>","b@x.org"]}`, `["\"Doe, Jane\" <jane@example.org>" "b@x.org"]`},
-		{`{"reply_to":"Desk <desk@x.org>, b@x.org"}`, `["Desk <desk@x.org>" "b@x.org"]`}, // as written before lists
-		{`{"reply_to":"a@x.org"}`, `["a@x.org"]`},
-		{`{"reply_to":""}`, `[]`},
-		{`{}`, `[]`},
-	} {
-		var q email.Queued
-		if err := json.Unmarshal([]byte(c.in), &q); err != nil {
-			t.Fatalf("%s: %v", c.in, err)
-		}
-		if got := fmt.Sprintf("%q", []string(q.ReplyTo)); got != c.want {
-			t.Errorf("%s: reply_to %s, want %s", c.in, got, c.want)
-		}
-	}
-	var q email.Queued
-	if err := json.Unmarshal([]byte(`{"reply_to":7}`), &q); err == nil {
-		t.Error("a number decoded as reply_to")
-	}
-	out, _ := json.Marshal(email.Queued{ReplyTo: email.Addresses{`"Doe, Jane" <jane@example.org>`}})
-	if !strings.Contains(string(out), `"reply_to":["\"Doe, Jane\" \u003cjane@example.org\u003e"]`) {
-		t.Errorf("encoded as %s", out)
 	}
 }

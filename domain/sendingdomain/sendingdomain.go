@@ -126,15 +126,15 @@ type ServerCheck struct {
 	OK     bool   `json:"ok"`
 }
 
-func (Added) EventType() string                 { return "DomainAdded" }
-func (Checked) EventType() string               { return "DomainDnsChecked" }
-func (Verified) EventType() string              { return "DomainVerified" }
-func (VerificationExpired) EventType() string   { return "DomainVerificationExpired" }
-func (VerificationRestarted) EventType() string { return "DomainVerificationRestarted" }
-func (KeyChangeStarted) EventType() string      { return "DkimKeyChangeStarted" }
-func (KeyCutOver) EventType() string            { return "DkimKeyCutOver" }
-func (OldKeyRetired) EventType() string         { return "DkimOldKeyRetired" }
-func (Removed) EventType() string               { return "DomainRemoved" }
+func (*Added) EventType() string                 { return "DomainAdded" }
+func (*Checked) EventType() string               { return "DomainDnsChecked" }
+func (*Verified) EventType() string              { return "DomainVerified" }
+func (*VerificationExpired) EventType() string   { return "DomainVerificationExpired" }
+func (*VerificationRestarted) EventType() string { return "DomainVerificationRestarted" }
+func (*KeyChangeStarted) EventType() string      { return "DkimKeyChangeStarted" }
+func (*KeyCutOver) EventType() string            { return "DkimKeyCutOver" }
+func (*OldKeyRetired) EventType() string         { return "DkimOldKeyRetired" }
+func (*Removed) EventType() string               { return "DomainRemoved" }
 
 // Events lists a fresh value of every event type of this aggregate.
 func Events() []domain.Event {
@@ -161,8 +161,8 @@ type (
 	}
 )
 
-func (NameClaimed) EventType() string  { return "DomainNameClaimed" }
-func (NameReleased) EventType() string { return "DomainNameReleased" }
+func (*NameClaimed) EventType() string  { return "DomainNameClaimed" }
+func (*NameReleased) EventType() string { return "DomainNameReleased" }
 
 // Claim is the state of a name claim: the domain holding it, if any.
 type Claim struct {

@@ -36,9 +36,9 @@ type (
 	}
 )
 
-func (SlotsSeeded) EventType() string { return "WebhookSlotsSeeded" }
-func (SlotTaken) EventType() string   { return "WebhookSlotTaken" }
-func (SlotFreed) EventType() string   { return "WebhookSlotFreed" }
+func (*SlotsSeeded) EventType() string { return "WebhookSlotsSeeded" }
+func (*SlotTaken) EventType() string   { return "WebhookSlotTaken" }
+func (*SlotFreed) EventType() string   { return "WebhookSlotFreed" }
 
 // SlotGrace is how long a slot counts whatever its endpoint's stream shows:
 // the endpoint is appended just after its slot. A slot whose create crashed

@@ -88,15 +88,15 @@ type (
 	}
 )
 
-func (Created) EventType() string        { return "WebhookEndpointCreated" }
-func (Updated) EventType() string        { return "WebhookEndpointUpdated" }
-func (Paused) EventType() string         { return "WebhookEndpointPaused" }
-func (Resumed) EventType() string        { return "WebhookEndpointResumed" }
-func (Disabled) EventType() string       { return "WebhookEndpointDisabled" }
-func (SecretRotated) EventType() string  { return "WebhookSecretRotated" }
-func (Deleted) EventType() string        { return "WebhookEndpointDeleted" }
-func (EventExhausted) EventType() string { return "WebhookEventExhausted" }
-func (FailuresReset) EventType() string  { return "WebhookFailuresReset" }
+func (*Created) EventType() string        { return "WebhookEndpointCreated" }
+func (*Updated) EventType() string        { return "WebhookEndpointUpdated" }
+func (*Paused) EventType() string         { return "WebhookEndpointPaused" }
+func (*Resumed) EventType() string        { return "WebhookEndpointResumed" }
+func (*Disabled) EventType() string       { return "WebhookEndpointDisabled" }
+func (*SecretRotated) EventType() string  { return "WebhookSecretRotated" }
+func (*Deleted) EventType() string        { return "WebhookEndpointDeleted" }
+func (*EventExhausted) EventType() string { return "WebhookEventExhausted" }
+func (*FailuresReset) EventType() string  { return "WebhookFailuresReset" }
 
 // Events lists a fresh value of every event type of this aggregate.
 func Events() []domain.Event {

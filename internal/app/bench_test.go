@@ -170,7 +170,7 @@ func BenchmarkSendToDelivered(b *testing.B) {
 			if err != nil {
 				return
 			}
-			if ev.Type != (email.Delivered{}).EventType() {
+			if ev.Type != (&email.Delivered{}).EventType() {
 				continue
 			}
 			e, _ := codec.Decode(ev)

@@ -497,6 +497,7 @@ func (w *sendWorld) queueAsBefore(t *testing.T, q email.Queued, edit func(fields
 	if err != nil {
 		t.Fatal(err)
 	}
+	data.SchemaVersion = 1 // the version older code wrote EmailQueued in
 	if edit != nil {
 		var fields map[string]any
 		if err := json.Unmarshal(data.Data, &fields); err != nil {

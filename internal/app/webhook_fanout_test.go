@@ -45,7 +45,7 @@ func TestNoFanoutNoEndpointCanHear(t *testing.T) {
 				t.Fatal(err)
 			}
 			last := evs[len(evs)-1]
-			if last.Type == (email.Delivered{}).EventType() && !(eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}).Less(last.Position) {
+			if last.Type == (&email.Delivered{}).EventType() && !(eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}).Less(last.Position) {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -1,13 +1,17 @@
 // Package codec turns domain events into event-store records and back. It is
-// the one place that knows every event type name.
+// the one place that knows every event type name, the schema version each
+// is written in, and how records of older versions are read.
+//
+// Two ways read a record. Decode is for decisions: an event type or schema
+// version it does not know is an error, since folding a stream without one
+// of its events would decide on a wrong state. DecodeKnown is for readers
+// of the whole log (projections, process managers), which meet events
+// written by newer code and skip what they do not know.
 package codec
 
 import (
 	"encoding/json"
-	"fmt"
-	"reflect"
-
-	"github.com/google/uuid"
+	"strings"
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/account"
@@ -19,57 +23,65 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
-// SchemaVersion is written with every event; decoders upcast older versions.
-const SchemaVersion = 1
+// registry holds every event type of the domain; a mistake in it stops the
+// program at start-up rather than at the first event of the faulty type.
+var registry = mustRegistry()
 
-var types = map[string]reflect.Type{}
-
-func init() {
-	for _, list := range [][]domain.Event{account.Events(), apikey.Events(), sendingdomain.Events(), email.Events(), webhook.Events(), delivery.Events()} {
-		for _, e := range list {
-			types[e.EventType()] = reflect.TypeOf(e).Elem()
-		}
+func mustRegistry() *Registry {
+	r, err := NewRegistry(account.Events(), apikey.Events(), sendingdomain.Events(), email.Events(), webhook.Events(), delivery.Events())
+	if err != nil {
+		panic(err)
 	}
+	// Version 2: reply_to is a list of addresses, no longer one string.
+	if err := r.Evolve((&email.Queued{}).EventType(), Schema{Version: 2, Upcasters: map[int]Upcaster{1: replyToAsList}}); err != nil {
+		panic(err)
+	}
+	return r
 }
 
-// Encode prepares e for appending.
+// Encode prepares e for appending; its type must be registered.
 func Encode(e domain.Event, meta eventstore.Metadata) (eventstore.EventData, error) {
-	data, err := json.Marshal(e)
-	if err != nil {
-		return eventstore.EventData{}, fmt.Errorf("encode %s: %w", e.EventType(), err)
-	}
-	return eventstore.EventData{
-		ID:            uuid.Must(uuid.NewV7()),
-		Type:          e.EventType(),
-		SchemaVersion: SchemaVersion,
-		Data:          data,
-		Metadata:      meta,
-	}, nil
+	return registry.Encode(e, meta)
 }
 
 // EncodeAll encodes a decision's events with shared metadata.
 func EncodeAll(evs []domain.Event, meta eventstore.Metadata) ([]eventstore.EventData, error) {
-	out := make([]eventstore.EventData, len(evs))
-	for i, e := range evs {
-		d, err := Encode(e, meta)
+	return registry.EncodeAll(evs, meta)
+}
+
+// Decode returns the domain event a record holds, for a decision: an
+// unknown type or a newer version is an error.
+func Decode(ev eventstore.RecordedEvent) (domain.Event, error) {
+	return registry.Decode(ev)
+}
+
+// DecodeKnown returns the domain event a record holds, for a reader of the
+// whole log: an unknown type or a newer version is reported as not known.
+func DecodeKnown(ev eventstore.RecordedEvent) (domain.Event, bool, error) {
+	return registry.DecodeKnown(ev)
+}
+
+// replyToAsList upcasts EmailQueued from version 1, which held reply_to as
+// one string joined with ", " (later version 1 records already hold a
+// list). The string is split the same way, which is what it meant when it
+// was written.
+func replyToAsList(data json.RawMessage) (json.RawMessage, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return nil, err
+	}
+	var joined string
+	if err := json.Unmarshal(fields["reply_to"], &joined); err != nil {
+		return data, nil // absent, or already a list
+	}
+	if joined == "" {
+		delete(fields, "reply_to")
+	} else {
+		list, err := json.Marshal(strings.Split(joined, ", "))
 		if err != nil {
 			return nil, err
 		}
-		out[i] = d
+		fields["reply_to"] = list
 	}
-	return out, nil
-}
-
-// Decode returns the domain event a record holds. Unknown types yield
-// (nil, nil) so that readers skip events newer than themselves.
-func Decode(ev eventstore.RecordedEvent) (domain.Event, error) {
-	t, ok := types[ev.Type]
-	if !ok {
-		return nil, nil
-	}
-	v := reflect.New(t).Interface().(domain.Event)
-	if err := json.Unmarshal(ev.Data, v); err != nil {
-		return nil, fmt.Errorf("decode %s %s: %w", ev.Type, ev.ID, err)
-	}
-	return v, nil
+	return json.Marshal(fields)
 }
