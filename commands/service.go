@@ -1,6 +1,7 @@
 // Package commands turns requests into events: it loads an aggregate's
 // stream, asks the domain to decide, and appends the decision with optimistic
-// concurrency. HTTP routes for writes live here too, as thin adapters.
+// concurrency. What it needs of the read models comes in through Deps; the
+// HTTP API (internal/httpapi) calls it.
 package commands
 
 import (

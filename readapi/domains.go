@@ -4,43 +4,34 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/labstack/echo/v4"
 
 	"github.com/mailroom/mailroom/domain/sendingdomain"
-	"github.com/mailroom/mailroom/internal/authn"
-	"github.com/mailroom/mailroom/internal/httpserver"
-	"github.com/mailroom/mailroom/internal/views"
 )
 
-func (r reader) listDomains(c echo.Context) error {
-	rows, err := r.pool.Query(c.Request().Context(),
-		`SELECT state FROM domains WHERE account_id = $1 ORDER BY created_at DESC, id`, authn.From(c).AccountID)
+// Domains reads an account's domains, newest first.
+func (r *Reader) Domains(ctx context.Context, accountID string) ([]sendingdomain.State, error) {
+	rows, err := r.pool.Query(ctx,
+		`SELECT state FROM domains WHERE account_id = $1 ORDER BY created_at DESC, id`, accountID)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	states, err := pgx.CollectRows(rows, scanState)
-	if err != nil {
-		return err
-	}
-	out := make([]views.Domain, len(states))
-	for i, st := range states {
-		out[i] = r.domain(st)
-	}
-	return c.JSON(http.StatusOK, map[string]any{"data": out, "total": len(out)})
+	return pgx.CollectRows(rows, scanState)
 }
 
-func (r reader) getDomain(c echo.Context) error {
-	st, err := DomainState(c.Request().Context(), r.pool, authn.From(c).AccountID, c.Param("id"))
-	if errors.Is(err, ErrNotFound) {
-		return httpserver.NotFound("no such domain")
-	}
+// Domain reads a domain of an account; a *NotFoundError when the account
+// has no such domain.
+func (r *Reader) Domain(ctx context.Context, accountID, id string) (sendingdomain.State, error) {
+	rows, err := r.pool.Query(ctx, `SELECT state FROM domains WHERE id = $1 AND account_id = $2`, id, accountID)
 	if err != nil {
-		return err
+		return sendingdomain.State{}, err
 	}
-	return c.JSON(http.StatusOK, r.domain(st))
+	st, err := pgx.CollectExactlyOneRow(rows, scanState)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, &NotFoundError{Resource: "domain"}
+	}
+	return st, err
 }
 
 func scanState(row pgx.CollectableRow) (sendingdomain.State, error) {
@@ -50,23 +41,6 @@ func scanState(row pgx.CollectableRow) (sendingdomain.State, error) {
 		return st, err
 	}
 	return st, json.Unmarshal(raw, &st)
-}
-
-// ErrNotFound is returned for a resource that does not exist or belongs to
-// another account.
-var ErrNotFound = errors.New("not found")
-
-// DomainState reads a domain of an account from the read model.
-func DomainState(ctx context.Context, q Querier, accountID, id string) (sendingdomain.State, error) {
-	rows, err := q.Query(ctx, `SELECT state FROM domains WHERE id = $1 AND account_id = $2`, id, accountID)
-	if err != nil {
-		return sendingdomain.State{}, err
-	}
-	st, err := pgx.CollectExactlyOneRow(rows, scanState)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return st, ErrNotFound
-	}
-	return st, err
 }
 
 // SendingDomain reads the domain an account sends from by name, for the
@@ -98,11 +72,6 @@ func SendableDomainID(ctx context.Context, q Querier, accountID, name string) (s
 		return "", ErrNotFound
 	}
 	return id, err
-}
-
-// Querier is what reads need of a pool or transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // DomainsNamed reads the domains of a name in every account, for claiming

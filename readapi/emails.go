@@ -5,16 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/labstack/echo/v4"
 
 	"github.com/mailroom/mailroom/internal/apitime"
-	"github.com/mailroom/mailroom/internal/authn"
-	"github.com/mailroom/mailroom/internal/httpserver"
 )
 
 // EmailListItem is one row of GET /v1/emails.
@@ -28,98 +24,70 @@ type EmailListItem struct {
 	CreatedAt       apitime.Time `json:"created_at"`
 }
 
-// Pagination describes a page of a list.
-type Pagination struct {
-	Page       int `json:"page"`
-	PerPage    int `json:"per_page"`
-	Total      int `json:"total"`
-	TotalPages int `json:"total_pages"`
+// EmailFilter selects a page of an account's emails. Zero filter fields
+// select everything.
+type EmailFilter struct {
+	Status string
+	// To matches part of any one recipient, case-insensitively.
+	To string
+	// CreatedFrom (inclusive) and CreatedBefore (exclusive) bound the
+	// creation time.
+	CreatedFrom, CreatedBefore time.Time
+	// Page counts from 1; PerPage emails make a page.
+	Page, PerPage int
 }
 
-func (r reader) listEmails(c echo.Context) error {
-	page, pageErr := httpserver.QueryInt(c, "page", 1, 1<<31-1)
-	perPage, perPageErr := httpserver.QueryInt(c, "per_page", 20, 100)
-	from, fromErr := queryDate(c, "date_from", false)
-	to, toErr := queryDate(c, "date_to", true)
-	if err := validationOf(pageErr, perPageErr, fromErr, toErr); err != nil {
-		return err
-	}
+// EmailPage is a page of emails, newest first, and how many match in all.
+type EmailPage struct {
+	Emails []EmailListItem
+	Total  int
+}
 
+// ListEmails reads a page of an account's emails.
+func (r *Reader) ListEmails(ctx context.Context, accountID string, f EmailFilter) (EmailPage, error) {
 	where := []string{"account_id = $1"}
-	args := []any{authn.From(c).AccountID}
+	args := []any{accountID}
 	add := func(cond string, v any) {
 		args = append(args, v)
 		where = append(where, fmt.Sprintf(cond, len(args)))
 	}
-	if s := c.QueryParam("status"); s != "" {
-		add("status = $%d", s)
+	if f.Status != "" {
+		add("status = $%d", f.Status)
 	}
-	if s := c.QueryParam("to"); s != "" {
+	if f.To != "" {
 		// Each recipient on its own: a match never spans two of them.
-		add("EXISTS (SELECT 1 FROM unnest(to_addresses) AS a WHERE a ILIKE '%%' || $%d || '%%')", escapeLike(s))
+		add("EXISTS (SELECT 1 FROM unnest(to_addresses) AS a WHERE a ILIKE '%%' || $%d || '%%')", escapeLike(f.To))
 	}
-	if !from.IsZero() {
-		add("created_at >= $%d", from)
+	if !f.CreatedFrom.IsZero() {
+		add("created_at >= $%d", f.CreatedFrom)
 	}
-	if !to.IsZero() {
-		add("created_at < $%d", to)
+	if !f.CreatedBefore.IsZero() {
+		add("created_at < $%d", f.CreatedBefore)
 	}
 	cond := strings.Join(where, " AND ")
-	ctx := c.Request().Context()
 
-	var total int
-	if err := r.pool.QueryRow(ctx, "SELECT count(*) FROM emails WHERE "+cond, args...).Scan(&total); err != nil {
-		return err
+	var page EmailPage
+	if err := r.pool.QueryRow(ctx, "SELECT count(*) FROM emails WHERE "+cond, args...).Scan(&page.Total); err != nil {
+		return page, err
 	}
-	args = append(args, perPage, (page-1)*perPage)
+	args = append(args, f.PerPage, (f.Page-1)*f.PerPage)
 	rows, err := r.pool.Query(ctx, fmt.Sprintf(`SELECT id, from_email, to_email, subject, status, attachment_count, created_at
 		FROM emails WHERE %s ORDER BY created_at DESC, id DESC LIMIT $%d OFFSET $%d`, cond, len(args)-1, len(args)), args...)
 	if err != nil {
-		return err
+		return page, err
 	}
 	defer rows.Close()
-	items := []EmailListItem{}
+	page.Emails = []EmailListItem{}
 	for rows.Next() {
 		var e EmailListItem
 		var created time.Time
 		if err := rows.Scan(&e.ID, &e.FromEmail, &e.ToEmail, &e.Subject, &e.Status, &e.AttachmentCount, &created); err != nil {
-			return err
+			return page, err
 		}
 		e.CreatedAt = apitime.Of(created)
-		items = append(items, e)
+		page.Emails = append(page.Emails, e)
 	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, map[string]any{
-		"data": items,
-		"pagination": Pagination{
-			Page: page, PerPage: perPage, Total: total,
-			TotalPages: (total + perPage - 1) / perPage,
-		},
-	})
-}
-
-// queryDate reads an ISO date (YYYY-MM-DD) or timestamp. A bare date_to
-// includes its whole day.
-func queryDate(c echo.Context, name string, endOfDay bool) (time.Time, *httpserver.FieldError) {
-	s := c.QueryParam(name)
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.DateOnly, s); err == nil {
-		if endOfDay {
-			t = t.AddDate(0, 0, 1)
-		}
-		return t, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		if endOfDay {
-			t = t.Add(time.Millisecond)
-		}
-		return t, nil
-	}
-	return time.Time{}, &httpserver.FieldError{Field: name, Message: "must be an ISO date (YYYY-MM-DD) or timestamp"}
+	return page, rows.Err()
 }
 
 func escapeLike(s string) string {
@@ -151,20 +119,18 @@ type Email struct {
 	Attachments       json.RawMessage `json:"attachments"`
 }
 
-func (r reader) getEmail(c echo.Context) error {
-	ctx := c.Request().Context()
+// Email reads an email of an account with its timeline; a *NotFoundError
+// when the account has no such email.
+func (r *Reader) Email(ctx context.Context, accountID, id string) (Email, error) {
 	var e Email
 	// One snapshot for the row and its timeline: the status shown is never
 	// older than the events listed.
 	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		e, err = emailView(ctx, tx, c.Param("id"), authn.From(c).AccountID)
+		e, err = emailView(ctx, tx, id, accountID)
 		return err
 	})
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, e)
+	return e, err
 }
 
 func emailView(ctx context.Context, tx pgx.Tx, id, accountID string) (Email, error) {
@@ -177,7 +143,7 @@ func emailView(ctx context.Context, tx pgx.Tx, id, accountID string) (Email, err
 		Scan(&e.ID, &e.FromEmail, &e.ToEmail, &e.Subject, &e.Status, &e.ProviderMessageID, &created,
 			&sent, &delivered, &opened, &clicked, &bounced, &e.Attachments)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return e, httpserver.NotFound("no such email")
+		return e, &NotFoundError{Resource: "email"}
 	}
 	if err != nil {
 		return e, err

@@ -1,13 +1,10 @@
 package readapi
 
 import (
-	"net/http"
+	"context"
 	"time"
 
-	"github.com/labstack/echo/v4"
-
 	"github.com/mailroom/mailroom/internal/apitime"
-	"github.com/mailroom/mailroom/internal/authn"
 )
 
 // Token is a management token as listed: never the secret or its hash.
@@ -21,16 +18,16 @@ type Token struct {
 	LastUsed  apitime.Time `json:"last_used"`
 }
 
-// listTokens lists the account's management tokens, revoked and expired
-// ones included (is_active false), newest first.
-func (r reader) listTokens(c echo.Context) error {
-	rows, err := r.pool.Query(c.Request().Context(), `
+// Tokens lists an account's management tokens, revoked and expired ones
+// included (IsActive false), newest first.
+func (r *Reader) Tokens(ctx context.Context, accountID string) ([]Token, error) {
+	rows, err := r.pool.Query(ctx, `
 		SELECT t.id, t.role, t.created_at, t.expires_at, t.revoked_at, u.last_used
 		FROM management_tokens t LEFT JOIN management_token_usage u ON u.token_id = t.id
 		WHERE t.account_id = $1
-		ORDER BY t.created_at DESC, t.id DESC`, authn.From(c).AccountID)
+		ORDER BY t.created_at DESC, t.id DESC`, accountID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer rows.Close()
 	now := r.now()
@@ -40,7 +37,7 @@ func (r reader) listTokens(c echo.Context) error {
 		var created time.Time
 		var expires, revoked, lastUsed *time.Time
 		if err := rows.Scan(&t.ID, &t.Role, &created, &expires, &revoked, &lastUsed); err != nil {
-			return err
+			return nil, err
 		}
 		t.CreatedAt = apitime.Of(created)
 		t.IsActive = revoked == nil && (expires == nil || expires.After(now))
@@ -54,8 +51,5 @@ func (r reader) listTokens(c echo.Context) error {
 		}
 		tokens = append(tokens, t)
 	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, map[string]any{"data": tokens})
+	return tokens, rows.Err()
 }

@@ -3,16 +3,11 @@ package readapi
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/labstack/echo/v4"
 
-	"github.com/mailroom/mailroom/domain/webhook"
 	"github.com/mailroom/mailroom/internal/apitime"
-	"github.com/mailroom/mailroom/internal/authn"
-	"github.com/mailroom/mailroom/internal/httpserver"
 )
 
 // WebhookEndpoint is an endpoint as the API shows it: never the secret.
@@ -49,15 +44,16 @@ func scanEndpoint(row pgx.CollectableRow) (WebhookEndpoint, error) {
 	return e, err
 }
 
-// Endpoint reads one endpoint of an account.
-func Endpoint(ctx context.Context, q Querier, accountID, id string) (WebhookEndpoint, error) {
-	rows, err := q.Query(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1 AND account_id = $2`, id, accountID)
+// WebhookEndpoint reads an endpoint of an account; a *NotFoundError when
+// the account has no such endpoint.
+func (r *Reader) WebhookEndpoint(ctx context.Context, accountID, id string) (WebhookEndpoint, error) {
+	rows, err := r.pool.Query(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1 AND account_id = $2`, id, accountID)
 	if err != nil {
 		return WebhookEndpoint{}, err
 	}
 	e, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return e, ErrNotFound
+		return e, &NotFoundError{Resource: "webhook endpoint"}
 	}
 	return e, err
 }
@@ -71,31 +67,18 @@ func EndpointIDs(ctx context.Context, q Querier, accountID string) ([]string, er
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-func (r reader) listWebhooks(c echo.Context) error {
-	rows, err := r.pool.Query(c.Request().Context(), `SELECT `+endpointColumns+` FROM webhook_endpoints
-		WHERE account_id = $1 ORDER BY created_at, id`, authn.From(c).AccountID)
+// WebhookEndpoints lists an account's endpoints, oldest first.
+func (r *Reader) WebhookEndpoints(ctx context.Context, accountID string) ([]WebhookEndpoint, error) {
+	rows, err := r.pool.Query(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+		WHERE account_id = $1 ORDER BY created_at, id`, accountID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	list, err := pgx.CollectRows(rows, scanEndpoint)
-	if err != nil {
-		return err
-	}
 	if list == nil {
 		list = []WebhookEndpoint{}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"data": list, "event_types": webhook.EventTypes})
-}
-
-func (r reader) getWebhook(c echo.Context) error {
-	e, err := Endpoint(c.Request().Context(), r.pool, authn.From(c).AccountID, c.Param("id"))
-	if errors.Is(err, ErrNotFound) {
-		return httpserver.NotFound("no such webhook endpoint")
-	}
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, e)
+	return list, err
 }
 
 // Delivery is a webhook delivery as the API shows it.
@@ -112,32 +95,21 @@ type Delivery struct {
 	DeliveredAt    apitime.Time `json:"delivered_at"`
 }
 
-func (r reader) listDeliveries(c echo.Context) error {
-	ctx := c.Request().Context()
-	// The endpoint first: another account's id is a 404 whatever the query.
-	id := c.Param("id")
-	if _, err := Endpoint(ctx, r.pool, authn.From(c).AccountID, id); errors.Is(err, ErrNotFound) {
-		return httpserver.NotFound("no such webhook endpoint")
-	} else if err != nil {
-		return err
-	}
-	limit, limitErr := httpserver.QueryInt(c, "limit", 25, 100)
-	status := c.QueryParam("status")
-	var statusErr *httpserver.FieldError
-	switch status {
-	case "", "pending", "delivered", "failed":
-	default:
-		statusErr = &httpserver.FieldError{Field: "status", Message: "must be pending, delivered or failed"}
-	}
-	if err := validationOf(limitErr, statusErr); err != nil {
-		return err
-	}
+// DeliveryFilter selects an endpoint's latest deliveries.
+type DeliveryFilter struct {
+	Status string // pending, delivered or failed; empty for all
+	Limit  int
+}
+
+// Deliveries lists the latest deliveries to an endpoint of an account,
+// newest first; none when the account has no such endpoint.
+func (r *Reader) Deliveries(ctx context.Context, accountID, endpointID string, f DeliveryFilter) ([]Delivery, error) {
 	rows, err := r.pool.Query(ctx, `SELECT id, email_id, event_type, status, attempts, response_status, error,
 			created_at, last_attempt_at, delivered_at
-		FROM webhook_deliveries WHERE endpoint_id = $1 AND ($2 = '' OR status = $2)
-		ORDER BY created_at DESC, id DESC LIMIT $3`, id, status, limit)
+		FROM webhook_deliveries WHERE endpoint_id = $1 AND account_id = $4 AND ($2 = '' OR status = $2)
+		ORDER BY created_at DESC, id DESC LIMIT $3`, endpointID, f.Status, f.Limit, accountID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Delivery, error) {
 		var d Delivery
@@ -153,11 +125,8 @@ func (r reader) listDeliveries(c echo.Context) error {
 		}
 		return d, err
 	})
-	if err != nil {
-		return err
-	}
 	if list == nil {
 		list = []Delivery{}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"data": list})
+	return list, err
 }

@@ -1,5 +1,5 @@
 // Package app assembles Mailroom from its parts: database, event store,
-// projections, command and read routes, and the HTTP server. The binary and
+// projections, commands, the HTTP API and its server. The binary and
 // the end-to-end tests build the same App.
 package app
 
@@ -33,6 +33,7 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/esdb"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
+	"github.com/mailroom/mailroom/internal/httpapi"
 	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/provider"
@@ -206,13 +207,7 @@ func (a *App) Handler() http.Handler {
 
 	api := e.Group("/api", perIP, auth.Tokens(), perCredential, perAccount)
 	v1 := e.Group("/v1", perIP, auth.APIKeys(), perCredential, perAccount)
-	commands.Routes(a.Commands, commands.Views{
-		Domain: a.RenderDomain,
-		Endpoint: func(ctx context.Context, accountID, id string) (readapi.WebhookEndpoint, error) {
-			return readapi.Endpoint(ctx, a.Pool, accountID, id)
-		},
-	}, api, v1)
-	readapi.Routes(a.Pool, a.RenderDomain, a.clock, api, v1)
+	httpapi.Routes(httpapi.Deps{Commands: a.Commands, Reads: readapi.New(a.Pool, a.clock), RenderDomain: a.RenderDomain}, api, v1)
 	return e
 }
 
@@ -397,8 +392,14 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 	return commands.New(commands.Deps{
 		Store: a.Store, Settle: settle, Now: func() time.Time { return a.Now() },
 		Box: a.Box, DNS: a.DNS, Region: a.Config.Region,
-		Domains: a.sendingDomain, SendableDomain: a.sendableDomain, Blobs: a.Blobs, Egress: a.Egress,
+		Blobs: a.Blobs, Egress: a.Egress,
 		Identity: a.identityCheck, KeyGenerated: a.keysGenerated, ActiveAPIKeys: a.activeAPIKeys,
+		Domains: func(ctx context.Context, accountID, name string) (sendingdomain.State, error) {
+			return readapi.SendingDomain(ctx, a.Pool, accountID, name)
+		},
+		SendableDomain: func(ctx context.Context, accountID, name string) (string, error) {
+			return readapi.SendableDomainID(ctx, a.Pool, accountID, name)
+		},
 		DomainsNamed: func(ctx context.Context, name string) ([]sendingdomain.State, error) {
 			return readapi.DomainsNamed(ctx, a.Pool, name)
 		},

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"crypto/rsa"
-	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -54,23 +53,6 @@ func (a *App) openMail(ctx context.Context) error {
 
 // clock reads the app's clock, which tests may replace after Open.
 func (a *App) clock() time.Time { return a.Now() }
-
-// sendingDomain is the send command's view of an account's domain.
-func (a *App) sendingDomain(ctx context.Context, accountID, name string) (sendingdomain.State, error) {
-	st, err := readapi.SendingDomain(ctx, a.Pool, accountID, name)
-	if errors.Is(err, readapi.ErrNotFound) {
-		return st, domain.ErrNotFound
-	}
-	return st, err
-}
-
-func (a *App) sendableDomain(ctx context.Context, accountID, name string) (string, error) {
-	id, err := readapi.SendableDomainID(ctx, a.Pool, accountID, name)
-	if errors.Is(err, readapi.ErrNotFound) {
-		return id, domain.ErrNotFound
-	}
-	return id, err
-}
 
 // emailChecks reads in one statement what the pipeline checks before an
 // email leaves: the account's suspension, the domain still verified for
@@ -138,7 +120,7 @@ func (a *App) rateLimit(ctx context.Context) *ratelimit.Limiter {
 
 // signingKey opens the active DKIM key of an account's domain.
 func (a *App) signingKey(ctx context.Context, accountID, name string) (*provider.DKIMKey, error) {
-	st, err := a.sendingDomain(ctx, accountID, name)
+	st, err := readapi.SendingDomain(ctx, a.Pool, accountID, name)
 	if err != nil || st.Active == nil {
 		return nil, err
 	}

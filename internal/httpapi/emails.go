@@ -1,0 +1,85 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/internal/apitime"
+	"github.com/mailroom/mailroom/internal/authn"
+	"github.com/mailroom/mailroom/internal/httpserver"
+	"github.com/mailroom/mailroom/readapi"
+)
+
+type sendRequest struct {
+	From        string                    `json:"from"`
+	To          httpserver.StringOrList   `json:"to"`
+	Cc          httpserver.StringOrList   `json:"cc"`
+	Bcc         httpserver.StringOrList   `json:"bcc"`
+	ReplyTo     httpserver.StringOrList   `json:"reply_to"`
+	Subject     string                    `json:"subject"`
+	HTML        string                    `json:"html"`
+	Text        string                    `json:"text"`
+	Tags        map[string]string         `json:"tags"`
+	Attachments []commands.SendAttachment `json:"attachments"`
+}
+
+func (h handlers) sendEmail(c echo.Context) error {
+	var req sendRequest
+	body, err := httpserver.ReadJSON(c, &req)
+	if err != nil {
+		return err
+	}
+	acc, err := h.commands.SendEmail(c.Request().Context(), authn.From(c).AccountID, commands.SendEmail{
+		From: req.From, To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo, Subject: req.Subject,
+		HTML: req.HTML, Text: req.Text, Tags: req.Tags, Attachments: req.Attachments,
+	}, c.Request().Header.Get("Idempotency-Key"), body, meta(c))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, map[string]any{
+		"id": acc.ID, "status": "queued", "created_at": apitime.Of(acc.CreatedAt),
+		"recipients": acc.Recipients, "attachments": acc.Attachments,
+	})
+}
+
+// Pagination describes a page of a list.
+type Pagination struct {
+	Page       int `json:"page"`
+	PerPage    int `json:"per_page"`
+	Total      int `json:"total"`
+	TotalPages int `json:"total_pages"`
+}
+
+func (h handlers) listEmails(c echo.Context) error {
+	page, pageErr := httpserver.QueryInt(c, "page", 1, 1<<31-1)
+	perPage, perPageErr := httpserver.QueryInt(c, "per_page", 20, 100)
+	from, fromErr := queryDate(c, "date_from", false)
+	to, toErr := queryDate(c, "date_to", true)
+	if err := validationOf(pageErr, perPageErr, fromErr, toErr); err != nil {
+		return err
+	}
+	list, err := h.reads.ListEmails(c.Request().Context(), authn.From(c).AccountID, readapi.EmailFilter{
+		Status: c.QueryParam("status"), To: c.QueryParam("to"),
+		CreatedFrom: from, CreatedBefore: to, Page: page, PerPage: perPage,
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{
+		"data": list.Emails,
+		"pagination": Pagination{
+			Page: page, PerPage: perPage, Total: list.Total,
+			TotalPages: (list.Total + perPage - 1) / perPage,
+		},
+	})
+}
+
+func (h handlers) getEmail(c echo.Context) error {
+	e, err := h.reads.Email(c.Request().Context(), authn.From(c).AccountID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, e)
+}

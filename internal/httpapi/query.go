@@ -1,0 +1,45 @@
+package httpapi
+
+import (
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailroom/mailroom/internal/httpserver"
+)
+
+// queryDate reads an ISO date (YYYY-MM-DD) or timestamp. A bare date_to
+// includes its whole day.
+func queryDate(c echo.Context, name string, endOfDay bool) (time.Time, *httpserver.FieldError) {
+	s := c.QueryParam(name)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		if endOfDay {
+			t = t.AddDate(0, 0, 1)
+		}
+		return t, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		if endOfDay {
+			t = t.Add(time.Millisecond)
+		}
+		return t, nil
+	}
+	return time.Time{}, &httpserver.FieldError{Field: name, Message: "must be an ISO date (YYYY-MM-DD) or timestamp"}
+}
+
+// validationOf collects query-parameter errors into one 422.
+func validationOf(errs ...*httpserver.FieldError) error {
+	var out []httpserver.FieldError
+	for _, e := range errs {
+		if e != nil {
+			out = append(out, *e)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return httpserver.Validation(out...)
+}
