@@ -13,12 +13,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailroom/mailroom/internal/credential"
 	"github.com/mailroom/mailroom/internal/httpserver"
+	"github.com/mailroom/mailroom/readapi"
 )
 
 // Kind of credential.
@@ -70,32 +70,20 @@ func New(pool *pgxpool.Pool, log *slog.Logger, now func() time.Time) *Authentica
 var errUnknown = errors.New("unknown credential")
 
 func (a *Authenticator) apiKey(ctx context.Context, secret string) (Principal, error) {
-	p := Principal{Kind: APIKey}
-	var status string
-	err := a.pool.QueryRow(ctx, `SELECT k.id, k.account_id, k.permissions, a.status
-		FROM api_keys k JOIN accounts a ON a.id = k.account_id
-		WHERE k.key_hash = $1 AND k.is_active`, credential.Hash(secret)).
-		Scan(&p.ID, &p.AccountID, &p.Permissions, &status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return p, errUnknown
-	}
-	p.Suspended = status == "suspended"
-	return p, err
+	c, err := readapi.APIKeyByHash(ctx, a.pool, credential.Hash(secret))
+	return principal(APIKey, c, err)
 }
 
 func (a *Authenticator) token(ctx context.Context, secret string) (Principal, error) {
-	p := Principal{Kind: Token}
-	var status string
-	err := a.pool.QueryRow(ctx, `SELECT t.id, t.account_id, t.role, a.status
-		FROM management_tokens t JOIN accounts a ON a.id = t.account_id
-		WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > $2)`,
-		credential.Hash(secret), a.now()).
-		Scan(&p.ID, &p.AccountID, &p.Role, &status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return p, errUnknown
+	c, err := readapi.TokenByHash(ctx, a.pool, credential.Hash(secret), a.now())
+	return principal(Token, c, err)
+}
+
+func principal(kind Kind, c readapi.Credential, err error) (Principal, error) {
+	if errors.Is(err, readapi.ErrNotFound) {
+		return Principal{Kind: kind}, errUnknown
 	}
-	p.Suspended = status == "suspended"
-	return p, err
+	return Principal{Kind: kind, ID: c.ID, AccountID: c.AccountID, Permissions: c.Permissions, Role: c.Role, Suspended: c.Suspended}, err
 }
 
 // usageTables are where each kind's last use is kept.
