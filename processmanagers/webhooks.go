@@ -31,6 +31,7 @@ import (
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	whsig "github.com/mailroom/mailroom/webhook"
 )
@@ -736,13 +737,10 @@ func insertDue(ctx context.Context, client *river.Client[pgx.Tx], jobs []river.I
 	return nil
 }
 
-// sweepLock makes one process sweep at a time.
-const sweepLock = 7261003
-
 // RunSweep sweeps the read model every w.Sweep while this process holds
 // the sweep lock, until ctx ends. It needs the River client to queue with.
 func (w *Webhooks) RunSweep(ctx context.Context, client *river.Client[pgx.Tx]) {
-	Exclusive(ctx, w.Pool, sweepLock, w.Log, "webhook-sweep", func(ctx context.Context) {
+	pglock.Lead(ctx, w.Pool.Config().ConnConfig, pglock.WebhookSweep, w.Log, "webhook-sweep", func(ctx context.Context) {
 		t := time.NewTicker(w.Sweep)
 		defer t.Stop()
 		for {

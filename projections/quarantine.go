@@ -13,6 +13,7 @@ import (
 
 	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pglock"
 )
 
 // Quarantine is a stream a projector passes over because one of its events
@@ -205,7 +206,7 @@ func (r *Runner) Retry(ctx context.Context, p Projector) ([]RetryResult, error) 
 func (r *Runner) retryStream(ctx context.Context, p Projector, stream string) (*RetryResult, error) {
 	res := &RetryResult{Projection: p.Name(), Stream: stream}
 	err := r.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(p.Name())); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pglock.Projection(p.Name()))); err != nil {
 			return err
 		}
 		st, err := r.checkpoint(ctx, tx, p.Name())

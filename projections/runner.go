@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pglock"
 )
 
 // Runner keeps projectors up to date with the event log.
@@ -244,7 +244,7 @@ func (r *Runner) stepTx(ctx context.Context, p Projector, isolate bool) (eventst
 // snapshot is taken once the lock is held.
 func (r *Runner) lockCheckpoint(ctx context.Context, tx pgx.Tx, p Projector) (checkpointState, error) {
 	lock := &pgx.Batch{}
-	lock.Queue("SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)", lockKey(p.Name()))
+	lock.Queue("SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)", int64(pglock.Projection(p.Name())))
 	lock.Queue(selectCheckpoint, p.Name())
 	var st checkpointState
 	br := tx.SendBatch(ctx, lock)
@@ -421,11 +421,4 @@ func (st *checkpointState) read(row pgx.Row, name string) error {
 		}
 	}
 	return nil
-}
-
-// lockKey is the advisory lock guarding one projector's writes.
-func lockKey(name string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("projection:" + name))
-	return int64(h.Sum64())
 }

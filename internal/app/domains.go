@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/views"
 )
 
@@ -31,9 +33,6 @@ type DomainPoller struct {
 	Log      *slog.Logger
 }
 
-// pollLock makes one instance poll at a time.
-const pollLock = 7261002
-
 // Run ticks until ctx ends.
 func (p *DomainPoller) Run(ctx context.Context) error {
 	t := time.NewTicker(p.Interval)
@@ -53,21 +52,19 @@ func (p *DomainPoller) Run(ctx context.Context) error {
 // Tick runs one pass over the domains that have something pending, unless
 // another instance is running one: then it reports that it did not run.
 func (p *DomainPoller) Tick(ctx context.Context) (ran bool, err error) {
-	conn, err := p.Pool.Acquire(ctx)
-	if err != nil {
-		return false, err
+	err = pglock.Hold(ctx, p.Pool.Config().ConnConfig, pglock.DomainPoll, pglock.Options{Wait: pglock.Try}, p.poll)
+	if errors.Is(err, pglock.ErrHeld) {
+		return false, nil
 	}
-	defer conn.Release()
-	var mine bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pollLock).Scan(&mine); err != nil || !mine {
-		return false, err
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", pollLock)
+	return err == nil, err
+}
 
-	rows, err := conn.Query(ctx, `SELECT id, state FROM domains
+// poll runs one pass; the caller holds the poll lock.
+func (p *DomainPoller) poll(ctx context.Context, _ *pglock.Conn) error {
+	rows, err := p.Pool.Query(ctx, `SELECT id, state FROM domains
 		WHERE status = 'pending' OR state ? 'transition' ORDER BY created_at`)
 	if err != nil {
-		return false, err
+		return err
 	}
 	type due struct {
 		id string
@@ -79,17 +76,17 @@ func (p *DomainPoller) Tick(ctx context.Context) (ran bool, err error) {
 		var raw []byte
 		if err := rows.Scan(&d.id, &raw); err != nil {
 			rows.Close()
-			return false, err
+			return err
 		}
 		if err := json.Unmarshal(raw, &d.st); err != nil {
 			rows.Close()
-			return false, err
+			return err
 		}
 		work = append(work, d)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return false, err
+		return err
 	}
 
 	meta := commands.Meta{Actor: "system:domain-poller"}
@@ -109,5 +106,5 @@ func (p *DomainPoller) Tick(ctx context.Context) (ran bool, err error) {
 			p.Log.Warn("domain poll", "domain_id", d.id, "err", err)
 		}
 	}
-	return true, nil
+	return nil
 }
