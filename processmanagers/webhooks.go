@@ -220,7 +220,8 @@ func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent
 		}
 	}
 	for _, ev := range batch {
-		if !strings.HasPrefix(ev.StreamID, "email-") {
+		emailID, isEmail := email.IDFromStream(ev.StreamID)
+		if !isEmail {
 			continue
 		}
 		// An email queued in this very batch is not asked about: the
@@ -229,7 +230,7 @@ func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent
 			continue
 		}
 		w.planMu.Lock()
-		q, ok := w.queued[strings.TrimPrefix(ev.StreamID, "email-")]
+		q, ok := w.queued[emailID]
 		w.planMu.Unlock()
 		if ok {
 			ask(q.account, q.at)
@@ -310,9 +311,11 @@ func (w *Webhooks) unheard(emailID, typ string) bool {
 // but the fan-out (a test event) into its first attempt, a resume or
 // reinstatement into a release. It remembers queued emails for Prepare.
 func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]river.InsertManyParams, error) {
+	emailID, isEmail := email.IDFromStream(ev.StreamID)
+	_, isDelivery := delivery.IDFromStream(ev.StreamID)
 	switch {
-	case strings.HasPrefix(ev.StreamID, "email-"):
-	case strings.HasPrefix(ev.StreamID, "delivery-"):
+	case isEmail:
+	case isDelivery:
 		if ev.Type != (delivery.Created{}).EventType() || ev.Metadata.Actor == fanoutMeta.Actor {
 			return nil, nil
 		}
@@ -338,14 +341,13 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 	case *account.Reinstated:
 		args = ReleaseArgs{AccountID: e.AccountID, Position: ev.Position}
 	case *email.Queued:
-		w.remember(strings.TrimPrefix(ev.StreamID, "email-"), e.AccountID, ev.Position)
+		w.remember(emailID, e.AccountID, ev.Position)
 		return nil, nil
 	default:
 		typ, at, extra, ok := webhookEvent(e)
 		if !ok {
 			return nil, nil
 		}
-		emailID := strings.TrimPrefix(ev.StreamID, "email-")
 		if w.unheard(emailID, typ) {
 			return nil, nil
 		}
