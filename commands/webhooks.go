@@ -16,6 +16,7 @@ import (
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/credential"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	whsig "github.com/mailroom/mailroom/webhook"
 )
 
 const webhooksProjection = "webhooks"
@@ -215,7 +216,7 @@ func (s *Service) TestWebhook(ctx context.Context, accountID, id string, meta Me
 	}
 	now := s.now()
 	emailID := uuid.NewString()
-	payload, err := json.Marshal(Envelope{Type: "email.delivered", CreatedAt: now.UTC().Format("2006-01-02T15:04:05.000Z"), Data: map[string]any{
+	payload, err := json.Marshal(Envelope{Type: whsig.TypeEmailDelivered, CreatedAt: now.UTC().Format("2006-01-02T15:04:05.000Z"), Data: map[string]any{
 		"email_id": emailID, "from": "Mailroom <test@mailroom.dev>", "to": "delivered@example.com",
 		"subject": "Test event from Mailroom", "tags": map[string]string{"test": "true"},
 	}})
@@ -224,7 +225,7 @@ func (s *Service) TestWebhook(ctx context.Context, accountID, id string, meta Me
 	}
 	deliveryID := uuid.NewString()
 	pos, err := s.CreateDelivery(ctx, delivery.Created{DeliveryID: deliveryID, EndpointID: id, AccountID: accountID,
-		EmailID: emailID, Type: "email.delivered", Payload: string(payload), CreatedAt: now}, meta)
+		EmailID: emailID, Type: whsig.TypeEmailDelivered, Payload: string(payload), CreatedAt: now}, meta)
 	if err == nil {
 		s.settle(ctx, pos, webhooksProjection)
 	}

@@ -368,19 +368,19 @@ func (w *Webhooks) Register(ws *river.Workers) {
 func webhookEvent(e domain.Event) (typ string, at time.Time, extra map[string]any, ok bool) {
 	switch e := e.(type) {
 	case *email.Sent:
-		return "email.sent", e.SentAt, nil, true
+		return whsig.TypeEmailSent, e.SentAt, nil, true
 	case *email.Delivered:
-		return "email.delivered", e.OccurredAt, nil, true
+		return whsig.TypeEmailDelivered, e.OccurredAt, nil, true
 	case *email.Bounced:
-		return "email.bounced", e.OccurredAt, map[string]any{"bounce_type": e.BounceType, "bounce_subtype": e.BounceSubtype}, true
+		return whsig.TypeEmailBounced, e.OccurredAt, map[string]any{"bounce_type": e.BounceType, "bounce_subtype": e.BounceSubtype}, true
 	case *email.Complained:
-		return "email.complained", e.OccurredAt, nil, true
+		return whsig.TypeEmailComplained, e.OccurredAt, nil, true
 	case *email.Opened:
-		return "email.opened", e.OccurredAt, nil, true
+		return whsig.TypeEmailOpened, e.OccurredAt, nil, true
 	case *email.Clicked:
-		return "email.clicked", e.OccurredAt, map[string]any{"link": e.Link}, true
+		return whsig.TypeEmailClicked, e.OccurredAt, map[string]any{"link": e.Link}, true
 	case *email.Failed:
-		return "email.failed", e.FailedAt, map[string]any{"reason": e.Reason}, true
+		return whsig.TypeEmailFailed, e.FailedAt, map[string]any{"reason": e.Reason}, true
 	}
 	return "", time.Time{}, nil, false
 }
