@@ -24,6 +24,7 @@ import (
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/mailmsg"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // Limits of a send: everything a request can put into an event is bounded.
@@ -179,7 +180,7 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 		if err != nil {
 			return Accepted{}, err
 		}
-		s.settle(ctx, res.Position, "emails")
+		s.settle(ctx, res.Position, projections.EmailsName)
 		return acceptedOf(q), nil
 	}
 	var accepted email.Queued
@@ -194,7 +195,7 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 		}
 		accepted = q
 		return email.Queue(st, q)
-	}, meta, "emails")
+	}, meta, projections.EmailsName)
 	if err != nil {
 		return Accepted{}, err
 	}

@@ -17,11 +17,14 @@ import (
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/secretbox"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // Settle waits until the named projectors have applied pos, so a read after
-// a write sees it. It reports whether they caught up in time.
-type Settle func(ctx context.Context, pos eventstore.Position, projectors ...string) bool
+// a write sees it. It returns an error when they did not in time; the write
+// has happened all the same, so a caller that answers success either way
+// may go on (whoever provides Settle logs and counts late read models).
+type Settle func(ctx context.Context, pos eventstore.Position, projectors ...projections.Name) error
 
 // Meta says who asks and on which request; it becomes the events' metadata.
 type Meta struct {
@@ -108,7 +111,7 @@ type Deps struct {
 // New returns a Service.
 func New(d Deps) *Service {
 	if d.Settle == nil {
-		d.Settle = func(context.Context, eventstore.Position, ...string) bool { return true }
+		d.Settle = func(context.Context, eventstore.Position, ...projections.Name) error { return nil }
 	}
 	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
 		domains: d.Domains, sendable: d.SendableDomain, blobs: d.Blobs, egress: d.Egress, endpointIDs: d.EndpointIDs, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity,
@@ -123,7 +126,7 @@ const maxAttempts = 25
 // at the revision it read. A conflict re-runs the whole cycle. It returns
 // the decided events (none when the decision was a no-op).
 func execute[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
-	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, error) {
+	decide func(S) ([]domain.Event, error), meta Meta, projectors ...projections.Name) ([]domain.Event, error) {
 	evs, _, err := executeAt(ctx, s, stream, evolve, decide, meta, projectors...)
 	return evs, err
 }
@@ -131,7 +134,7 @@ func execute[S any](ctx context.Context, s *Service, stream string, evolve func(
 // executeAt is execute that also tells where the events landed (zero when
 // nothing was appended).
 func executeAt[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
-	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, eventstore.Position, error) {
+	decide func(S) ([]domain.Event, error), meta Meta, projectors ...projections.Name) ([]domain.Event, eventstore.Position, error) {
 	evs, pos, _, err := decideAndAppend(ctx, s, stream, evolve, decide, meta)
 	if err == nil && len(evs) > 0 && len(projectors) > 0 {
 		s.settle(ctx, pos, projectors...)
@@ -149,7 +152,7 @@ var ErrNotVisible = errors.New("the change is recorded but not yet visible; retr
 // unless the projectors show the stream up to its last event, whether this
 // call appended it or an earlier one did.
 func executeConfirmed[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
-	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, error) {
+	decide func(S) ([]domain.Event, error), meta Meta, projectors ...projections.Name) ([]domain.Event, error) {
 	evs, pos, last, err := decideAndAppend(ctx, s, stream, evolve, decide, meta)
 	if err != nil {
 		return evs, err
@@ -157,7 +160,7 @@ func executeConfirmed[S any](ctx context.Context, s *Service, stream string, evo
 	if len(evs) == 0 {
 		pos = last
 	}
-	if pos != (eventstore.Position{}) && !s.settle(ctx, pos, projectors...) {
+	if pos != (eventstore.Position{}) && s.settle(ctx, pos, projectors...) != nil {
 		return evs, ErrNotVisible
 	}
 	return evs, nil

@@ -16,10 +16,9 @@ import (
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/credential"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/projections"
 	whsig "github.com/mailroom/mailroom/webhook"
 )
-
-const webhooksProjection = "webhooks"
 
 // SecretPrefix starts every webhook signing secret.
 const SecretPrefix = "whsec_"
@@ -78,7 +77,7 @@ func (s *Service) CreateWebhook(ctx context.Context, accountID string, in webhoo
 	secret, sealed := s.sealSecret(id)
 	evs, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.Create(st, id, accountID, in, sealed, s.now())
-	}, meta, webhooksProjection)
+	}, meta, projections.WebhooksName)
 	if err != nil {
 		// The slot is not freed here: the append may have been recorded
 		// after all. One whose endpoint never came is free after
@@ -162,7 +161,7 @@ func (s *Service) UpdateWebhook(ctx context.Context, accountID, id string, in we
 	}
 	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.Update(st, accountID, in, active, s.now())
-	}, meta, webhooksProjection)
+	}, meta, projections.WebhooksName)
 	return err
 }
 
@@ -175,7 +174,7 @@ func (s *Service) RotateWebhookSecret(ctx context.Context, accountID, id string,
 	secret, sealed := s.sealSecret(id)
 	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.RotateSecret(st, accountID, sealed, s.now())
-	}, meta, webhooksProjection)
+	}, meta, projections.WebhooksName)
 	return secret, err
 }
 
@@ -187,7 +186,7 @@ func (s *Service) DeleteWebhook(ctx context.Context, accountID, id string, meta 
 	}
 	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.Delete(st, accountID, s.now())
-	}, meta, webhooksProjection)
+	}, meta, projections.WebhooksName)
 	if err != nil {
 		return err
 	}
@@ -227,7 +226,7 @@ func (s *Service) TestWebhook(ctx context.Context, accountID, id string, meta Me
 	pos, err := s.CreateDelivery(ctx, delivery.Created{DeliveryID: deliveryID, EndpointID: id, AccountID: accountID,
 		EmailID: emailID, Type: whsig.TypeEmailDelivered, Payload: string(payload), CreatedAt: now}, meta)
 	if err == nil {
-		s.settle(ctx, pos, webhooksProjection)
+		s.settle(ctx, pos, projections.WebhooksName)
 	}
 	return deliveryID, err
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/secretbox"
+	"github.com/mailroom/mailroom/projections"
 	whsig "github.com/mailroom/mailroom/webhook"
 )
 
@@ -158,9 +159,6 @@ func (ReleaseArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue
 // prepareWait bounds Prepare's wait for the webhooks read model.
 const prepareWait = 250 * time.Millisecond
 
-// webhooksProjection is the read model of endpoints and deliveries.
-const webhooksProjection = "webhooks"
-
 // rememberedEmails bounds the queued emails Plan remembers; an email it
 // forgot, or never saw (before a restart), gets its fan-out job.
 const rememberedEmails = 100_000
@@ -245,7 +243,7 @@ func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent
 	// far behind only means the batch's events get their jobs.
 	if w.Settle != nil {
 		sctx, cancel := context.WithTimeout(ctx, prepareWait)
-		w.Settle(sctx, latest, webhooksProjection)
+		w.Settle(sctx, latest, projections.WebhooksName)
 		cancel()
 	}
 	var commit, prepare *int64
@@ -254,7 +252,7 @@ func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent
 		FROM (SELECT array_agg(account_id) AS accounts, array_agg(event_type) AS types
 			FROM (SELECT DISTINCT account_id, unnest(event_types) AS event_type FROM webhook_endpoints
 				WHERE account_id = ANY($2)) p) e
-		LEFT JOIN projection_checkpoints c ON c.name = $1`, webhooksProjection, asked).Scan(&commit, &prepare, &accounts, &types)
+		LEFT JOIN projection_checkpoints c ON c.name = $1`, string(projections.WebhooksName), asked).Scan(&commit, &prepare, &accounts, &types)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return nil // the read model is not made yet: every event gets its fan-out
@@ -403,7 +401,7 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	// for this event's own position would hold every event up for a
 	// projection cycle; an endpoint created while the email is under way
 	// gets its later events only.)
-	w.Settle(ctx, queuedAt, webhooksProjection)
+	w.Settle(ctx, queuedAt, projections.WebhooksName)
 	endpoints, err := w.Endpoints(ctx, q.AccountID, a.Type, a.At)
 	if err != nil || len(endpoints) == 0 {
 		return err
@@ -577,7 +575,7 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	}
 	if a.Listed != nil {
 		// A receiver that hears of a delivery finds it listed.
-		w.Settle(ctx, *a.Listed, "webhooks")
+		w.Settle(ctx, *a.Listed, projections.WebhooksName)
 	}
 	// The shares bound the time spent on receivers; reading and recording
 	// are the database's and hold none.
@@ -671,12 +669,12 @@ type releaseWorker struct {
 // account, once the read model shows the change.
 func (rw *releaseWorker) Work(ctx context.Context, job *river.Job[ReleaseArgs]) error {
 	w, a := rw.w, job.Args
-	projection, match := "webhooks", "d.endpoint_id = $1"
+	projection, match := projections.WebhooksName, "d.endpoint_id = $1"
 	key := a.EndpointID
 	if a.AccountID != "" {
-		projection, match, key = "accounts", "d.account_id = $1", a.AccountID
+		projection, match, key = projections.AccountsName, "d.account_id = $1", a.AccountID
 	}
-	if !w.Settle(ctx, a.Position, projection) {
+	if w.Settle(ctx, a.Position, projection) != nil {
 		return errors.New("the read model is behind the event")
 	}
 	return w.queue(ctx, river.ClientFromContext[pgx.Tx](ctx), `SELECT d.id, d.account_id, d.endpoint_id, d.attempts FROM webhook_deliveries d

@@ -14,7 +14,7 @@ import (
 // suspension holds (what a reinstatement releases).
 type Accounts struct{}
 
-func (Accounts) Name() string     { return "accounts" }
+func (Accounts) Name() Name       { return AccountsName }
 func (Accounts) Version() int     { return 2 }
 func (Accounts) Tables() []string { return []string{"accounts", "management_tokens", "held_emails"} }
 

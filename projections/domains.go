@@ -17,7 +17,7 @@ import (
 // what the aggregate decided; removed domains leave the table.
 type Domains struct{}
 
-func (Domains) Name() string     { return "domains" }
+func (Domains) Name() Name       { return DomainsName }
 func (Domains) Version() int     { return 1 }
 func (Domains) Tables() []string { return []string{"domains"} }
 

@@ -27,14 +27,14 @@ type Progress func(applied int64)
 // into place together with the new checkpoint.
 func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) error {
 	// One rebuild of a projector at a time, across processes.
-	return pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(p.Name()), pglock.Options{Wait: pglock.Block},
+	return pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(string(p.Name())), pglock.Options{Wait: pglock.Block},
 		func(ctx context.Context, _ *pglock.Conn) error { return r.rebuild(ctx, p, progress) })
 }
 
 // rebuild is Rebuild once it holds the projector's rebuild lock.
 func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) error {
-	shadow := pgx.Identifier{"projection_rebuild_" + strings.ReplaceAll(p.Name(), "-", "_")}.Sanitize()
-	t := target{checkpoint: "rebuild:" + p.Name(), version: p.Version(), skip: map[string]bool{}}
+	shadow := pgx.Identifier{"projection_rebuild_" + strings.ReplaceAll(string(p.Name()), "-", "_")}.Sanitize()
+	t := target{checkpoint: "rebuild:" + string(p.Name()), version: p.Version(), skip: map[string]bool{}}
 	if _, err := r.pool.Exec(ctx, fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s", shadow, shadow)); err != nil {
 		return fmt.Errorf("rebuild %s: shadow schema: %w", p.Name(), err)
 	}
@@ -271,7 +271,7 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 	// A copy: what this attempt quarantines counts only if it commits.
 	t.skip = maps.Clone(t.skip)
 	err := r.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pglock.Projection(p.Name()))); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pglock.Projection(string(p.Name())))); err != nil {
 			return err
 		}
 		var live []string
@@ -339,7 +339,7 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 		return pos, nil, err
 	}
 	for i := range held {
-		held[i].Projection = p.Name()
+		held[i].Projection = string(p.Name())
 	}
 	return pos, held, nil
 }

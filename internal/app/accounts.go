@@ -8,6 +8,7 @@ import (
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/processmanagers"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // accountSuspended reads an account's status from the read model.
@@ -23,7 +24,7 @@ func (a *App) accountSuspended(ctx context.Context, accountID string) (bool, err
 // releaser releases held emails on reinstatement.
 func (a *App) releaser() *processmanagers.Releaser {
 	return &processmanagers.Releaser{
-		Commands: a.Commands, Settle: a.Waiter.WaitFor, AccountSuspended: a.accountSuspended,
+		Commands: a.Commands, Settle: a.settle, AccountSuspended: a.accountSuspended,
 		Held: func(ctx context.Context, accountID string) ([]string, error) {
 			rows, err := a.Pool.Query(ctx, "SELECT email_id FROM held_emails WHERE account_id = $1 ORDER BY held_at, email_id", accountID)
 			if err != nil {
@@ -45,7 +46,7 @@ func (a *App) activeAPIKeys(ctx context.Context, accountID string) (int, error) 
 // know only the token's id. It brings the accounts projection up to date
 // first, so a token issued a moment ago is found.
 func (a *App) TokenAccount(ctx context.Context, tokenID string) (string, error) {
-	if _, err := a.Runner.CatchUp(ctx, a.Runner.Projector("accounts")); err != nil {
+	if _, err := a.Runner.CatchUp(ctx, a.Runner.Projector(projections.AccountsName)); err != nil {
 		return "", err
 	}
 	var accountID string
