@@ -180,7 +180,7 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 		if err != nil {
 			return Accepted{}, err
 		}
-		s.settle(ctx, res.Position, projections.EmailsName)
+		_ = s.settle(ctx, res.Position, projections.EmailsName) // late or not, the email is accepted
 		return acceptedOf(q), nil
 	}
 	var accepted email.Queued

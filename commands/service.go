@@ -137,7 +137,7 @@ func executeAt[S any](ctx context.Context, s *Service, stream string, evolve fun
 	decide func(S) ([]domain.Event, error), meta Meta, projectors ...projections.Name) ([]domain.Event, eventstore.Position, error) {
 	evs, pos, _, err := decideAndAppend(ctx, s, stream, evolve, decide, meta)
 	if err == nil && len(evs) > 0 && len(projectors) > 0 {
-		s.settle(ctx, pos, projectors...)
+		_ = s.settle(ctx, pos, projectors...) // late or not, the write has happened
 	}
 	return evs, pos, err
 }

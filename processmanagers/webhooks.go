@@ -243,7 +243,7 @@ func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent
 	// far behind only means the batch's events get their jobs.
 	if w.Settle != nil {
 		sctx, cancel := context.WithTimeout(ctx, prepareWait)
-		w.Settle(sctx, latest, projections.WebhooksName)
+		_ = w.Settle(sctx, latest, projections.WebhooksName)
 		cancel()
 	}
 	var commit, prepare *int64
@@ -401,7 +401,7 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	// for this event's own position would hold every event up for a
 	// projection cycle; an endpoint created while the email is under way
 	// gets its later events only.)
-	w.Settle(ctx, queuedAt, projections.WebhooksName)
+	_ = w.Settle(ctx, queuedAt, projections.WebhooksName)
 	endpoints, err := w.Endpoints(ctx, q.AccountID, a.Type, a.At)
 	if err != nil || len(endpoints) == 0 {
 		return err
@@ -575,7 +575,7 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	}
 	if a.Listed != nil {
 		// A receiver that hears of a delivery finds it listed.
-		w.Settle(ctx, *a.Listed, projections.WebhooksName)
+		_ = w.Settle(ctx, *a.Listed, projections.WebhooksName)
 	}
 	// The shares bound the time spent on receivers; reading and recording
 	// are the database's and hold none.
