@@ -9,6 +9,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/internal/credential"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // NewAccount is what creating an account hands back once.
@@ -32,7 +33,7 @@ func (s *Service) CreateAccount(ctx context.Context, name string, meta Meta) (Ne
 		}
 		issued, err := account.IssueToken(st, uuid.NewString(), account.RoleAdmin, tok.Hash, now, time.Time{})
 		return append(created, issued...), err
-	}, meta, "accounts")
+	}, meta, projections.AccountsName)
 	if err != nil {
 		return NewAccount{}, err
 	}
@@ -66,7 +67,7 @@ func (s *Service) IssueExpiringToken(ctx context.Context, accountID string, role
 	}
 	_, err := execute(ctx, s, account.Stream(accountID), account.Evolve, func(st account.State) ([]domain.Event, error) {
 		return account.IssueToken(st, id, role, tok.Hash, now, expiresAt)
-	}, meta, "accounts")
+	}, meta, projections.AccountsName)
 	if err != nil {
 		return IssuedToken{}, err
 	}
@@ -82,7 +83,7 @@ func (s *Service) RevokeToken(ctx context.Context, accountID, tokenID string, me
 	now := s.now()
 	_, err := executeConfirmed(ctx, s, account.Stream(accountID), account.Evolve, func(st account.State) ([]domain.Event, error) {
 		return account.RevokeToken(st, tokenID, now)
-	}, meta, "accounts")
+	}, meta, projections.AccountsName)
 	return err
 }
 
@@ -93,7 +94,7 @@ func (s *Service) SuspendAccount(ctx context.Context, accountID string, meta Met
 	now := s.now()
 	_, err := executeConfirmed(ctx, s, account.Stream(accountID), account.Evolve, func(st account.State) ([]domain.Event, error) {
 		return account.Suspend(st, now)
-	}, meta, "accounts")
+	}, meta, projections.AccountsName)
 	return err
 }
 
@@ -102,6 +103,6 @@ func (s *Service) ReinstateAccount(ctx context.Context, accountID string, meta M
 	now := s.now()
 	_, err := executeConfirmed(ctx, s, account.Stream(accountID), account.Evolve, func(st account.State) ([]domain.Event, error) {
 		return account.Reinstate(st, now)
-	}, meta, "accounts")
+	}, meta, projections.AccountsName)
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/internal/credential"
+	"github.com/mailroom/mailroom/projections"
 )
 
 func TestCreateAccountIssuesAnAdminToken(t *testing.T) {
@@ -91,7 +92,7 @@ func TestSuspendAndReinstateAnAccount(t *testing.T) {
 	if err := h.svc.SuspendAccount(ctx, acct, meta); err != nil {
 		t.Fatalf("suspend retried: %v", err)
 	}
-	if w := h.waitedFor(); !slices.Equal(w, []string{"accounts"}) {
+	if w := h.waitedFor(); !slices.Equal(w, []projections.Name{projections.AccountsName}) {
 		t.Errorf("waited for %q, want the accounts projection", w)
 	}
 	if err := h.svc.ReinstateAccount(ctx, acct, meta); err != nil {

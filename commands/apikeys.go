@@ -9,6 +9,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/apikey"
 	"github.com/mailroom/mailroom/internal/credential"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // NewAPIKey is a created key, including the secret shown only now.
@@ -35,7 +36,7 @@ func (s *Service) CreateAPIKey(ctx context.Context, accountID, name string, perm
 	now := s.now()
 	evs, err := execute(ctx, s, apikey.Stream(id), apikey.Evolve, func(st apikey.State) ([]domain.Event, error) {
 		return apikey.Create(st, id, accountID, name, permissions, apikey.Secret{Hash: minted.Hash, Preview: minted.Preview}, now)
-	}, meta, "api_keys")
+	}, meta, projections.APIKeysName)
 	if err != nil {
 		return NewAPIKey{}, err
 	}
@@ -51,6 +52,6 @@ func (s *Service) RevokeAPIKey(ctx context.Context, accountID, keyID string, met
 	now := s.now()
 	_, err := executeConfirmed(ctx, s, apikey.Stream(keyID), apikey.Evolve, func(st apikey.State) ([]domain.Event, error) {
 		return apikey.Revoke(st, accountID, now)
-	}, meta, "api_keys")
+	}, meta, projections.APIKeysName)
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/apikey"
 	"github.com/mailroom/mailroom/internal/credential"
+	"github.com/mailroom/mailroom/projections"
 )
 
 func TestCreateAPIKeyRecordsOnlyTheSecretsHash(t *testing.T) {
@@ -37,7 +38,7 @@ func TestCreateAPIKeyRecordsOnlyTheSecretsHash(t *testing.T) {
 	if strings.Contains(string(recs[0].Data), k.Key) {
 		t.Fatal("the event holds the secret")
 	}
-	if w := h.waitedFor(); !slices.Equal(w, []string{"api_keys"}) {
+	if w := h.waitedFor(); !slices.Equal(w, []projections.Name{projections.APIKeysName}) {
 		t.Errorf("waited for %q, want the api_keys projection", w)
 	}
 
@@ -131,7 +132,7 @@ func TestRevokeAPIKey(t *testing.T) {
 	if len(evs) != 2 || !ok || r.AccountID != acct || !r.RevokedAt.Equal(start.Add(time.Hour)) {
 		t.Fatalf("key stream %+v, want created then revoked", evs)
 	}
-	if w := h.waitedFor(); !slices.Contains(w, "api_keys") {
+	if w := h.waitedFor(); !slices.Contains(w, projections.APIKeysName) {
 		t.Errorf("waited for %q, want the api_keys projection", w)
 	}
 	// A revoke repeated changes nothing and succeeds.

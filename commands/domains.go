@@ -14,10 +14,8 @@ import (
 	"github.com/mailroom/mailroom/internal/dkimkey"
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/projections"
 )
-
-// domainsProjection is the read model domain commands wait for.
-const domainsProjection = "domains"
 
 // Domain returns a domain's current state from its stream.
 func (s *Service) Domain(ctx context.Context, id string) (sendingdomain.State, error) {
@@ -84,7 +82,7 @@ func (s *Service) addDomain(ctx context.Context, accountID, rawName string, lega
 	}
 	evs, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
 		return sendingdomain.Add(st, id, accountID, name, s.region, key, tokens, now)
-	}, meta, domainsProjection)
+	}, meta, projections.DomainsName)
 	if err != nil {
 		return sendingdomain.State{}, err
 	}
@@ -189,7 +187,7 @@ func (s *Service) applyCheck(ctx context.Context, id, accountID string, o sendin
 		evs, err := sendingdomain.RecordCheck(st, accountID, o, asked, s.now())
 		final = fold(st, sendingdomain.Evolve, evs)
 		return evs, err
-	}, meta, domainsProjection)
+	}, meta, projections.DomainsName)
 	return final, err
 }
 
@@ -236,7 +234,7 @@ func (s *Service) checkDNS(ctx context.Context, st sendingdomain.State) sendingd
 func (s *Service) ExpireDomain(ctx context.Context, id string, meta Meta) error {
 	_, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
 		return sendingdomain.Expire(st, s.now())
-	}, meta, domainsProjection)
+	}, meta, projections.DomainsName)
 	return err
 }
 
@@ -244,7 +242,7 @@ func (s *Service) ExpireDomain(ctx context.Context, id string, meta Meta) error 
 func (s *Service) RetireOldDKIMKey(ctx context.Context, id string, meta Meta) error {
 	_, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
 		return sendingdomain.RetireOldKey(st, s.now())
-	}, meta, domainsProjection)
+	}, meta, projections.DomainsName)
 	return err
 }
 
@@ -253,7 +251,7 @@ func (s *Service) RetireOldDKIMKey(ctx context.Context, id string, meta Meta) er
 func (s *Service) VerifyDomainBySandbox(ctx context.Context, id string, meta Meta) error {
 	_, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
 		return sendingdomain.VerifyBySandbox(st, s.now())
-	}, meta, domainsProjection)
+	}, meta, projections.DomainsName)
 	return err
 }
 
@@ -289,7 +287,7 @@ func (s *Service) changeKey(ctx context.Context, accountID, id string, check fun
 		evs, err := decide(st, accountID, key, now)
 		final = fold(st, sendingdomain.Evolve, evs)
 		return evs, err
-	}, meta, domainsProjection)
+	}, meta, projections.DomainsName)
 	return final, err
 }
 
@@ -305,7 +303,7 @@ func (s *Service) RemoveDomain(ctx context.Context, accountID, id string, meta M
 			removed = evs[0].(*sendingdomain.Removed)
 		}
 		return evs, err
-	}, meta, domainsProjection)
+	}, meta, projections.DomainsName)
 	if err != nil {
 		return err
 	}

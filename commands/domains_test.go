@@ -13,6 +13,7 @@ import (
 	"github.com/mailroom/mailroom/internal/dkimkey"
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
+	"github.com/mailroom/mailroom/projections"
 )
 
 func TestAddDomainClaimsTheNameAndMakesAKey(t *testing.T) {
@@ -47,7 +48,7 @@ func TestAddDomainClaimsTheNameAndMakesAKey(t *testing.T) {
 	if loaded, err := h.svc.Domain(ctx, st.ID); err != nil || loaded.Name != st.Name {
 		t.Fatalf("domain %s loads as %+v, %v", st.ID, loaded, err)
 	}
-	if w := h.waitedFor(); !slices.Equal(w, []string{"domains"}) {
+	if w := h.waitedFor(); !slices.Equal(w, []projections.Name{projections.DomainsName}) {
 		t.Errorf("waited for %q, want the domains projection", w)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // sendRequest is a valid request from example.com and its body as sent.
@@ -99,7 +100,7 @@ func TestSendEmailQueuesTheRequestedEmail(t *testing.T) {
 	if a := q.Attachments[0]; a.Filename != "receipt.pdf" || a.ContentType != "application/pdf" || a.SizeBytes != 8 {
 		t.Errorf("attachment %+v", a)
 	}
-	if w := h.waitedFor(); !slices.Equal(w, []string{"emails"}) {
+	if w := h.waitedFor(); !slices.Equal(w, []projections.Name{projections.EmailsName}) {
 		t.Errorf("waited for %q, want the emails projection", w)
 	}
 }

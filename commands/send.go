@@ -24,6 +24,7 @@ import (
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/mailmsg"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // Limits of a send: everything a request can put into an event is bounded.
@@ -217,7 +218,7 @@ func (s *Service) queue(ctx context.Context, q email.Queued, fresh bool, meta Me
 	if fresh {
 		run = executeNew[email.State]
 	}
-	if _, err := run(ctx, s, email.Stream(q.EmailID), email.Evolve, decide, meta, "emails"); err != nil {
+	if _, err := run(ctx, s, email.Stream(q.EmailID), email.Evolve, decide, meta, projections.EmailsName); err != nil {
 		return Accepted{}, err
 	}
 	return acceptedOf(accepted), nil

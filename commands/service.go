@@ -18,11 +18,14 @@ import (
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/secretbox"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // Settle waits until the named projectors have applied pos, so a read after
-// a write sees it. It reports whether they caught up in time.
-type Settle func(ctx context.Context, pos eventstore.Position, projectors ...string) bool
+// a write sees it. It returns an error when they did not in time; the write
+// has happened all the same, so a caller that answers success either way
+// may go on (whoever provides Settle logs and counts late read models).
+type Settle func(ctx context.Context, pos eventstore.Position, projectors ...projections.Name) error
 
 // Meta says who asks and on which request; it becomes the events' metadata.
 type Meta struct {
@@ -109,7 +112,7 @@ type Deps struct {
 // New returns a Service.
 func New(d Deps) *Service {
 	if d.Settle == nil {
-		d.Settle = func(context.Context, eventstore.Position, ...string) bool { return true }
+		d.Settle = func(context.Context, eventstore.Position, ...projections.Name) error { return nil }
 	}
 	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
 		domains: d.Domains, sendable: d.SendableDomain, blobs: d.Blobs, egress: d.Egress, endpointIDs: d.EndpointIDs, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity,
@@ -124,7 +127,7 @@ const maxAttempts = 25
 // at the revision it read. A conflict re-runs the whole cycle. It returns
 // the decided events (none when the decision was a no-op).
 func execute[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
-	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, error) {
+	decide func(S) ([]domain.Event, error), meta Meta, projectors ...projections.Name) ([]domain.Event, error) {
 	evs, _, err := executeAt(ctx, s, stream, evolve, decide, meta, projectors...)
 	return evs, err
 }
@@ -133,10 +136,10 @@ func execute[S any](ctx context.Context, s *Service, stream string, evolve func(
 // it decides on the empty state without reading the stream first (a
 // stream that exists after all is a conflict, and is then read).
 func executeNew[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
-	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, error) {
+	decide func(S) ([]domain.Event, error), meta Meta, projectors ...projections.Name) ([]domain.Event, error) {
 	evs, pos, _, err := decideAndAppend(ctx, s, stream, evolve, decide, meta, true)
 	if err == nil && len(evs) > 0 && len(projectors) > 0 {
-		s.settle(ctx, pos, projectors...)
+		_ = s.settle(ctx, pos, projectors...) // late or not, the write has happened
 	}
 	return evs, err
 }
@@ -144,10 +147,10 @@ func executeNew[S any](ctx context.Context, s *Service, stream string, evolve fu
 // executeAt is execute that also tells where the events landed (zero when
 // nothing was appended).
 func executeAt[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
-	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, eventstore.Position, error) {
+	decide func(S) ([]domain.Event, error), meta Meta, projectors ...projections.Name) ([]domain.Event, eventstore.Position, error) {
 	evs, pos, _, err := decideAndAppend(ctx, s, stream, evolve, decide, meta, false)
 	if err == nil && len(evs) > 0 && len(projectors) > 0 {
-		s.settle(ctx, pos, projectors...)
+		_ = s.settle(ctx, pos, projectors...) // late or not, the write has happened
 	}
 	return evs, pos, err
 }
@@ -162,7 +165,7 @@ var ErrNotVisible = errors.New("the change is recorded but not yet visible; retr
 // unless the projectors show the stream up to its last event, whether this
 // call appended it or an earlier one did.
 func executeConfirmed[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S,
-	decide func(S) ([]domain.Event, error), meta Meta, projectors ...string) ([]domain.Event, error) {
+	decide func(S) ([]domain.Event, error), meta Meta, projectors ...projections.Name) ([]domain.Event, error) {
 	evs, pos, last, err := decideAndAppend(ctx, s, stream, evolve, decide, meta, false)
 	if err != nil {
 		return evs, err
@@ -170,7 +173,7 @@ func executeConfirmed[S any](ctx context.Context, s *Service, stream string, evo
 	if len(evs) == 0 {
 		pos = last
 	}
-	if pos != (eventstore.Position{}) && !s.settle(ctx, pos, projectors...) {
+	if pos != (eventstore.Position{}) && s.settle(ctx, pos, projectors...) != nil {
 		return evs, ErrNotVisible
 	}
 	return evs, nil

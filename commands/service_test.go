@@ -19,6 +19,7 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/memory"
 	"github.com/mailroom/mailroom/internal/secretbox"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // These tests run the command service on the in-memory event store. What
@@ -60,8 +61,8 @@ type harness struct {
 	sender string // an account with a verified domain, once queuedEmail made it
 
 	mu        sync.Mutex
-	settled   []string // projectors waited for, in order
-	visible   bool     // what Settle answers
+	settled   []projections.Name // projectors waited for, in order
+	visible   bool               // what Settle answers
 	keysMade  int
 	storeSeen int // events in the store when the test last looked
 }
@@ -87,11 +88,14 @@ func newHarness(t *testing.T, change ...func(*commands.Deps)) *harness {
 	}
 	d := commands.Deps{
 		Store: h.store,
-		Settle: func(_ context.Context, _ eventstore.Position, projectors ...string) bool {
+		Settle: func(_ context.Context, _ eventstore.Position, projectors ...projections.Name) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.settled = append(h.settled, projectors...)
-			return h.visible
+			if !h.visible {
+				return &projections.LagError{Behind: projectors, Timeout: time.Second}
+			}
+			return nil
 		},
 		Now:           h.clock.Now,
 		Box:           h.box,
@@ -124,7 +128,7 @@ func (h *harness) setVisible(v bool) {
 }
 
 // waitedFor returns the projectors waited for since the last call.
-func (h *harness) waitedFor() []string {
+func (h *harness) waitedFor() []projections.Name {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w := h.settled

@@ -16,9 +16,9 @@ import (
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/credential"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/projections"
+	whsig "github.com/mailroom/mailroom/webhook"
 )
-
-const webhooksProjection = "webhooks"
 
 // SecretPrefix starts every webhook signing secret.
 const SecretPrefix = "whsec_"
@@ -77,7 +77,7 @@ func (s *Service) CreateWebhook(ctx context.Context, accountID string, in webhoo
 	secret, sealed := s.sealSecret(id)
 	evs, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.Create(st, id, accountID, in, sealed, s.now())
-	}, meta, webhooksProjection)
+	}, meta, projections.WebhooksName)
 	if err != nil {
 		// The slot is not freed here: the append may have been recorded
 		// after all. One whose endpoint never came is free after
@@ -161,7 +161,7 @@ func (s *Service) UpdateWebhook(ctx context.Context, accountID, id string, in we
 	}
 	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.Update(st, accountID, in, active, s.now())
-	}, meta, webhooksProjection)
+	}, meta, projections.WebhooksName)
 	return err
 }
 
@@ -174,7 +174,7 @@ func (s *Service) RotateWebhookSecret(ctx context.Context, accountID, id string,
 	secret, sealed := s.sealSecret(id)
 	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.RotateSecret(st, accountID, sealed, s.now())
-	}, meta, webhooksProjection)
+	}, meta, projections.WebhooksName)
 	return secret, err
 }
 
@@ -186,7 +186,7 @@ func (s *Service) DeleteWebhook(ctx context.Context, accountID, id string, meta 
 	}
 	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.Delete(st, accountID, s.now())
-	}, meta, webhooksProjection)
+	}, meta, projections.WebhooksName)
 	if err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func (s *Service) TestWebhook(ctx context.Context, accountID, id string, meta Me
 	}
 	now := s.now()
 	emailID := uuid.NewString()
-	payload, err := json.Marshal(Envelope{Type: "email.delivered", CreatedAt: now.UTC().Format("2006-01-02T15:04:05.000Z"), Data: map[string]any{
+	payload, err := json.Marshal(Envelope{Type: whsig.TypeEmailDelivered, CreatedAt: now.UTC().Format("2006-01-02T15:04:05.000Z"), Data: map[string]any{
 		"email_id": emailID, "from": "Mailroom <test@mailroom.dev>", "to": "delivered@example.com",
 		"subject": "Test event from Mailroom", "tags": map[string]string{"test": "true"},
 	}})
@@ -224,9 +224,9 @@ func (s *Service) TestWebhook(ctx context.Context, accountID, id string, meta Me
 	}
 	deliveryID := uuid.NewString()
 	pos, err := s.CreateDelivery(ctx, delivery.Created{DeliveryID: deliveryID, EndpointID: id, AccountID: accountID,
-		EmailID: emailID, Type: "email.delivered", Payload: string(payload), CreatedAt: now}, meta)
+		EmailID: emailID, Type: whsig.TypeEmailDelivered, Payload: string(payload), CreatedAt: now}, meta)
 	if err == nil {
-		s.settle(ctx, pos, webhooksProjection)
+		_ = s.settle(ctx, pos, projections.WebhooksName) // late or not, the test event is queued
 	}
 	return deliveryID, err
 }

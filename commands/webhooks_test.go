@@ -12,6 +12,7 @@ import (
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/webhook"
+	"github.com/mailroom/mailroom/projections"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -43,7 +44,7 @@ func TestCreateWebhook(t *testing.T) {
 	if got := h.types(t, webhook.SlotsStream(acct)); !slices.Equal(got, []string{"WebhookSlotsSeeded", "WebhookSlotTaken"}) {
 		t.Fatalf("slots stream %q", got)
 	}
-	if w := h.waitedFor(); !slices.Equal(w, []string{"webhooks"}) {
+	if w := h.waitedFor(); !slices.Equal(w, []projections.Name{projections.WebhooksName}) {
 		t.Errorf("waited for %q, want the webhooks projection", w)
 	}
 

@@ -19,6 +19,7 @@ import (
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/provider/sandbox"
 	"github.com/mailroom/mailroom/internal/scan"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // Pipeline takes queued emails through the content gateway to the
@@ -85,7 +86,9 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	}
 	q := st.Queued
 	// One wait for every read model the checks consult, and one read.
-	p.Settle(ctx, pos, "accounts", "domains", "emails")
+	// Late read models do not hold the email up: the checks go by what
+	// they show.
+	_ = p.Settle(ctx, pos, projections.AccountsName, projections.DomainsName, projections.EmailsName)
 	checks, err := p.Checks(ctx, q.AccountID, domainOf(q.FromEmail), addresses(st.Recipients()))
 	if err != nil {
 		return Transient(err)

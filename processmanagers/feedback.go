@@ -8,18 +8,16 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/provider/ses"
 )
-
-// feedbackLock makes one instance poll the provider's feedback queue.
-const feedbackLock = 7261004
 
 // SESFeedback long-polls the SES events queue while this instance holds the
 // feedback lock, recording each feedback event once on its email. A message
 // is deleted from the queue only after its events are recorded.
 func SESFeedback(ctx context.Context, p *ses.Provider, cmds *commands.Service, pool *pgxpool.Pool, log *slog.Logger) {
 	meta := commands.Meta{Actor: "system:ses-feedback"}
-	Exclusive(ctx, pool, feedbackLock, log, "ses-feedback", func(ctx context.Context) {
+	pglock.Lead(ctx, pool.Config().ConnConfig, pglock.SESFeedback, log, "ses-feedback", func(ctx context.Context) {
 		err := p.PollFeedback(ctx, func(ctx context.Context, fbs []ses.Feedback) error {
 			for _, fb := range fbs {
 				if fb.Ignored || fb.EmailID == "" {

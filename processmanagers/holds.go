@@ -9,6 +9,7 @@ import (
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // Releaser releases the emails a suspension held once the account is
@@ -39,7 +40,7 @@ func (r *Releaser) Handle(ctx context.Context, ev eventstore.RecordedEvent) erro
 		return err
 	}
 	// Both the status and the list of holds must include this event.
-	if !r.Settle(ctx, ev.Position, "accounts") {
+	if r.Settle(ctx, ev.Position, projections.AccountsName) != nil {
 		return Transient(errAccountsBehind)
 	}
 	var ids []string

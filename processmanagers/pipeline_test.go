@@ -23,6 +23,7 @@ import (
 	"github.com/mailroom/mailroom/internal/scan"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	"github.com/mailroom/mailroom/processmanagers"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // These tests run the email pipeline's decisions on the in-memory event
@@ -70,7 +71,7 @@ func newPipelineRig(t *testing.T) *pipelineRig {
 		Checks: func(context.Context, string, string, []string) (processmanagers.Checks, error) {
 			return r.checks, nil
 		},
-		Settle:   func(context.Context, eventstore.Position, ...string) bool { return true },
+		Settle:   func(context.Context, eventstore.Position, ...projections.Name) error { return nil },
 		MaxAge:   time.Hour,
 		Now:      now,
 		Feedback: processmanagers.SandboxFeedback,

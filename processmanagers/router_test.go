@@ -20,7 +20,7 @@ import (
 
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
-	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -563,7 +563,7 @@ func TestLockConnectionLost(t *testing.T) {
 		return nil
 	})})
 	waitFor(t, "first 25", func() bool { return rec.count() >= 25 })
-	key := jobs.LockKey("survivor")
+	key := pglock.ProcessManager("survivor")
 	tag, err := e.pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_locks
 		WHERE locktype = 'advisory' AND granted AND objsubid = 1
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())

@@ -12,26 +12,26 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
-	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/internal/pglock"
 )
 
-// queryTimeout bounds every statement on a handler's lock connection. A
-// statement that times out counts as a lost lock.
+// queryTimeout bounds every checkpoint statement on a handler's lock
+// connection. A write that times out counts as a lost lock.
 const queryTimeout = 5 * time.Second
 
 // eventSubscriber is the watermill Subscriber of one named handler: it feeds
 // the handler the $all log from the handler's checkpoint, one message at a
 // time, while this process holds the handler's advisory lock.
 //
-// A session is: connect a dedicated connection, poll pg_try_advisory_lock
-// until it is ours, read the checkpoint, subscribe to $all and deliver. The
-// next event is sent only after the previous one was acked; a nack
-// redelivers the same event after a backoff. Acked positions are written to
-// the checkpoint over the lock connection every checkpointEvery and when the
-// session ends, so only the lock holder writes it, and a crash loses at most
-// the unwritten acks (redelivery, never a skip). A failed statement on the
-// lock connection means the lock may be gone: delivery stops at once and a
-// new session starts after a backoff.
+// A session is: hold the handler's lock on a dedicated connection (polling
+// for it while another process has it), read the checkpoint, subscribe to
+// $all and deliver. The next event is sent only after the previous one was
+// acked; a nack redelivers the same event after a backoff. Acked positions
+// are written to the checkpoint over the lock connection every
+// checkpointEvery and when the session ends, so only the lock holder writes
+// it, and a crash loses at most the unwritten acks (redelivery, never a
+// skip). A failed check or write on the lock connection means the lock may
+// be gone: delivery stops at once and a new session starts after a backoff.
 type eventSubscriber struct {
 	name    string
 	store   eventstore.Store
@@ -107,28 +107,29 @@ func (s *eventSubscriber) run(ctx context.Context, out chan<- *message.Message) 
 	}
 }
 
-// lockLostError marks a failure of the lock connection.
-type lockLostError struct{ err error }
-
-func (e *lockLostError) Error() string { return "advisory lock connection failed: " + e.err.Error() }
-func (e *lockLostError) Unwrap() error { return e.err }
-
 // session runs one lock tenure. It reports whether any event was acked, and
 // why it ended (nil when ctx ended).
 func (s *eventSubscriber) session(ctx context.Context, out chan<- *message.Message) (bool, error) {
-	conn, err := pgx.ConnectConfig(ctx, s.connCfg)
-	if err != nil {
-		return false, fmt.Errorf("lock connection: %w", err)
+	progressed := false
+	opts := pglock.Options{Every: s.cfg.lockPoll, Standby: func() {
+		s.log.Info("process manager is active in another instance; standing by")
+	}}
+	// The same lock as a job reader of that name.
+	err := pglock.Hold(ctx, s.connCfg, pglock.ProcessManager(s.name), opts, func(lctx context.Context, conn *pglock.Conn) error {
+		var err error
+		progressed, err = s.deliverAll(lctx, conn, out)
+		return err
+	})
+	if ctx.Err() != nil {
+		return progressed, nil
 	}
-	defer func() {
-		// Ending the session releases the advisory lock.
-		cctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
-		defer cancel()
-		conn.Close(cctx)
-	}()
-	if err := s.acquire(ctx, conn); err != nil {
-		return false, err
-	}
+	return progressed, err
+}
+
+// deliverAll delivers from the checkpoint while ctx, the lock's tenure,
+// lasts. It reports whether any event was acked, and why it ended (nil when
+// the tenure ended).
+func (s *eventSubscriber) deliverAll(ctx context.Context, conn *pglock.Conn, out chan<- *message.Message) (bool, error) {
 	cp := &checkpoint{conn: conn, name: s.name}
 	if err := cp.load(); err != nil {
 		return false, err
@@ -166,75 +167,33 @@ func (s *eventSubscriber) session(ctx context.Context, out chan<- *message.Messa
 	<-keeperDone
 
 	cause := context.Cause(sctx)
-	var lost *lockLostError
-	if !errors.As(cause, &lost) {
+	if !errors.Is(cause, pglock.ErrLost) {
 		if err := cp.flush(); err != nil {
 			s.log.Error("process manager checkpoint not saved; events after it will be redelivered", "err", err)
 		}
 	}
-	if ctx.Err() != nil {
+	if errors.Is(cause, context.Canceled) {
 		return progressed, nil
 	}
 	return progressed, cause
 }
 
-// acquire polls pg_try_advisory_lock until this session holds the handler's
-// lock or ctx ends.
-func (s *eventSubscriber) acquire(ctx context.Context, conn *pgx.Conn) error {
-	key := jobs.LockKey(s.name) // the same key as a job reader of that name
-	waiting := false
-	for {
-		var ok bool
-		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
-		err := conn.QueryRow(qctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("advisory lock: %w", err)
-		}
-		if ok {
-			return nil
-		}
-		if !waiting {
-			s.log.Info("process manager is active in another instance; standing by")
-			waiting = true
-		}
-		if !sleep(ctx, s.cfg.lockPoll) {
-			return ctx.Err()
-		}
-	}
-}
-
-// keep writes the checkpoint every checkpointEvery when it moved, and checks
-// the lock connection at least every lockPoll otherwise. On failure it ends
-// the session with a *lockLostError.
+// keep writes the checkpoint every checkpointEvery when it moved. A failed
+// write means the lock may be gone: it ends the tenure with ErrLost.
 func (s *eventSubscriber) keep(ctx context.Context, cp *checkpoint, stop context.CancelCauseFunc) {
 	tick := time.NewTicker(s.cfg.checkpointEvery)
 	defer tick.Stop()
-	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		var err error
-		switch {
-		case cp.dirty():
-			err = cp.flush()
-		case time.Since(last) >= s.cfg.lockPoll:
-			err = cp.ping()
-		default:
-			continue
-		}
-		if err != nil {
+		if err := cp.flush(); err != nil {
 			s.log.Error("process manager lost its lock connection; stopping delivery", "err", err)
-			stop(&lockLostError{err})
+			stop(fmt.Errorf("%w: %w", pglock.ErrLost, err))
 			return
 		}
-		last = time.Now()
 	}
 }
 
@@ -294,7 +253,7 @@ func (s *eventSubscriber) awaitAck(ctx context.Context, msg *message.Message) bo
 // checkpoint is a handler's acked position and its stored copy. Only the
 // session's owner of conn (the keeper, then session after it) writes it.
 type checkpoint struct {
-	conn *pgx.Conn
+	conn *pglock.Conn
 	name string
 
 	mu    sync.Mutex
@@ -306,8 +265,10 @@ func (c *checkpoint) load() error {
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
 	var commit, prepare int64
-	err := c.conn.QueryRow(ctx, `SELECT commit_position, prepare_position
+	err := c.conn.Do(func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT commit_position, prepare_position
 		FROM processmanager_checkpoints WHERE name = $1`, c.name).Scan(&commit, &prepare)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // a new handler starts at the beginning of the log
 	}
@@ -325,12 +286,6 @@ func (c *checkpoint) advance(p eventstore.Position) {
 	c.mu.Unlock()
 }
 
-func (c *checkpoint) dirty() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.acked != c.saved
-}
-
 func (c *checkpoint) flush() error {
 	c.mu.Lock()
 	pos, dirty := c.acked, c.acked != c.saved
@@ -340,10 +295,13 @@ func (c *checkpoint) flush() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
-	_, err := c.conn.Exec(ctx, `INSERT INTO processmanager_checkpoints (name, commit_position, prepare_position, updated_at)
+	err := c.conn.Do(func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `INSERT INTO processmanager_checkpoints (name, commit_position, prepare_position, updated_at)
 		VALUES ($1, $2, $3, now())
 		ON CONFLICT (name) DO UPDATE SET commit_position = $2, prepare_position = $3, updated_at = now()`,
-		c.name, int64(pos.Commit), int64(pos.Prepare))
+			c.name, int64(pos.Commit), int64(pos.Prepare))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
@@ -351,12 +309,6 @@ func (c *checkpoint) flush() error {
 	c.saved = pos
 	c.mu.Unlock()
 	return nil
-}
-
-func (c *checkpoint) ping() error {
-	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
-	defer cancel()
-	return c.conn.Ping(ctx)
 }
 
 // sleep waits d or until ctx ends; it reports whether d elapsed.

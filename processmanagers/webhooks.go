@@ -30,7 +30,9 @@ import (
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/secretbox"
+	"github.com/mailroom/mailroom/projections"
 	"github.com/mailroom/mailroom/readapi"
 	whsig "github.com/mailroom/mailroom/webhook"
 )
@@ -157,9 +159,6 @@ func (ReleaseArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue
 // prepareWait bounds Prepare's wait for the webhooks read model.
 const prepareWait = 250 * time.Millisecond
 
-// webhooksProjection is the read model of endpoints and deliveries.
-const webhooksProjection = "webhooks"
-
 // rememberedEmails bounds the queued emails Plan remembers; an email it
 // forgot, or never saw (before a restart), gets its fan-out job.
 const rememberedEmails = 100_000
@@ -219,7 +218,8 @@ func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent
 		}
 	}
 	for _, ev := range batch {
-		if !strings.HasPrefix(ev.StreamID, "email-") {
+		emailID, isEmail := email.IDFromStream(ev.StreamID)
+		if !isEmail {
 			continue
 		}
 		// An email queued in this very batch is not asked about: the
@@ -228,7 +228,7 @@ func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent
 			continue
 		}
 		w.planMu.Lock()
-		q, ok := w.queued[strings.TrimPrefix(ev.StreamID, "email-")]
+		q, ok := w.queued[emailID]
 		w.planMu.Unlock()
 		if ok {
 			ask(q.account, q.at)
@@ -243,10 +243,10 @@ func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent
 	// far behind only means the batch's events get their jobs.
 	if w.Settle != nil {
 		sctx, cancel := context.WithTimeout(ctx, prepareWait)
-		w.Settle(sctx, latest, webhooksProjection)
+		_ = w.Settle(sctx, latest, projections.WebhooksName)
 		cancel()
 	}
-	subs, err := readapi.SubscribedTypes(ctx, w.Pool, webhooksProjection, asked)
+	subs, err := readapi.SubscribedTypes(ctx, w.Pool, string(projections.WebhooksName), asked)
 	if err != nil {
 		return fmt.Errorf("webhook endpoints: %w", err)
 	}
@@ -300,9 +300,11 @@ func (w *Webhooks) unheard(emailID, typ string) bool {
 // but the fan-out (a test event) into its first attempt, a resume or
 // reinstatement into a release. It remembers queued emails for Prepare.
 func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]river.InsertManyParams, error) {
+	emailID, isEmail := email.IDFromStream(ev.StreamID)
+	_, isDelivery := delivery.IDFromStream(ev.StreamID)
 	switch {
-	case strings.HasPrefix(ev.StreamID, "email-"):
-	case strings.HasPrefix(ev.StreamID, "delivery-"):
+	case isEmail:
+	case isDelivery:
 		if ev.Type != (&delivery.Created{}).EventType() || ev.Metadata.Actor == fanoutMeta.Actor {
 			return nil, nil
 		}
@@ -328,14 +330,13 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 	case *account.Reinstated:
 		args = ReleaseArgs{AccountID: e.AccountID, Position: ev.Position}
 	case *email.Queued:
-		w.remember(strings.TrimPrefix(ev.StreamID, "email-"), e.AccountID, ev.Position)
+		w.remember(emailID, e.AccountID, ev.Position)
 		return nil, nil
 	default:
 		typ, at, extra, ok := webhookEvent(e)
 		if !ok {
 			return nil, nil
 		}
-		emailID := strings.TrimPrefix(ev.StreamID, "email-")
 		if w.unheard(emailID, typ) {
 			return nil, nil
 		}
@@ -356,19 +357,19 @@ func (w *Webhooks) Register(ws *river.Workers) {
 func webhookEvent(e domain.Event) (typ string, at time.Time, extra map[string]any, ok bool) {
 	switch e := e.(type) {
 	case *email.Sent:
-		return "email.sent", e.SentAt, nil, true
+		return whsig.TypeEmailSent, e.SentAt, nil, true
 	case *email.Delivered:
-		return "email.delivered", e.OccurredAt, nil, true
+		return whsig.TypeEmailDelivered, e.OccurredAt, nil, true
 	case *email.Bounced:
-		return "email.bounced", e.OccurredAt, map[string]any{"bounce_type": e.BounceType, "bounce_subtype": e.BounceSubtype}, true
+		return whsig.TypeEmailBounced, e.OccurredAt, map[string]any{"bounce_type": e.BounceType, "bounce_subtype": e.BounceSubtype}, true
 	case *email.Complained:
-		return "email.complained", e.OccurredAt, nil, true
+		return whsig.TypeEmailComplained, e.OccurredAt, nil, true
 	case *email.Opened:
-		return "email.opened", e.OccurredAt, nil, true
+		return whsig.TypeEmailOpened, e.OccurredAt, nil, true
 	case *email.Clicked:
-		return "email.clicked", e.OccurredAt, map[string]any{"link": e.Link}, true
+		return whsig.TypeEmailClicked, e.OccurredAt, map[string]any{"link": e.Link}, true
 	case *email.Failed:
-		return "email.failed", e.FailedAt, map[string]any{"reason": e.Reason}, true
+		return whsig.TypeEmailFailed, e.FailedAt, map[string]any{"reason": e.Reason}, true
 	}
 	return "", time.Time{}, nil, false
 }
@@ -391,7 +392,7 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	// for this event's own position would hold every event up for a
 	// projection cycle; an endpoint created while the email is under way
 	// gets its later events only.)
-	w.Settle(ctx, queuedAt, webhooksProjection)
+	_ = w.Settle(ctx, queuedAt, projections.WebhooksName)
 	endpoints, err := w.Endpoints(ctx, q.AccountID, a.Type, a.At)
 	if err != nil || len(endpoints) == 0 {
 		return err
@@ -561,7 +562,7 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	}
 	if a.Listed != nil {
 		// A receiver that hears of a delivery finds it listed.
-		w.Settle(ctx, *a.Listed, "webhooks")
+		_ = w.Settle(ctx, *a.Listed, projections.WebhooksName)
 	}
 	// The shares bound the time spent on receivers; reading and recording
 	// are the database's and hold none.
@@ -655,11 +656,11 @@ type releaseWorker struct {
 // account, once the read model shows the change.
 func (rw *releaseWorker) Work(ctx context.Context, job *river.Job[ReleaseArgs]) error {
 	w, a := rw.w, job.Args
-	projection := "webhooks"
+	projection := projections.WebhooksName
 	if a.AccountID != "" {
-		projection = "accounts"
+		projection = projections.AccountsName
 	}
-	if !w.Settle(ctx, a.Position, projection) {
+	if w.Settle(ctx, a.Position, projection) != nil {
 		return errors.New("the read model is behind the event")
 	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
@@ -703,13 +704,10 @@ func insertDue(ctx context.Context, client *river.Client[pgx.Tx], jobs []river.I
 	return nil
 }
 
-// sweepLock makes one process sweep at a time.
-const sweepLock = 7261003
-
 // RunSweep sweeps the read model every w.Sweep while this process holds
 // the sweep lock, until ctx ends. It needs the River client to queue with.
 func (w *Webhooks) RunSweep(ctx context.Context, client *river.Client[pgx.Tx]) {
-	Exclusive(ctx, w.Pool, sweepLock, w.Log, "webhook-sweep", func(ctx context.Context) {
+	pglock.Lead(ctx, w.Pool.Config().ConnConfig, pglock.WebhookSweep, w.Log, "webhook-sweep", func(ctx context.Context) {
 		t := time.NewTicker(w.Sweep)
 		defer t.Stop()
 		for {

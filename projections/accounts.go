@@ -1,8 +1,6 @@
 package projections
 
 import (
-	"strings"
-
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/domain/account"
@@ -16,7 +14,7 @@ import (
 // suspension holds (what a reinstatement releases).
 type Accounts struct{}
 
-func (Accounts) Name() string     { return "accounts" }
+func (Accounts) Name() Name       { return AccountsName }
 func (Accounts) Version() int     { return 2 }
 func (Accounts) Tables() []string { return []string{"accounts", "management_tokens", "held_emails"} }
 
@@ -52,7 +50,7 @@ CREATE INDEX IF NOT EXISTS held_emails_account_idx ON held_emails (account_id);`
 var heldTypes = map[string]bool{(&email.Held{}).EventType(): true, (&email.Released{}).EventType(): true}
 
 func (Accounts) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
-	if !strings.HasPrefix(ev.StreamID, "account-") && !heldTypes[ev.Type] {
+	if _, ok := account.IDFromStream(ev.StreamID); !ok && !heldTypes[ev.Type] {
 		return nil
 	}
 	e, known, err := codec.DecodeKnown(ev)

@@ -13,7 +13,7 @@ import (
 // api_key_usage, outside the projection, so a rebuild does not lose it.
 type APIKeys struct{}
 
-func (APIKeys) Name() string     { return "api_keys" }
+func (APIKeys) Name() Name       { return APIKeysName }
 func (APIKeys) Version() int     { return 1 }
 func (APIKeys) Tables() []string { return []string{"api_keys"} }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,7 +17,7 @@ import (
 // what the aggregate decided; removed domains leave the table.
 type Domains struct{}
 
-func (Domains) Name() string     { return "domains" }
+func (Domains) Name() Name       { return DomainsName }
 func (Domains) Version() int     { return 1 }
 func (Domains) Tables() []string { return []string{"domains"} }
 
@@ -40,7 +39,8 @@ CREATE INDEX IF NOT EXISTS domains_name_idx ON domains (name);`
 // Reads is true of the events ApplyTx acts on: those of domain streams,
 // and a removal wherever it is.
 func (Domains) Reads(ev eventstore.RecordedEvent) bool {
-	return strings.HasPrefix(ev.StreamID, "domain-") || ev.Type == (&sendingdomain.Removed{}).EventType()
+	_, ok := sendingdomain.IDFromStream(ev.StreamID)
+	return ok || ev.Type == (&sendingdomain.Removed{}).EventType()
 }
 
 // Apply is unused: Domains folds in Go (ApplyTx).
@@ -61,7 +61,8 @@ func (Domains) ApplyTx(ctx context.Context, tx pgx.Tx, ev eventstore.RecordedEve
 	var ref struct {
 		DomainID string `json:"domain_id"`
 	}
-	if err := json.Unmarshal(ev.Data, &ref); err != nil || ref.DomainID == "" || !strings.HasPrefix(ev.StreamID, "domain-") {
+	_, isDomain := sendingdomain.IDFromStream(ev.StreamID)
+	if err := json.Unmarshal(ev.Data, &ref); err != nil || ref.DomainID == "" || !isDomain {
 		return err
 	}
 	id := ref.DomainID

@@ -18,7 +18,7 @@ import (
 // order gives the same row, and status is Progress.Status of it.
 type Emails struct{}
 
-func (Emails) Name() string     { return "emails" }
+func (Emails) Name() Name       { return EmailsName }
 func (Emails) Version() int     { return 3 }
 func (Emails) Tables() []string { return []string{"emails", "email_events", "suppressions"} }
 

@@ -34,7 +34,7 @@ const moveCheckpoint = `UPDATE public.projection_checkpoints
 	WHERE name = $1 AND commit_position = $4 AND prepare_position = $5 AND schema_version = $6
 		AND failures = 0 AND NOT EXISTS (SELECT 1 FROM public.projection_quarantine WHERE projection = $1)`
 
-func (r *Runner) knownOf(name string) (known, bool) {
+func (r *Runner) knownOf(name Name) (known, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k, ok := r.known[name]
@@ -42,16 +42,16 @@ func (r *Runner) knownOf(name string) (known, bool) {
 }
 
 // remember records a clean checkpoint; forget drops it.
-func (r *Runner) remember(name string, k known) {
+func (r *Runner) remember(name Name, k known) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.known == nil {
-		r.known = map[string]known{}
+		r.known = map[Name]known{}
 	}
 	r.known[name] = k
 }
 
-func (r *Runner) forget(name string) {
+func (r *Runner) forget(name Name) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.known, name)
@@ -124,7 +124,7 @@ func (r *Runner) applyKnown(ctx context.Context, p Projector, k known, events []
 		r.forget(p.Name())
 		return errStale
 	}
-	if _, err := r.applyEvents(ctx, tx, p, k.pos, events, b, target{checkpoint: p.Name(), version: p.Version()}, false); err != nil {
+	if _, err := r.applyEvents(ctx, tx, p, k.pos, events, b, target{checkpoint: string(p.Name()), version: p.Version()}, false); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)

@@ -17,10 +17,23 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
+// Name identifies a projector and its checkpoint. A write names the
+// projectors whose read models it waits for.
+type Name string
+
+// The projectors' names.
+const (
+	AccountsName Name = "accounts"
+	APIKeysName  Name = "api_keys"
+	DomainsName  Name = "domains"
+	EmailsName   Name = "emails"
+	WebhooksName Name = "webhooks"
+)
+
 // Projector turns events into read-model rows.
 type Projector interface {
 	// Name identifies the projector and its checkpoint.
-	Name() string
+	Name() Name
 	// Version changes whenever Schema or the meaning of Apply changes; a
 	// projector found at an older version is rebuilt on start.
 	Version() int

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pglock"
 )
 
 // Quarantine is a stream a projector passes over because one of its events
@@ -126,7 +127,7 @@ func applySaved(ctx context.Context, tx pgx.Tx, p Projector, ev eventstore.Recor
 	} else {
 		b := &pgx.Batch{}
 		if err := p.Apply(ev, b); err != nil {
-			return &eventError{projection: p.Name(), ev: ev, err: err} // nothing was sent
+			return &eventError{projection: string(p.Name()), ev: ev, err: err} // nothing was sent
 		}
 		if b.Len() == 0 {
 			return nil
@@ -142,7 +143,7 @@ func applySaved(ctx context.Context, tx pgx.Tx, p Projector, ev eventstore.Recor
 	if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT projection_event"); rbErr != nil {
 		return fmt.Errorf("projection %s: event %s: %v; then: %w", p.Name(), ev.ID, err, rbErr)
 	}
-	return &eventError{projection: p.Name(), ev: ev, err: err}
+	return &eventError{projection: string(p.Name()), ev: ev, err: err}
 }
 
 // errorText is an error as stored and shown: valid UTF-8 without NULs (the
@@ -203,12 +204,12 @@ func (r *Runner) Retry(ctx context.Context, p Projector) ([]RetryResult, error) 
 // retryStream retries one stream; nil when its quarantine was lifted
 // meanwhile (another retry, a rebuild).
 func (r *Runner) retryStream(ctx context.Context, p Projector, stream string) (*RetryResult, error) {
-	res := &RetryResult{Projection: p.Name(), Stream: stream}
+	res := &RetryResult{Projection: string(p.Name()), Stream: stream}
 	err := r.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(p.Name())); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pglock.Projection(string(p.Name())))); err != nil {
 			return err
 		}
-		st, err := r.checkpoint(ctx, tx, p.Name())
+		st, err := r.checkpoint(ctx, tx, string(p.Name()))
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pglock"
 )
 
 // Progress hears how far a rebuild has come: events applied so far.
@@ -26,19 +27,14 @@ type Progress func(applied int64)
 // into place together with the new checkpoint.
 func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) error {
 	// One rebuild of a projector at a time, across processes.
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	rebuildLock := lockKey("rebuild:" + p.Name())
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", rebuildLock); err != nil {
-		return err
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", rebuildLock)
+	return pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(string(p.Name())), pglock.Options{Wait: pglock.Block},
+		func(ctx context.Context, _ *pglock.Conn) error { return r.rebuild(ctx, p, progress) })
+}
 
-	shadow := pgx.Identifier{"projection_rebuild_" + strings.ReplaceAll(p.Name(), "-", "_")}.Sanitize()
-	t := target{checkpoint: "rebuild:" + p.Name(), version: p.Version(), skip: map[string]bool{}}
+// rebuild is Rebuild once it holds the projector's rebuild lock.
+func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) error {
+	shadow := pgx.Identifier{"projection_rebuild_" + strings.ReplaceAll(string(p.Name()), "-", "_")}.Sanitize()
+	t := target{checkpoint: "rebuild:" + string(p.Name()), version: p.Version(), skip: map[string]bool{}}
 	if _, err := r.pool.Exec(ctx, fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s", shadow, shadow)); err != nil {
 		return fmt.Errorf("rebuild %s: shadow schema: %w", p.Name(), err)
 	}
@@ -144,6 +140,7 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 	// one that gives way instead of a reader.
 	var swapped eventstore.Position
 	var held []Quarantine
+	var err error
 	isolate := false
 	for attempt := 1; ; attempt++ {
 		swapped, held, err = r.swap(ctx, p, shadow, pos, &applied, t, isolate)
@@ -274,7 +271,7 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 	// A copy: what this attempt quarantines counts only if it commits.
 	t.skip = maps.Clone(t.skip)
 	err := r.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(p.Name())); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pglock.Projection(string(p.Name())))); err != nil {
 			return err
 		}
 		var live []string
@@ -342,7 +339,7 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 		return pos, nil, err
 	}
 	for i := range held {
-		held[i].Projection = p.Name()
+		held[i].Projection = string(p.Name())
 	}
 	return pos, held, nil
 }

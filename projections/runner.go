@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pglock"
 )
 
 // Runner keeps projectors up to date with the event log.
@@ -26,7 +26,7 @@ type Runner struct {
 
 	mu    sync.Mutex
 	wake  []chan struct{}
-	known map[string]known // by projector name
+	known map[Name]known // by projector name
 }
 
 // NewRunner returns a runner for projectors. waiter, when not nil, hears of
@@ -39,7 +39,7 @@ func NewRunner(pool *pgxpool.Pool, store eventstore.Store, waiter *Waiter, log *
 func (r *Runner) Projectors() []Projector { return r.projectors }
 
 // Projector returns the projector called name, or nil.
-func (r *Runner) Projector(name string) Projector {
+func (r *Runner) Projector(name Name) Projector {
 	for _, p := range r.projectors {
 		if p.Name() == name {
 			return p
@@ -52,7 +52,7 @@ func (r *Runner) Projector(name string) Projector {
 // whose stored version is older than its code.
 func (r *Runner) Prepare(ctx context.Context) error {
 	for _, p := range r.projectors {
-		st, err := r.checkpoint(ctx, r.pool, p.Name())
+		st, err := r.checkpoint(ctx, r.pool, string(p.Name()))
 		if err != nil {
 			return err
 		}
@@ -117,7 +117,7 @@ func (r *Runner) Run(ctx context.Context) error {
 func (r *Runner) head(ctx context.Context) eventstore.Position {
 	var low *eventstore.Position
 	for _, p := range r.projectors {
-		st, err := r.checkpoint(ctx, r.pool, p.Name())
+		st, err := r.checkpoint(ctx, r.pool, string(p.Name()))
 		if err != nil {
 			return eventstore.Start
 		}
@@ -190,7 +190,7 @@ func (r *Runner) step(ctx context.Context, p Projector) (eventstore.Position, in
 		pos, n, err = r.stepTx(ctx, p, true)
 	}
 	if err != nil && ctx.Err() == nil {
-		r.recordFailure(p.Name(), err)
+		r.recordFailure(string(p.Name()), err)
 	}
 	return pos, n, err
 }
@@ -206,7 +206,7 @@ func (r *Runner) stepTx(ctx context.Context, p Projector, isolate bool) (eventst
 		return eventstore.Position{}, 0, err
 	}
 	clean := st.exists && !st.failing && len(st.quarantined) == 0
-	res, err := r.applyBatch(ctx, tx, p, st.pos, target{checkpoint: p.Name(), version: p.Version(), skip: st.quarantined}, isolate)
+	res, err := r.applyBatch(ctx, tx, p, st.pos, target{checkpoint: string(p.Name()), version: p.Version(), skip: st.quarantined}, isolate)
 	if err != nil {
 		return st.pos, 0, err
 	}
@@ -244,7 +244,7 @@ func (r *Runner) stepTx(ctx context.Context, p Projector, isolate bool) (eventst
 // snapshot is taken once the lock is held.
 func (r *Runner) lockCheckpoint(ctx context.Context, tx pgx.Tx, p Projector) (checkpointState, error) {
 	lock := &pgx.Batch{}
-	lock.Queue("SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)", lockKey(p.Name()))
+	lock.Queue("SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)", int64(pglock.Projection(string(p.Name()))))
 	lock.Queue(selectCheckpoint, p.Name())
 	var st checkpointState
 	br := tx.SendBatch(ctx, lock)
@@ -252,7 +252,7 @@ func (r *Runner) lockCheckpoint(ctx context.Context, tx pgx.Tx, p Projector) (ch
 		br.Close()
 		return st, err
 	}
-	err := st.read(br.QueryRow(), p.Name())
+	err := st.read(br.QueryRow(), string(p.Name()))
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -355,7 +355,7 @@ func project(ctx context.Context, tx pgx.Tx, p Projector, events []eventstore.Re
 			events = kept
 		}
 		if err := bp.ApplyBatch(events, b); err != nil {
-			return nil, &batchError{projection: p.Name(), err: err}
+			return nil, &batchError{projection: string(p.Name()), err: err}
 		}
 		return b, nil
 	}
@@ -371,7 +371,7 @@ func project(ctx context.Context, tx pgx.Tx, p Projector, events []eventstore.Re
 			err = p.Apply(ev, b)
 		}
 		if err != nil {
-			return nil, &eventError{projection: p.Name(), ev: ev, err: err}
+			return nil, &eventError{projection: string(p.Name()), ev: ev, err: err}
 		}
 	}
 	return b, nil
@@ -421,11 +421,4 @@ func (st *checkpointState) read(row pgx.Row, name string) error {
 		}
 	}
 	return nil
-}
-
-// lockKey is the advisory lock guarding one projector's writes.
-func lockKey(name string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("projection:" + name))
-	return int64(h.Sum64())
 }

@@ -28,9 +28,9 @@ type tally struct {
 	failOn  string // event type that makes Apply fail
 }
 
-func (tally) Name() string     { return "tally" }
-func (t tally) Version() int   { return t.version }
-func (tally) Tables() []string { return []string{"tally_total", "tally_seen"} }
+func (tally) Name() projections.Name { return "tally" }
+func (t tally) Version() int         { return t.version }
+func (tally) Tables() []string       { return []string{"tally_total", "tally_seen"} }
 func (tally) Schema() string {
 	return `CREATE TABLE IF NOT EXISTS tally_total (id int PRIMARY KEY, n bigint NOT NULL);
 		INSERT INTO tally_total VALUES (1, 0) ON CONFLICT DO NOTHING;
@@ -167,9 +167,9 @@ func TestProjectorErrorQuarantinesItsStream(t *testing.T) {
 // same as a TxProjector.
 type notes struct{ name string }
 
-func (n notes) Name() string     { return n.name }
-func (notes) Version() int       { return 1 }
-func (n notes) Tables() []string { return []string{n.name} }
+func (n notes) Name() projections.Name { return projections.Name(n.name) }
+func (notes) Version() int             { return 1 }
+func (n notes) Tables() []string       { return []string{n.name} }
 func (n notes) Schema() string {
 	return `CREATE TABLE IF NOT EXISTS ` + n.name + ` (event_id uuid PRIMARY KEY, stream text NOT NULL, revision bigint NOT NULL, note text NOT NULL)`
 }
@@ -231,7 +231,7 @@ func noted(t *testing.T, pool *pgxpool.Pool, table, stream string) []string {
 // that remains (a NUL) stays quarantined with the new error.
 func TestDataErrorQuarantinesItsStream(t *testing.T) {
 	for _, p := range []projections.Projector{notes{"notes"}, txnotes{notes{"txnotes"}}} {
-		t.Run(p.Name(), func(t *testing.T) {
+		t.Run(string(p.Name()), func(t *testing.T) {
 			pool, store := setup(t)
 			ctx := context.Background()
 			counter := tally{version: 1}
@@ -240,7 +240,7 @@ func TestDataErrorQuarantinesItsStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			// An operator-made cause, removable later.
-			if _, err := pool.Exec(ctx, "ALTER TABLE "+p.Name()+" ADD CONSTRAINT no_poison CHECK (note <> 'poison')"); err != nil {
+			if _, err := pool.Exec(ctx, "ALTER TABLE "+string(p.Name())+" ADD CONSTRAINT no_poison CHECK (note <> 'poison')"); err != nil {
 				t.Fatal(err)
 			}
 			note(t, store, "s-1", "a")
@@ -254,7 +254,7 @@ func TestDataErrorQuarantinesItsStream(t *testing.T) {
 				t.Fatalf("checkpoint %v, want %v", pos, last)
 			}
 			for stream, want := range map[string]string{"s-1": "a b", "s-2": "fine", "s-3": "", "s-4": "c"} {
-				if got := strings.Join(noted(t, pool, p.Name(), stream), " "); got != want {
+				if got := strings.Join(noted(t, pool, string(p.Name()), stream), " "); got != want {
 					t.Errorf("%s: notes %q, want %q", stream, got, want)
 				}
 			}
@@ -276,15 +276,15 @@ func TestDataErrorQuarantinesItsStream(t *testing.T) {
 			// Later events of a quarantined stream are skipped, others applied.
 			note(t, store, "s-2", "later")
 			catchUpTo(t, r, p, note(t, store, "s-1", "d"))
-			if got := strings.Join(noted(t, pool, p.Name(), "s-2"), " "); got != "fine" {
+			if got := strings.Join(noted(t, pool, string(p.Name()), "s-2"), " "); got != "fine" {
 				t.Fatalf("s-2 while quarantined: %q", got)
 			}
-			if got := strings.Join(noted(t, pool, p.Name(), "s-1"), " "); got != "a b d" {
+			if got := strings.Join(noted(t, pool, string(p.Name()), "s-1"), " "); got != "a b d" {
 				t.Fatalf("s-1: %q", got)
 			}
 
 			// The operator removes the cause and retries.
-			if _, err := pool.Exec(ctx, "ALTER TABLE "+p.Name()+" DROP CONSTRAINT no_poison"); err != nil {
+			if _, err := pool.Exec(ctx, "ALTER TABLE "+string(p.Name())+" DROP CONSTRAINT no_poison"); err != nil {
 				t.Fatal(err)
 			}
 			res, err := r.Retry(ctx, p)
@@ -295,7 +295,7 @@ func TestDataErrorQuarantinesItsStream(t *testing.T) {
 				res[1].Stream != "s-3" || !strings.Contains(res[1].Error, "0x00") {
 				t.Fatalf("retry: %+v", res)
 			}
-			if got := strings.Join(noted(t, pool, p.Name(), "s-2"), " "); got != "fine poison after later" {
+			if got := strings.Join(noted(t, pool, string(p.Name()), "s-2"), " "); got != "fine poison after later" {
 				t.Fatalf("s-2 after retry: %q", got)
 			}
 			st, _ = r.Status(ctx, 0)
@@ -304,7 +304,7 @@ func TestDataErrorQuarantinesItsStream(t *testing.T) {
 			}
 			// A lifted stream's new events apply as usual.
 			catchUpTo(t, r, p, note(t, store, "s-2", "newest"))
-			if got := strings.Join(noted(t, pool, p.Name(), "s-2"), " "); got != "fine poison after later newest" {
+			if got := strings.Join(noted(t, pool, string(p.Name()), "s-2"), " "); got != "fine poison after later newest" {
 				t.Fatalf("s-2 after retry and a new event: %q", got)
 			}
 		})
@@ -449,8 +449,8 @@ func TestRebuildWhileLive(t *testing.T) {
 		t.Fatalf("progress reported %d events", progressed)
 	}
 	last := <-appending
-	if !waiter.WaitFor(ctx, last, "tally") {
-		t.Fatal("live runner did not pass the last event after the swap")
+	if err := waiter.WaitFor(ctx, last, "tally"); err != nil {
+		t.Fatalf("live runner did not pass the last event after the swap: %v", err)
 	}
 	if total, seen := counts(t, pool); total != 3200 || seen != 3200 {
 		t.Fatalf("after rebuild: total %d seen %d, want 3200", total, seen)
@@ -469,13 +469,14 @@ func TestWaiterTimesOutWithoutRunner(t *testing.T) {
 	}
 	pos := appendN(t, store, "s-1", "Counted", 1)
 	w := projections.NewWaiter(pool, 200*time.Millisecond)
-	if w.WaitFor(context.Background(), pos, "tally") {
-		t.Fatal("waiter reported a position no projector reached")
+	var lag *projections.LagError
+	if err := w.WaitFor(context.Background(), pos, "tally"); !errors.As(err, &lag) || len(lag.Behind) != 1 || lag.Behind[0] != "tally" {
+		t.Fatalf("waiter on a position no projector reached: %v", err)
 	}
 	// Another process catching up is seen through the checkpoint table.
 	catchUpTo(t, r, tally{version: 1}, pos)
-	if !w.WaitFor(context.Background(), pos, "tally") {
-		t.Fatal("waiter missed a checkpoint written by another runner")
+	if err := w.WaitFor(context.Background(), pos, "tally"); err != nil {
+		t.Fatalf("waiter missed a checkpoint written by another runner: %v", err)
 	}
 }
 

@@ -37,7 +37,7 @@ type Failure struct {
 func (r *Runner) Status(ctx context.Context, lagCap int64) ([]Status, error) {
 	names := make([]string, len(r.projectors))
 	for i, p := range r.projectors {
-		names[i] = p.Name()
+		names[i] = string(p.Name())
 	}
 	byName := map[string]*Status{}
 	rows, err := r.pool.Query(ctx, `SELECT name, commit_position, prepare_position, schema_version, updated_at,

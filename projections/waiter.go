@@ -2,6 +2,7 @@ package projections
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -18,7 +19,7 @@ type Waiter struct {
 	timeout time.Duration
 
 	mu      sync.Mutex
-	known   map[string]eventstore.Position
+	known   map[Name]eventstore.Position
 	changed chan struct{} // closed and replaced on every advance
 
 	// One poll at a time serves every waiter: many concurrent writes must
@@ -33,10 +34,10 @@ const pollEvery = 25 * time.Millisecond
 
 // NewWaiter returns a waiter that gives up after timeout.
 func NewWaiter(pool *pgxpool.Pool, timeout time.Duration) *Waiter {
-	return &Waiter{pool: pool, timeout: timeout, known: map[string]eventstore.Position{}, changed: make(chan struct{})}
+	return &Waiter{pool: pool, timeout: timeout, known: map[Name]eventstore.Position{}, changed: make(chan struct{})}
 }
 
-func (w *Waiter) advanced(name string, pos eventstore.Position) {
+func (w *Waiter) advanced(name Name, pos eventstore.Position) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.known[name].Less(pos) {
@@ -47,38 +48,54 @@ func (w *Waiter) advanced(name string, pos eventstore.Position) {
 	w.changed = make(chan struct{})
 }
 
-// WaitFor blocks until every named projector has passed pos, or the timeout
-// or ctx ends. It reports whether they caught up; a write that times out has
-// still happened, so callers answer success either way.
-func (w *Waiter) WaitFor(ctx context.Context, pos eventstore.Position, names ...string) bool {
-	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+// LagError means read models had not caught up with a write when the
+// waiter's timeout ran out. The write has still happened.
+type LagError struct {
+	Behind  []Name // the projectors that had not
+	Timeout time.Duration
+}
+
+func (e *LagError) Error() string {
+	return fmt.Sprintf("read models %v did not show the write within %s", e.Behind, e.Timeout)
+}
+
+// WaitFor blocks until every named projector has passed pos. It returns a
+// *LagError when the waiter's timeout runs out first, and ctx's error when
+// ctx ends first.
+func (w *Waiter) WaitFor(ctx context.Context, pos eventstore.Position, names ...Name) error {
+	wctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	poll := time.NewTicker(pollEvery)
 	defer poll.Stop()
 	for {
 		w.mu.Lock()
-		done, changed := w.reached(pos, names), w.changed
+		behind, changed := w.behind(pos, names), w.changed
 		w.mu.Unlock()
-		if done {
-			return true
+		if len(behind) == 0 {
+			return nil
 		}
 		select {
-		case <-ctx.Done():
-			return false
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &LagError{Behind: behind, Timeout: w.timeout}
 		case <-changed:
 		case <-poll.C:
-			w.refresh(ctx)
+			w.refresh(wctx)
 		}
 	}
 }
 
-func (w *Waiter) reached(pos eventstore.Position, names []string) bool {
+// behind lists the named projectors that have not passed pos.
+func (w *Waiter) behind(pos eventstore.Position, names []Name) []Name {
+	var late []Name
 	for _, n := range names {
 		if w.known[n].Less(pos) {
-			return false
+			late = append(late, n)
 		}
 	}
-	return true
+	return late
 }
 
 // refresh reads checkpoints written by other processes, unless another
@@ -105,7 +122,7 @@ func (w *Waiter) refresh(ctx context.Context) {
 		var name string
 		var c, p int64
 		if rows.Scan(&name, &c, &p) == nil {
-			w.advanced(name, eventstore.Position{Commit: uint64(c), Prepare: uint64(p)})
+			w.advanced(Name(name), eventstore.Position{Commit: uint64(c), Prepare: uint64(p)})
 		}
 	}
 }

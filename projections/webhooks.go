@@ -21,7 +21,7 @@ import (
 // them. Skipped and expired ones are failed with their error.
 type Webhooks struct{}
 
-func (Webhooks) Name() string     { return "webhooks" }
+func (Webhooks) Name() Name       { return WebhooksName }
 func (Webhooks) Version() int     { return 2 }
 func (Webhooks) Tables() []string { return []string{"webhook_endpoints", "webhook_deliveries"} }
 

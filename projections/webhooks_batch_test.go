@@ -22,10 +22,10 @@ import (
 // hooksOneByOne is the webhooks projector without its ApplyBatch.
 type hooksOneByOne struct{ p projections.Webhooks }
 
-func (r hooksOneByOne) Name() string     { return r.p.Name() }
-func (r hooksOneByOne) Version() int     { return r.p.Version() }
-func (r hooksOneByOne) Tables() []string { return r.p.Tables() }
-func (r hooksOneByOne) Schema() string   { return r.p.Schema() }
+func (r hooksOneByOne) Name() projections.Name { return r.p.Name() }
+func (r hooksOneByOne) Version() int           { return r.p.Version() }
+func (r hooksOneByOne) Tables() []string       { return r.p.Tables() }
+func (r hooksOneByOne) Schema() string         { return r.p.Schema() }
 func (r hooksOneByOne) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	return r.p.Apply(ev, b)
 }

@@ -70,7 +70,7 @@ serving the live tables, which stay current, until the new ones are swapped in.`
 			}
 			for _, p := range targets {
 				bar := progressbar.NewOptions64(total,
-					progressbar.OptionSetDescription("rebuild "+p.Name()),
+					progressbar.OptionSetDescription("rebuild "+string(p.Name())),
 					progressbar.OptionSetWriter(cmd.ErrOrStderr()),
 					progressbar.OptionShowCount(),
 					progressbar.OptionShowIts(),
@@ -200,7 +200,7 @@ func chosen(a *app.App, args []string) ([]projections.Projector, error) {
 	if len(args) == 0 {
 		return a.Runner.Projectors(), nil
 	}
-	p := a.Runner.Projector(args[0])
+	p := a.Runner.Projector(projections.Name(args[0]))
 	if p == nil {
 		return nil, fmt.Errorf("no projection %q; see mailroom projections status", args[0])
 	}

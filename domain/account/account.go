@@ -72,8 +72,14 @@ func Events() []domain.Event {
 	return []domain.Event{&Created{}, &Suspended{}, &Reinstated{}, &TokenIssued{}, &TokenRevoked{}}
 }
 
+const streamPrefix = "account-"
+
 // Stream is the account's stream name.
-func Stream(id string) string { return "account-" + id }
+func Stream(id string) string { return streamPrefix + id }
+
+// IDFromStream is the id of the account whose stream is stream; ok is false
+// for a stream of anything else.
+func IDFromStream(stream string) (id string, ok bool) { return strings.CutPrefix(stream, streamPrefix) }
 
 // State is the account as its events left it.
 type State struct {

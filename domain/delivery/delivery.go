@@ -6,6 +6,7 @@ package delivery
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -24,8 +25,14 @@ const (
 // six retries over about 5 hours 12 minutes.
 var DefaultSchedule = []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute, 30 * time.Minute, 90 * time.Minute, 3 * time.Hour}
 
+const streamPrefix = "delivery-"
+
 // Stream is the delivery's stream name.
-func Stream(id string) string { return "delivery-" + id }
+func Stream(id string) string { return streamPrefix + id }
+
+// IDFromStream is the id of the delivery whose stream is stream; ok is false
+// for a stream of anything else.
+func IDFromStream(stream string) (id string, ok bool) { return strings.CutPrefix(stream, streamPrefix) }
 
 // Events.
 type (

@@ -6,6 +6,7 @@
 package email
 
 import (
+	"strings"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -61,8 +62,14 @@ type Addresses []string
 // measure of the attachment budget, inline or downloaded.
 func Base64Size(n int64) int64 { return (n + 2) / 3 * 4 }
 
+const streamPrefix = "email-"
+
 // Stream is the email's stream name.
-func Stream(id string) string { return "email-" + id }
+func Stream(id string) string { return streamPrefix + id }
+
+// IDFromStream is the id of the email whose stream is stream; ok is false
+// for a stream of anything else.
+func IDFromStream(stream string) (id string, ok bool) { return strings.CutPrefix(stream, streamPrefix) }
 
 // Events.
 type (

@@ -4,6 +4,7 @@
 package sendingdomain
 
 import (
+	"strings"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -52,8 +53,14 @@ type Key struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+const streamPrefix = "domain-"
+
 // Stream is the domain's stream name.
-func Stream(id string) string { return "domain-" + id }
+func Stream(id string) string { return streamPrefix + id }
+
+// IDFromStream is the id of the domain whose stream is stream; ok is false
+// for a stream of anything else.
+func IDFromStream(stream string) (id string, ok bool) { return strings.CutPrefix(stream, streamPrefix) }
 
 // Events.
 type (

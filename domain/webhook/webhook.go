@@ -11,10 +11,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/mailroom/mailroom/domain"
+	whsig "github.com/mailroom/mailroom/webhook"
 )
 
 // EventTypes lists every event an endpoint may subscribe to.
-var EventTypes = []string{"email.sent", "email.delivered", "email.opened", "email.clicked", "email.bounced", "email.complained", "email.failed"}
+var EventTypes = []string{whsig.TypeEmailSent, whsig.TypeEmailDelivered, whsig.TypeEmailOpened, whsig.TypeEmailClicked,
+	whsig.TypeEmailBounced, whsig.TypeEmailComplained, whsig.TypeEmailFailed}
 
 // Limits of an endpoint.
 const (

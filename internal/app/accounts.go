@@ -6,6 +6,7 @@ import (
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/processmanagers"
+	"github.com/mailroom/mailroom/projections"
 	"github.com/mailroom/mailroom/readapi"
 )
 
@@ -17,7 +18,7 @@ func (a *App) accountSuspended(ctx context.Context, accountID string) (bool, err
 // releaser releases held emails on reinstatement.
 func (a *App) releaser() *processmanagers.Releaser {
 	return &processmanagers.Releaser{
-		Commands: a.Commands, Settle: a.Waiter.WaitFor, AccountSuspended: a.accountSuspended,
+		Commands: a.Commands, Settle: a.settle, AccountSuspended: a.accountSuspended,
 		Held: func(ctx context.Context, accountID string) ([]string, error) {
 			return readapi.HeldEmails(ctx, a.Pool, accountID)
 		},
@@ -33,7 +34,7 @@ func (a *App) activeAPIKeys(ctx context.Context, accountID string) (int, error) 
 // know only the token's id. It brings the accounts projection up to date
 // first, so a token issued a moment ago is found.
 func (a *App) TokenAccount(ctx context.Context, tokenID string) (string, error) {
-	if _, err := a.Runner.CatchUp(ctx, a.Runner.Projector("accounts")); err != nil {
+	if _, err := a.Runner.CatchUp(ctx, a.Runner.Projector(projections.AccountsName)); err != nil {
 		return "", err
 	}
 	accountID, err := readapi.TokenAccount(ctx, a.Pool, tokenID)

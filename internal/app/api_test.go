@@ -10,6 +10,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/account"
+	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/config"
 )
@@ -326,7 +327,7 @@ func TestFirstRunBootstrap(t *testing.T) {
 		t.Fatalf("sandbox domain: %v", d)
 	}
 	// Its verification is an operator event in the history.
-	evs, err := s.Store.ReadStream(ctx, "domain-"+d["id"].(string), 0, 100)
+	evs, err := s.Store.ReadStream(ctx, sendingdomain.Stream(d["id"].(string)), 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,8 +65,9 @@ type App struct {
 	// identityCheck asks the provider about a domain's verification.
 	identityCheck commands.IdentityCheck
 	Sender        provider.Sender
-	keysGenerated func()   // counts DKIM keys made, for /metrics
-	dkimKeys      sync.Map // opened signing keys by domain id/selector
+	keysGenerated func()                 // counts DKIM keys made, for /metrics
+	readModelLate func(projections.Name) // counts read models found late, for /metrics
+	dkimKeys      sync.Map               // opened signing keys by domain id/selector
 	Blobs         blob.Store
 	Scanner       *scan.Scanner
 	Egress        egress.Policy
@@ -115,6 +116,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 	metrics.Registry().MustRegister(newProjectionCollector(a.Runner), newStuckCollector(pool))
 	a.Outcomes = processmanagers.NewOutcomes(metrics.Registry())
 	a.keysGenerated = newKeyCounter(metrics.Registry())
+	a.readModelLate = newLateCounter(metrics.Registry())
 	if err := a.open(ctx); err != nil {
 		a.Close()
 		return nil, err
@@ -165,7 +167,7 @@ func (a *App) open(ctx context.Context) error {
 	default:
 		return fmt.Errorf("provider: %q is not one of sandbox, ses, smtp", cfg.Provider)
 	}
-	a.Commands = a.newCommands(a.Waiter.WaitFor)
+	a.Commands = a.newCommands(a.settle)
 	return a.Runner.Prepare(ctx)
 }
 
@@ -413,7 +415,7 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 }
 
 func (a *App) inlineCommands() *commands.Service {
-	return a.newCommands(func(ctx context.Context, pos eventstore.Position, names ...string) bool {
+	return a.newCommands(func(ctx context.Context, pos eventstore.Position, names ...projections.Name) error {
 		// An event becomes readable only once older transactions end, so
 		// catch up until the projection has really passed pos.
 		deadline := time.Now().Add(a.Config.ConsistencyTimeout)
@@ -426,18 +428,18 @@ func (a *App) inlineCommands() *commands.Service {
 				at, err := a.Runner.CatchUp(ctx, p)
 				if err != nil {
 					a.Log.Warn("projection catch-up", "projection", n, "err", err)
-					return false
+					return err
 				}
 				if !at.Less(pos) {
 					break
 				}
 				if time.Now().After(deadline) {
-					return false
+					return &projections.LagError{Behind: []projections.Name{n}, Timeout: a.Config.ConsistencyTimeout}
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
 		}
-		return true
+		return nil
 	})
 }
 

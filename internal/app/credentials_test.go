@@ -16,6 +16,7 @@ import (
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/apikey"
+	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/config"
@@ -362,7 +363,7 @@ func TestSuspendedAccountIsStopped(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var n int
-		if err := s.Pool.QueryRow(ctx, "SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'EmailHeld'", "email-"+held).Scan(&n); err != nil {
+		if err := s.Pool.QueryRow(ctx, "SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'EmailHeld'", email.Stream(held)).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n == 1 {
@@ -480,7 +481,7 @@ func TestHoldAfterReinstatementIsReleased(t *testing.T) {
 		var passed bool
 		err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processmanager_checkpoints c, events e
 			WHERE c.name = 'email-release' AND e.stream_id = $1 AND e.event_type = 'AccountReinstated'
-			AND (c.commit_position, c.prepare_position) >= (e.transaction_id::text::bigint, e.seq))`, "account-"+acct).Scan(&passed)
+			AND (c.commit_position, c.prepare_position) >= (e.transaction_id::text::bigint, e.seq))`, account.Stream(acct)).Scan(&passed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -506,7 +507,7 @@ func TestHoldAfterReinstatementIsReleased(t *testing.T) {
 		t.Fatalf("timeline %s", got)
 	}
 	var released int
-	if err := s.Pool.QueryRow(ctx, "SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'EmailReleased'", "email-"+id).Scan(&released); err != nil || released != 1 {
+	if err := s.Pool.QueryRow(ctx, "SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'EmailReleased'", email.Stream(id)).Scan(&released); err != nil || released != 1 {
 		t.Fatalf("EmailReleased recorded %d times (%v)", released, err)
 	}
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/views"
 	"github.com/mailroom/mailroom/readapi"
 )
@@ -31,9 +33,6 @@ type DomainPoller struct {
 	Log      *slog.Logger
 }
 
-// pollLock makes one instance poll at a time.
-const pollLock = 7261002
-
 // Run ticks until ctx ends.
 func (p *DomainPoller) Run(ctx context.Context) error {
 	t := time.NewTicker(p.Interval)
@@ -53,20 +52,18 @@ func (p *DomainPoller) Run(ctx context.Context) error {
 // Tick runs one pass over the domains that have something pending, unless
 // another instance is running one: then it reports that it did not run.
 func (p *DomainPoller) Tick(ctx context.Context) (ran bool, err error) {
-	conn, err := p.Pool.Acquire(ctx)
-	if err != nil {
-		return false, err
+	err = pglock.Hold(ctx, p.Pool.Config().ConnConfig, pglock.DomainPoll, pglock.Options{Wait: pglock.Try}, p.poll)
+	if errors.Is(err, pglock.ErrHeld) {
+		return false, nil
 	}
-	defer conn.Release()
-	var mine bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pollLock).Scan(&mine); err != nil || !mine {
-		return false, err
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", pollLock)
+	return err == nil, err
+}
 
-	work, err := readapi.DomainsToPoll(ctx, conn)
+// poll runs one pass; the caller holds the poll lock.
+func (p *DomainPoller) poll(ctx context.Context, _ *pglock.Conn) error {
+	work, err := readapi.DomainsToPoll(ctx, p.Pool)
 	if err != nil {
-		return false, err
+		return err
 	}
 
 	meta := commands.Meta{Actor: "system:domain-poller"}
@@ -86,5 +83,5 @@ func (p *DomainPoller) Tick(ctx context.Context) (ran bool, err error) {
 			p.Log.Warn("domain poll", "domain_id", d.ID, "err", err)
 		}
 	}
-	return true, nil
+	return nil
 }

@@ -66,7 +66,7 @@ func (a *App) pipeline() *processmanagers.Pipeline {
 	p := &processmanagers.Pipeline{
 		Commands: a.Commands, Blobs: a.Blobs, Scanner: a.Scanner, Egress: a.Egress, Sender: a.Sender,
 		Checks:   a.emailChecks,
-		Settle:   a.Waiter.WaitFor,
+		Settle:   a.settle,
 		MaxAge:   a.Config.SendMaxAge,
 		Download: 30 * time.Second,
 		Now:      a.clock,

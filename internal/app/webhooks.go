@@ -17,7 +17,7 @@ func (a *App) webhooks() *processmanagers.Webhooks {
 	return &processmanagers.Webhooks{
 		Pool: a.Pool, Commands: a.Commands, Box: a.Box,
 		Client:   a.Egress.Client(10 * time.Second),
-		Settle:   a.Waiter.WaitFor,
+		Settle:   a.settle,
 		Schedule: schedule, Now: a.clock, Log: a.Log,
 		PerAccount: a.Config.WebhookAccountConcurrency,
 		// An endpoint gets at most half its account's share (and 16), so

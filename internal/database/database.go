@@ -22,6 +22,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/internal/pglock"
 )
 
 //go:embed migrations/*.sql
@@ -125,16 +126,12 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 func migrate(ctx context.Context, db *sql.DB, pool *pgxpool.Pool) error {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(7261001)"); err != nil {
-		return err
-	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(7261001)")
+	return pglock.Hold(ctx, pool.Config().ConnConfig, pglock.Migrations, pglock.Options{Wait: pglock.Block},
+		func(ctx context.Context, _ *pglock.Conn) error { return up(ctx, db, pool) })
+}
 
+// up applies the pending migrations; the caller holds the migration lock.
+func up(ctx context.Context, db *sql.DB, pool *pgxpool.Pool) error {
 	provider, err := goose.NewProvider(goose.DialectPostgres, db, mustSub(migrations, "migrations"))
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)

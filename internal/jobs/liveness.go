@@ -5,13 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailroom/mailroom/internal/pglock"
 )
 
 // River rescues a job left running by a dead process only after
@@ -27,12 +28,6 @@ func NewClientID() string {
 	b := make([]byte, 8)
 	rand.Read(b)
 	return "mailroom-" + hex.EncodeToString(b)
-}
-
-func livenessKey(clientID string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("river-client:" + clientID))
-	return int64(h.Sum64())
 }
 
 // rescueEvery is how often a process looks for dead processes' jobs.
@@ -54,39 +49,24 @@ func KeepAlive(ctx context.Context, pool *pgxpool.Pool, clientID string, log *sl
 }
 
 func keepAlive(ctx context.Context, pool *pgxpool.Pool, clientID string, log *slog.Logger, markHeld func()) error {
-	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
-		defer cancel()
-		conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", livenessKey(clientID)); err != nil {
-		return err
-	}
-	markHeld()
-	tick := time.NewTicker(rescueEvery)
-	defer tick.Stop()
-	for {
-		if n, err := RescueDead(ctx, pool, clientID); err != nil {
-			log.Warn("job queue: looking for dead workers' jobs failed", "err", err)
-		} else if n > 0 {
-			log.Warn("job queue: handed back jobs of a stopped worker process", "jobs", n)
+	opts := pglock.Options{Wait: pglock.Block, Every: rescueEvery}
+	return pglock.Hold(ctx, pool.Config().ConnConfig, pglock.RiverClient(clientID), opts, func(ctx context.Context, _ *pglock.Conn) error {
+		markHeld()
+		tick := time.NewTicker(rescueEvery)
+		defer tick.Stop()
+		for {
+			if n, err := RescueDead(ctx, pool, clientID); err != nil {
+				log.Warn("job queue: looking for dead workers' jobs failed", "err", err)
+			} else if n > 0 {
+				log.Warn("job queue: handed back jobs of a stopped worker process", "jobs", n)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, queryTimeout)
-		err := conn.Ping(pctx)
-		cancel()
-		if err != nil {
-			return err
-		}
-	}
+	})
 }
 
 // RescueDead makes the running jobs of clients other than self whose
@@ -126,7 +106,7 @@ func rescueIfDead(ctx context.Context, pool *pgxpool.Pool, c string) (int, error
 	moved := 0
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var free bool
-		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", livenessKey(c)).Scan(&free); err != nil || !free {
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", int64(pglock.RiverClient(c))).Scan(&free); err != nil || !free {
 			return err
 		}
 		tag, err := tx.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pglock"
 )
 
 // Plan turns one event into the jobs it calls for (none for most events).
@@ -99,18 +99,24 @@ func (r *Reader) Run(ctx context.Context) error {
 
 // session is one lock tenure. It reports whether a batch was committed.
 func (r *Reader) session(ctx context.Context) (bool, error) {
-	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig)
-	if err != nil {
-		return false, fmt.Errorf("lock connection: %w", err)
+	progressed := false
+	opts := pglock.Options{Every: r.LockPoll, Standby: func() {
+		r.log.Info("job reader is active in another process; standing by")
+	}}
+	err := pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.ProcessManager(r.name), opts, func(ctx context.Context, _ *pglock.Conn) error {
+		var err error
+		progressed, err = r.read(ctx)
+		return err
+	})
+	if ctx.Err() != nil {
+		return progressed, nil
 	}
-	defer func() { // closing the session releases the lock
-		cctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
-		defer cancel()
-		conn.Close(cctx)
-	}()
-	if err := r.acquire(ctx, conn); err != nil {
-		return false, err
-	}
+	return progressed, err
+}
+
+// read plans batches from the checkpoint while ctx, the lock's tenure,
+// lasts. It reports whether a batch was committed.
+func (r *Reader) read(ctx context.Context) (bool, error) {
 	cp, err := r.load(ctx)
 	if err != nil {
 		return false, err
@@ -143,21 +149,11 @@ func (r *Reader) session(ctx context.Context) (bool, error) {
 	}()
 
 	progressed := false
-	tick := time.NewTicker(r.LockPoll)
-	defer tick.Stop()
 	batch := make([]eventstore.RecordedEvent, 0, r.BatchSize)
 	for {
 		select {
 		case <-ctx.Done():
 			return progressed, nil
-		case <-tick.C:
-			pctx, pcancel := context.WithTimeout(ctx, queryTimeout)
-			err := conn.Ping(pctx)
-			pcancel()
-			if err != nil {
-				return progressed, fmt.Errorf("lock connection: %w", err)
-			}
-			continue
 		case ev, ok := <-events:
 			if !ok {
 				if ctx.Err() != nil {
@@ -184,33 +180,6 @@ func (r *Reader) session(ctx context.Context) (bool, error) {
 			return progressed, err
 		}
 		progressed = true
-	}
-}
-
-// acquire polls for the reader's advisory lock until it holds it.
-func (r *Reader) acquire(ctx context.Context, conn *pgx.Conn) error {
-	waiting := false
-	for {
-		var ok bool
-		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
-		err := conn.QueryRow(qctx, "SELECT pg_try_advisory_lock($1)", LockKey(r.name)).Scan(&ok)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("advisory lock: %w", err)
-		}
-		if ok {
-			return nil
-		}
-		if !waiting {
-			r.log.Info("job reader is active in another process; standing by")
-			waiting = true
-		}
-		if !sleep(ctx, r.LockPoll) {
-			return ctx.Err()
-		}
 	}
 }
 
@@ -342,14 +311,6 @@ func (r *Reader) commit(ctx context.Context, cp *checkpoint, batch []eventstore.
 	}
 	cp.pos, cp.saved = next, true
 	return nil
-}
-
-// LockKey is the session advisory lock of the reader called name; it is
-// the key the older per-handler subscribers used for the same name.
-func LockKey(name string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("processmanager:" + name))
-	return int64(h.Sum64())
 }
 
 // sleep waits d or until ctx ends; it reports whether d elapsed.

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pglock"
 )
 
 // head is a stream's last revision and the hash of its last event, as this
@@ -81,7 +82,7 @@ func (s *Store) appendAtHead(ctx context.Context, p eventstore.StreamAppend, h h
 	defer conn.Release()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	b.Queue("SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(lockClass), p.Stream)
+	b.Queue("SELECT pg_advisory_xact_lock($1, hashtext($2))", pglock.StreamClass, p.Stream)
 	b.Queue(`WITH moved AS (
 			UPDATE streams SET last_revision = $9, last_hash = $10
 			WHERE stream_id = $2 AND last_revision = $11 AND last_hash = $12

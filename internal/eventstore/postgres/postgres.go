@@ -30,15 +30,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pglock"
 )
 
 const (
 	// notifyChannel wakes live subscriptions when an append commits.
 	notifyChannel = "mailroom_events"
-	// lockClass is the first key of the per-stream advisory lock; the second
-	// is hashtext(stream). Two-key advisory locks do not collide with
-	// single-bigint ones (such as the migration lock).
-	lockClass = 0x6d726576 // "mrev"
 	// defaultPollInterval bounds how late a subscriber sees an event that
 	// became readable because an unrelated older transaction ended (no
 	// notification is sent for that).
@@ -405,7 +402,7 @@ func appendTx(ctx context.Context, tx batchSender, parts []eventstore.StreamAppe
 		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	}
 	for _, st := range locks {
-		b.Queue("SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(lockClass), st)
+		b.Queue("SELECT pg_advisory_xact_lock($1, hashtext($2))", pglock.StreamClass, st)
 	}
 	type streamHead struct {
 		last int64

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/contract"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -162,7 +163,7 @@ func testLocksFirst(t *testing.T, exp eventstore.ExpectedVersion) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(lockClass), "email-1"); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", pglock.StreamClass, "email-1"); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

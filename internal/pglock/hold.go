@@ -1,0 +1,201 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Wait says what Hold does while another session holds the lock.
+type Wait int
+
+const (
+	// Poll tries the lock again every Options.Every until it is free.
+	Poll Wait = iota
+	// Block queues for the lock.
+	Block
+	// Try gives up at once, with ErrHeld.
+	Try
+)
+
+var (
+	// ErrHeld means another session holds the lock (Try only).
+	ErrHeld = errors.New("advisory lock held by another session")
+	// ErrLost means the lock's connection failed while it was held, so
+	// the lock may be gone.
+	ErrLost = errors.New("advisory lock connection failed")
+)
+
+// Options tune Hold.
+type Options struct {
+	Wait Wait
+	// Every is how often Poll tries the lock again, and how often the
+	// connection of a held lock is checked; one second when zero.
+	Every time.Duration
+	// Standby, when set, is called the first time Poll finds the lock
+	// held elsewhere.
+	Standby func()
+}
+
+// statementTimeout bounds each statement of Hold's own. A check that
+// times out counts as a lost connection.
+const statementTimeout = 5 * time.Second
+
+// Conn is the connection holding a lock. Its statements take turns with
+// the lock's checks.
+type Conn struct {
+	mu   sync.Mutex
+	conn *pgx.Conn
+}
+
+// Do runs f on the connection.
+func (c *Conn) Do(f func(conn *pgx.Conn) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return f(c.conn)
+}
+
+func (c *Conn) ping() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Not bound to the tenure: a check cut short would close the
+	// connection a holder may still use to finish.
+	ctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
+	defer cancel()
+	return c.conn.Ping(ctx)
+}
+
+// Hold takes key on a connection of its own, opened from cfg, waiting as
+// o.Wait says, and runs f while it holds it. f's context ends when ctx does
+// or, with a cause wrapping ErrLost, when the connection fails a check.
+// Closing the connection at the end releases the lock.
+//
+// Hold returns f's error; or, when the connection was lost and f reports
+// nothing else, that cause; or why it never held the lock (ErrHeld, a
+// connection failure, ctx's error).
+func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(ctx context.Context, conn *Conn) error) error {
+	if o.Every <= 0 {
+		o.Every = time.Second
+	}
+	pc, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("lock connection: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
+		defer cancel()
+		pc.Close(cctx)
+	}()
+	if err := acquire(ctx, pc, key, o); err != nil {
+		return err
+	}
+	conn := &Conn{conn: pc}
+	lctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watch(lctx, conn, o.Every, stop)
+	}()
+	err = f(lctx, conn)
+	stop(nil)
+	<-watched
+	if cause := context.Cause(lctx); errors.Is(cause, ErrLost) && (err == nil || errors.Is(err, context.Canceled)) {
+		return cause
+	}
+	return err
+}
+
+// acquire takes key on conn as o.Wait says.
+func acquire(ctx context.Context, conn *pgx.Conn, key Key, o Options) error {
+	if o.Wait == Block {
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(key)); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("advisory lock: %w", err)
+		}
+		return nil
+	}
+	standby := false
+	for {
+		var ok bool
+		qctx, cancel := context.WithTimeout(ctx, statementTimeout)
+		err := conn.QueryRow(qctx, "SELECT pg_try_advisory_lock($1)", int64(key)).Scan(&ok)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("advisory lock: %w", err)
+		}
+		if ok {
+			return nil
+		}
+		if o.Wait == Try {
+			return ErrHeld
+		}
+		if !standby && o.Standby != nil {
+			o.Standby()
+		}
+		standby = true
+		if !sleep(ctx, o.Every) {
+			return ctx.Err()
+		}
+	}
+}
+
+// watch checks conn every so often until ctx ends, and ends the tenure
+// when a check fails: losing the connection loses the lock.
+func watch(ctx context.Context, conn *Conn, every time.Duration, stop context.CancelCauseFunc) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := conn.ping(); err != nil {
+			if ctx.Err() == nil {
+				stop(fmt.Errorf("%w: %w", ErrLost, err))
+			}
+			return
+		}
+	}
+}
+
+// Lead runs run whenever this process holds key, until ctx ends: it waits
+// for the lock, runs run while it holds it, and after losing it waits a
+// second and waits for it again. Failures are logged as the worker name's.
+func Lead(ctx context.Context, cfg *pgx.ConnConfig, key Key, log *slog.Logger, name string, run func(ctx context.Context)) {
+	for {
+		err := Hold(ctx, cfg, key, Options{}, func(ctx context.Context, _ *Conn) error {
+			run(ctx)
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			log.Warn("exclusive worker", "worker", name, "err", err)
+		}
+		if !sleep(ctx, time.Second) {
+			return
+		}
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

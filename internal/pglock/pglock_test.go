@@ -1,0 +1,158 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailroom/mailroom/internal/pglock"
+	"github.com/mailroom/mailroom/internal/pgtest"
+)
+
+// TestKeysKeepTheirValues pins every lock id: processes of an older release
+// running side by side take the same ones.
+func TestKeysKeepTheirValues(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		got  pglock.Key
+		want int64
+	}{
+		{"migrations", pglock.Migrations, 7261001},
+		{"domain poll", pglock.DomainPoll, 7261002},
+		{"webhook sweep", pglock.WebhookSweep, 7261003},
+		{"ses feedback", pglock.SESFeedback, 7261004},
+		{"process manager email-pipeline", pglock.ProcessManager("email-pipeline"), 2008873620028063588},
+		{"process manager webhooks", pglock.ProcessManager("webhooks"), -8704130075819862885},
+		{"projection accounts", pglock.Projection("accounts"), -300307550864010106},
+		{"projection api_keys", pglock.Projection("api_keys"), -5411726805269966481},
+		{"projection domains", pglock.Projection("domains"), -1547614041479709709},
+		{"projection emails", pglock.Projection("emails"), -4589650954094787157},
+		{"projection webhooks", pglock.Projection("webhooks"), -1557074857343720964},
+		{"rebuild accounts", pglock.Rebuild("accounts"), 3953687162528920721},
+		{"rebuild api_keys", pglock.Rebuild("api_keys"), 1385128298079032224},
+		{"rebuild domains", pglock.Rebuild("domains"), 5172660843728846594},
+		{"rebuild emails", pglock.Rebuild("emails"), -2566320350853794600},
+		{"rebuild webhooks", pglock.Rebuild("webhooks"), 792730151204542787},
+		{"river client", pglock.RiverClient("mailroom-0123456789abcdef"), 6804231273687833918},
+		{"stream class", pglock.Key(pglock.StreamClass), 0x6d726576},
+	} {
+		if int64(c.got) != c.want {
+			t.Errorf("%s: key %d, want %d", c.name, c.got, c.want)
+		}
+	}
+}
+
+func connConfig(t *testing.T) *pgx.ConnConfig {
+	cfg, err := pgx.ParseConfig(pgtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// holding holds key in the background until the returned stop is called.
+func holding(t *testing.T, cfg *pgx.ConnConfig, key pglock.Key) (pid uint32, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	held := make(chan uint32)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pglock.Hold(ctx, cfg, key, pglock.Options{Wait: pglock.Block}, func(ctx context.Context, c *pglock.Conn) error {
+			c.Do(func(conn *pgx.Conn) error {
+				held <- conn.PgConn().PID()
+				return nil
+			})
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	select {
+	case pid = <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("lock not taken")
+	}
+	return pid, func() { cancel(); <-done }
+}
+
+func TestTryGivesUpWhileHeldElsewhere(t *testing.T) {
+	cfg := connConfig(t)
+	_, stop := holding(t, cfg, 42)
+	ran := false
+	err := pglock.Hold(context.Background(), cfg, 42, pglock.Options{Wait: pglock.Try}, func(context.Context, *pglock.Conn) error {
+		ran = true
+		return nil
+	})
+	if !errors.Is(err, pglock.ErrHeld) || ran {
+		t.Fatalf("Try while held: err %v, ran %v", err, ran)
+	}
+	stop()
+	if err := pglock.Hold(context.Background(), cfg, 42, pglock.Options{Wait: pglock.Try}, func(context.Context, *pglock.Conn) error {
+		ran = true
+		return nil
+	}); err != nil || !ran {
+		t.Fatalf("Try once free: err %v, ran %v", err, ran)
+	}
+}
+
+func TestPollWaitsForTheHolderToLeave(t *testing.T) {
+	cfg := connConfig(t)
+	_, stop := holding(t, cfg, 43)
+	standby := make(chan struct{})
+	result := make(chan error)
+	go func() {
+		result <- pglock.Hold(context.Background(), cfg, 43, pglock.Options{Every: 20 * time.Millisecond, Standby: func() { close(standby) }},
+			func(context.Context, *pglock.Conn) error { return nil })
+	}()
+	<-standby
+	select {
+	case err := <-result:
+		t.Fatalf("ran while held elsewhere (err %v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	stop()
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("did not take the freed lock")
+	}
+}
+
+func TestLosingTheConnectionEndsTheTenure(t *testing.T) {
+	cfg := connConfig(t)
+	pids := make(chan uint32, 1)
+	result := make(chan error)
+	go func() {
+		result <- pglock.Hold(context.Background(), cfg, 44, pglock.Options{Every: 20 * time.Millisecond}, func(ctx context.Context, c *pglock.Conn) error {
+			c.Do(func(conn *pgx.Conn) error {
+				pids <- conn.PgConn().PID()
+				return nil
+			})
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	}()
+	pid := <-pids
+	admin, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	if _, err := admin.Exec(context.Background(), "SELECT pg_terminate_backend($1)", int64(pid)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-result:
+		if !errors.Is(err, pglock.ErrLost) {
+			t.Fatalf("got %v, want ErrLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("tenure went on without its connection")
+	}
+}
