@@ -16,8 +16,8 @@ import (
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/mailmsg"
+	"github.com/mailroom/mailroom/internal/outcomes"
 	"github.com/mailroom/mailroom/internal/provider"
-	"github.com/mailroom/mailroom/internal/provider/sandbox"
 	"github.com/mailroom/mailroom/internal/scan"
 	"github.com/mailroom/mailroom/projections"
 )
@@ -46,7 +46,7 @@ type Pipeline struct {
 	// Feedback, when set, gives the provider's feedback at the moment of
 	// sending (the sandbox's simulator); it is recorded with EmailSent.
 	Feedback func(st email.State, at time.Time) []domain.Event
-	Outcomes *Outcomes // may be nil
+	Outcomes *outcomes.Recorder // may be nil
 	// Log receives what failure details keep from customers: provider
 	// answers, rendering and download errors.
 	Log *slog.Logger
@@ -89,7 +89,7 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	// Late read models do not hold the email up: the checks go by what
 	// they show.
 	_ = p.Settle(ctx, pos, projections.AccountsName, projections.DomainsName, projections.EmailsName)
-	checks, err := p.Checks(ctx, q.AccountID, domainOf(q.FromEmail), addresses(st.Recipients()))
+	checks, err := p.Checks(ctx, q.AccountID, domainOf(q.FromEmail), mailmsg.Addresses(st.Recipients()))
 	if err != nil {
 		return Transient(err)
 	}
@@ -244,7 +244,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		p.logFailure(q.EmailID, "rendering failed", err)
 		return p.fail(ctx, q.EmailID, email.ReasonRenderingFailed, "the message could not be built from the email's fields")
 	}
-	recipients := addresses(st.Recipients())
+	recipients := mailmsg.Addresses(st.Recipients())
 	var key *provider.DKIMKey
 	if p.SigningKey != nil {
 		if key, err = p.SigningKey(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
@@ -258,10 +258,10 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 	switch {
 	case provider.IsThrottled(err):
 		// Slowing down is not failing: no age limit, no provider_unavailable.
-		p.Outcomes.send("throttled", nil, p.Now())
+		p.Outcomes.Send("throttled", nil, p.Now())
 		return err
 	case errors.As(err, &rejected):
-		p.Outcomes.send("failed", err, p.Now())
+		p.Outcomes.Send("failed", err, p.Now())
 		p.logFailure(q.EmailID, "provider rejected the message", err)
 		detail := "the provider rejected the message"
 		if rejected.Code != "" {
@@ -269,15 +269,15 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		}
 		return p.fail(ctx, q.EmailID, email.ReasonProviderRejected, detail)
 	case err != nil && p.Now().Sub(q.QueuedAt) > p.MaxAge:
-		p.Outcomes.send("failed", err, p.Now())
+		p.Outcomes.Send("failed", err, p.Now())
 		p.logFailure(q.EmailID, "provider unavailable", err)
 		return p.fail(ctx, q.EmailID, email.ReasonProviderUnavailable,
 			fmt.Sprintf("the provider did not accept the message within %s", p.MaxAge))
 	case err != nil:
-		p.Outcomes.send("retrying", err, p.Now())
+		p.Outcomes.Send("retrying", err, p.Now())
 		return Transient(err)
 	}
-	p.Outcomes.send("sent", nil, p.Now())
+	p.Outcomes.Send("sent", nil, p.Now())
 	if err := p.Commands.RecordEmailSentAt(ctx, st, ver, atts, msgID, p.Feedback, pipelineMeta); err != nil {
 		return Transient(err)
 	}
@@ -337,60 +337,6 @@ func (p *Pipeline) render(ctx context.Context, st email.State, atts []email.Atta
 		m.Attachments = append(m.Attachments, mailmsg.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: a.ContentID, Content: b})
 	}
 	return mailmsg.Build(m)
-}
-
-// SandboxFeedback plays the SES mailbox simulator: the delivery, bounce or
-// complaint each recipient calls for, recorded with EmailSent. Feedback ids
-// are derived from the email, so nothing is recorded twice.
-func SandboxFeedback(st email.State, at time.Time) []domain.Event {
-	id := st.Queued.EmailID
-	var delivered, complained []string
-	bounces := map[[2]string][]string{}
-	var kinds [][2]string
-	for _, r := range addresses(st.Recipients()) {
-		o := sandbox.Simulate(r)
-		if o.Delivered {
-			delivered = append(delivered, r)
-		}
-		if o.Complained {
-			complained = append(complained, r)
-		}
-		if o.Bounced {
-			k := [2]string{o.BounceType, o.BounceSubtype}
-			if _, seen := bounces[k]; !seen {
-				kinds = append(kinds, k)
-			}
-			bounces[k] = append(bounces[k], r)
-		}
-	}
-	var fb []domain.Event
-	if len(delivered) > 0 {
-		fb = append(fb, &email.Delivered{EmailID: id, FeedbackID: "sandbox-delivery-" + id, Recipients: delivered, OccurredAt: at.Add(time.Millisecond)})
-	}
-	for _, k := range kinds {
-		fb = append(fb, &email.Bounced{EmailID: id, FeedbackID: "sandbox-bounce-" + k[1] + "-" + id, BounceType: k[0], BounceSubtype: k[1], Recipients: bounces[k], OccurredAt: at.Add(time.Millisecond)})
-	}
-	if len(complained) > 0 {
-		fb = append(fb, &email.Complained{EmailID: id, FeedbackID: "sandbox-complaint-" + id, FeedbackType: "abuse", Recipients: complained, OccurredAt: at.Add(2 * time.Millisecond)})
-	}
-	return fb
-}
-
-// RelayFeedback is the feedback of an SMTP relay: accepted means delivered.
-func RelayFeedback(st email.State, at time.Time) []domain.Event {
-	id := st.Queued.EmailID
-	return []domain.Event{&email.Delivered{EmailID: id, FeedbackID: "relay-delivery-" + id, Recipients: addresses(st.Recipients()), OccurredAt: at.Add(time.Millisecond)}}
-}
-
-// addresses reduces recipients to their lower-case addresses.
-func addresses(list []string) []string {
-	out := make([]string, 0, len(list))
-	for _, s := range list {
-		if a, err := mailmsg.ParseAddress(s); err == nil {
-			out = append(out, strings.ToLower(a.Email))
-		}
-	}
-	return out
 }
 
 func domainOf(addr string) string {

@@ -74,7 +74,7 @@ func newPipelineRig(t *testing.T) *pipelineRig {
 		Settle:   func(context.Context, eventstore.Position, ...projections.Name) error { return nil },
 		MaxAge:   time.Hour,
 		Now:      now,
-		Feedback: processmanagers.SandboxFeedback,
+		Feedback: sandbox.Feedback,
 	}
 	return r
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/internal/outcomes"
 	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	"github.com/mailroom/mailroom/projections"
@@ -74,8 +75,8 @@ type Webhooks struct {
 	PerAccount  int // attempts of one account in flight in this process
 	PerEndpoint int // of one endpoint: below PerAccount, so a slow endpoint leaves room for the account's others
 	UserAgent   string
-	Outcomes    *Outcomes     // may be nil
-	Sweep       time.Duration // between sweeps of the read model
+	Outcomes    *outcomes.Recorder // may be nil
+	Sweep       time.Duration      // between sweeps of the read model
 
 	planMu sync.Mutex
 	queued map[string]queuedEmail // the emails Plan saw queued, by id
@@ -574,7 +575,7 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	if err != nil {
 		return err
 	}
-	w.Outcomes.attempt(o.Succeeded())
+	w.Outcomes.Attempt(o.Succeeded())
 	final, err := w.Commands.RecordAttempt(ctx, st, expected, o, w.Schedule, rand.Float64()*2-1, ep.Clean, dispatchMeta)
 	if err != nil {
 		return err

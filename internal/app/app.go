@@ -36,10 +36,8 @@ import (
 	"github.com/mailroom/mailroom/internal/httpapi"
 	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/internal/outcomes"
 	"github.com/mailroom/mailroom/internal/provider"
-	"github.com/mailroom/mailroom/internal/provider/sandbox"
-	"github.com/mailroom/mailroom/internal/provider/ses"
-	"github.com/mailroom/mailroom/internal/provider/smtp"
 	"github.com/mailroom/mailroom/internal/scan"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	"github.com/mailroom/mailroom/processmanagers"
@@ -49,21 +47,19 @@ import (
 
 // App is a running Mailroom's parts.
 type App struct {
-	Config     config.Config
-	Log        *slog.Logger
-	Pool       *pgxpool.Pool
-	Store      eventstore.Store
-	Runner     *projections.Runner
-	Waiter     *projections.Waiter
-	Commands   *commands.Service
-	Metrics    *httpserver.Metrics
-	Box        *secretbox.Box
-	DNS        commands.DNSChecker
-	Identities provider.Identities
-	Outcomes   *processmanagers.Outcomes
-	ses        *ses.Provider // when MAILROOM_PROVIDER=ses
-	// identityCheck asks the provider about a domain's verification.
-	identityCheck commands.IdentityCheck
+	Config        config.Config
+	Log           *slog.Logger
+	Pool          *pgxpool.Pool
+	Store         eventstore.Store
+	Runner        *projections.Runner
+	Waiter        *projections.Waiter
+	Commands      *commands.Service
+	Metrics       *httpserver.Metrics
+	Box           *secretbox.Box
+	DNS           commands.DNSChecker
+	Identities    provider.Identities
+	Outcomes      *outcomes.Recorder
+	provider      mailProvider
 	Sender        provider.Sender
 	keysGenerated func()                 // counts DKIM keys made, for /metrics
 	readModelLate func(projections.Name) // counts read models found late, for /metrics
@@ -114,7 +110,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
 	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All()...)
 	metrics.Registry().MustRegister(newProjectionCollector(a.Runner), newStuckCollector(pool))
-	a.Outcomes = processmanagers.NewOutcomes(metrics.Registry())
+	a.Outcomes = outcomes.New(metrics.Registry())
 	a.keysGenerated = newKeyCounter(metrics.Registry())
 	a.readModelLate = newLateCounter(metrics.Registry())
 	if err := a.open(ctx); err != nil {
@@ -145,28 +141,10 @@ func (a *App) open(ctx context.Context) error {
 	if err := a.openMail(ctx); err != nil {
 		return err
 	}
-	switch cfg.Provider {
-	case "sandbox":
-		a.Identities = sandbox.NewIdentities()
-		if a.Sender, err = sandbox.NewOutbox(cfg.SandboxOutbox, cfg.SandboxLatency); err != nil {
-			return err
-		}
-	case "smtp":
-		a.Identities = provider.NoIdentities{}
-		if a.Sender, err = smtp.New(cfg.SMTPURL); err != nil {
-			return fmt.Errorf("smtp-url: %w", err)
-		}
-	case "ses":
-		p, err := ses.New(ctx, ses.Config{Region: cfg.Region, Endpoint: cfg.SESEndpoint,
-			ConfigurationSet: cfg.SESConfigSet, EventsQueueURL: cfg.SESEventsQueueURL, Logger: a.Log})
-		if err != nil {
-			return fmt.Errorf("ses: %w", err)
-		}
-		a.Sender, a.Identities, a.ses = p, p, p
-		a.identityCheck = p.IdentityVerification
-	default:
-		return fmt.Errorf("provider: %q is not one of sandbox, ses, smtp", cfg.Provider)
+	if a.provider, err = openProvider(ctx, cfg, a.Log); err != nil {
+		return err
 	}
+	a.Sender, a.Identities = a.provider.sender, a.provider.identities
 	a.Commands = a.newCommands(a.settle)
 	return a.Runner.Prepare(ctx)
 }
@@ -395,7 +373,7 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 		Store: a.Store, Settle: settle, Now: func() time.Time { return a.Now() },
 		Box: a.Box, DNS: a.DNS, Region: a.Config.Region,
 		Blobs: a.Blobs, Egress: a.Egress,
-		Identity: a.identityCheck, KeyGenerated: a.keysGenerated, ActiveAPIKeys: a.activeAPIKeys,
+		Identity: a.provider.identityCheck, KeyGenerated: a.keysGenerated, ActiveAPIKeys: a.activeAPIKeys,
 		Domains: func(ctx context.Context, accountID, name string) (sendingdomain.State, error) {
 			return readapi.SendingDomain(ctx, a.Pool, accountID, name)
 		},
@@ -444,8 +422,8 @@ func (a *App) inlineCommands() *commands.Service {
 }
 
 // DomainPoller returns the background checker of pending domains.
-func (a *App) DomainPoller() *DomainPoller {
-	return &DomainPoller{Pool: a.Pool, Commands: a.Commands, Now: func() time.Time { return a.Now() }, Interval: a.Config.DomainPollInterval, Log: a.Log}
+func (a *App) DomainPoller() *processmanagers.DomainPoller {
+	return &processmanagers.DomainPoller{Pool: a.Pool, Commands: a.Commands, Now: func() time.Time { return a.Now() }, Interval: a.Config.DomainPollInterval, Log: a.Log}
 }
 
 // sendJobTimeout bounds one send job: the preparation deadline, then the
@@ -533,9 +511,9 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	})
 	poller := a.DomainPoller()
 	g.Go(func() error { return poller.Run(ctx) })
-	if a.ses != nil && a.Config.SESEventsQueueURL != "" {
+	if a.provider.ses != nil && a.Config.SESEventsQueueURL != "" {
 		g.Go(func() error {
-			processmanagers.SESFeedback(ctx, a.ses, a.Commands, a.Pool, a.Log)
+			processmanagers.SESFeedback(ctx, a.provider.ses, a.Commands, a.Pool, a.Log)
 			return nil
 		})
 	}

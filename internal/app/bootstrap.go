@@ -42,7 +42,7 @@ func (a *App) Bootstrap(ctx context.Context) (*FirstRun, error) {
 		return nil, err
 	}
 	first := &FirstRun{AccountID: acct.AccountID, AdminToken: acct.Token, APIKeyID: key.Created.KeyID, APIKey: key.Key}
-	if a.Config.Provider == "sandbox" {
+	if a.provider.sandbox {
 		d, err := cmds.AddDomain(ctx, acct.AccountID, SandboxDomain, meta)
 		if err != nil {
 			return nil, err

@@ -1,87 +1,13 @@
 package app
 
 import (
-	"context"
-	"errors"
-	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
-	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/views"
-	"github.com/mailroom/mailroom/readapi"
 )
 
 // RenderDomain shows a domain as the API does, at the app's clock.
 func (a *App) RenderDomain(st sendingdomain.State) views.Domain {
 	return views.DomainOf(st, a.Now(), time.Duration(a.Config.DKIMRotationDays)*24*time.Hour)
-}
-
-// DomainPoller re-checks pending domains and DKIM key changes on a timer:
-// verification, the end of the verification window, cutover and the old
-// key's retirement. Its timers are the deadlines kept in the read model, so
-// they survive restarts, and each decision is made once by the aggregate
-// whatever the number of ticks or instances.
-type DomainPoller struct {
-	Pool     *pgxpool.Pool
-	Commands *commands.Service
-	Now      func() time.Time
-	Interval time.Duration
-	Log      *slog.Logger
-}
-
-// Run ticks until ctx ends.
-func (p *DomainPoller) Run(ctx context.Context) error {
-	t := time.NewTicker(p.Interval)
-	defer t.Stop()
-	for {
-		if _, err := p.Tick(ctx); err != nil && ctx.Err() == nil {
-			p.Log.Error("domain poll", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// Tick runs one pass over the domains that have something pending, unless
-// another instance is running one: then it reports that it did not run.
-func (p *DomainPoller) Tick(ctx context.Context) (ran bool, err error) {
-	err = pglock.Hold(ctx, p.Pool.Config().ConnConfig, pglock.DomainPoll, pglock.Options{Wait: pglock.Try}, p.poll)
-	if errors.Is(err, pglock.ErrHeld) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// poll runs one pass; the caller holds the poll lock.
-func (p *DomainPoller) poll(ctx context.Context, _ *pglock.Conn) error {
-	work, err := readapi.DomainsToPoll(ctx, p.Pool)
-	if err != nil {
-		return err
-	}
-
-	meta := commands.Meta{Actor: "system:domain-poller"}
-	now := p.Now()
-	for _, d := range work {
-		var err error
-		t := d.State.Transition
-		switch {
-		case d.State.Status == sendingdomain.StatusPending && !now.Before(d.State.Deadline):
-			err = p.Commands.ExpireDomain(ctx, d.ID, meta)
-		case d.State.Status == sendingdomain.StatusPending || (t != nil && t.State == sendingdomain.AwaitingDNS):
-			_, err = p.Commands.RecheckDomain(ctx, d.ID, meta)
-		case t != nil && t.State == sendingdomain.CutOver && !now.Before(t.OldKeyRetiresAt):
-			err = p.Commands.RetireOldDKIMKey(ctx, d.ID, meta)
-		}
-		if err != nil {
-			p.Log.Warn("domain poll", "domain_id", d.ID, "err", err)
-		}
-	}
-	return nil
 }

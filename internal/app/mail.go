@@ -7,8 +7,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/mailroom/mailroom/domain"
-	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/dkimkey"
 	"github.com/mailroom/mailroom/internal/egress"
@@ -70,11 +68,11 @@ func (a *App) pipeline() *processmanagers.Pipeline {
 		MaxAge:   a.Config.SendMaxAge,
 		Download: 30 * time.Second,
 		Now:      a.clock,
-		Feedback: a.feedback(),
+		Feedback: a.provider.feedback,
 		Outcomes: a.Outcomes,
 		Log:      a.Log,
 	}
-	if a.Config.Provider == "smtp" { // the only provider that signs itself
+	if a.provider.unsigned {
 		p.SigningKey = a.signingKey
 	}
 	return p
@@ -101,11 +99,11 @@ func (a *App) sendWorker(limit *ratelimit.Limiter) *processmanagers.SendWorker {
 // until the next start rather than risk going over its quota.
 func (a *App) rateLimit(ctx context.Context) *ratelimit.Limiter {
 	rate := a.Config.ProviderMaxRate
-	if rate == 0 && a.ses != nil {
+	if rate == 0 && a.provider.ses != nil {
 		qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		var err error
-		if rate, err = a.ses.MaxSendRate(qctx); err != nil || rate <= 0 {
+		if rate, err = a.provider.ses.MaxSendRate(qctx); err != nil || rate <= 0 {
 			a.Log.Warn("SES maximum send rate unknown; sending at most one message a second", "err", err)
 			rate = 1
 		}
@@ -136,18 +134,6 @@ func (a *App) signingKey(ctx context.Context, accountID, name string) (*provider
 	}
 	a.dkimKeys.Store(cacheKey, key)
 	return &provider.DKIMKey{Domain: st.Name, Selector: st.Active.Selector, PrivateKey: key}, nil
-}
-
-// feedback is the feedback known at sending: the sandbox's simulator; for
-// an SMTP relay, acceptance is delivery.
-func (a *App) feedback() func(email.State, time.Time) []domain.Event {
-	switch a.Config.Provider {
-	case "sandbox":
-		return processmanagers.SandboxFeedback
-	case "smtp":
-		return processmanagers.RelayFeedback
-	}
-	return nil
 }
 
 // Version is reported in the webhook User-Agent; the binary sets it.

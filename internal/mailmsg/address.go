@@ -223,3 +223,15 @@ func isDotAtom(s string) bool {
 	}
 	return true
 }
+
+// Addresses reduces recipients (each "Name <addr>" or a bare address) to
+// their lower-case addresses, leaving out any that does not parse.
+func Addresses(recipients []string) []string {
+	out := make([]string, 0, len(recipients))
+	for _, r := range recipients {
+		if a, err := ParseAddress(r); err == nil {
+			out = append(out, strings.ToLower(a.Email))
+		}
+	}
+	return out
+}

@@ -1,4 +1,6 @@
-package processmanagers
+// Package outcomes counts what the workers do, for /metrics, and remembers
+// whether the provider has been failing, for /readyz.
+package outcomes
 
 import (
 	"fmt"
@@ -8,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Outcomes counts what the workers do, for /metrics, and remembers whether
-// the provider has been failing, for /readyz.
-type Outcomes struct {
+// Recorder counts sends and webhook attempts by outcome, and tracks a run
+// of provider failures. A nil Recorder records nothing.
+type Recorder struct {
 	Sends    *prometheus.CounterVec // mailroom_emails_sent_total{outcome}
 	Attempts *prometheus.CounterVec // mailroom_webhook_attempts_total{outcome}
 
@@ -20,9 +22,9 @@ type Outcomes struct {
 	since       time.Time
 }
 
-// NewOutcomes registers the counters on reg.
-func NewOutcomes(reg prometheus.Registerer) *Outcomes {
-	o := &Outcomes{
+// New registers the counters on reg.
+func New(reg prometheus.Registerer) *Recorder {
+	o := &Recorder{
 		Sends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_emails_sent_total",
 			Help: "Emails handed to the provider or failed, by outcome (sent, failed, retrying, throttled)."}, []string{"outcome"}),
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_webhook_attempts_total",
@@ -32,7 +34,9 @@ func NewOutcomes(reg prometheus.Registerer) *Outcomes {
 	return o
 }
 
-func (o *Outcomes) send(outcome string, err error, now time.Time) {
+// Send records an email handed to the provider or not: outcome is sent,
+// failed, retrying (a transient provider failure, err) or throttled.
+func (o *Recorder) Send(outcome string, err error, now time.Time) {
 	if o == nil {
 		return
 	}
@@ -50,7 +54,8 @@ func (o *Outcomes) send(outcome string, err error, now time.Time) {
 	o.lastFailure = err.Error()
 }
 
-func (o *Outcomes) attempt(success bool) {
+// Attempt records a webhook delivery attempt.
+func (o *Recorder) Attempt(success bool) {
 	if o == nil {
 		return
 	}
@@ -63,7 +68,7 @@ func (o *Outcomes) attempt(success bool) {
 
 // ProviderFailing reports a provider whose last sends have all failed,
 // five or more in a row.
-func (o *Outcomes) ProviderFailing() error {
+func (o *Recorder) ProviderFailing() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.failing >= 5 {
