@@ -194,13 +194,6 @@ func (s *Service) DeleteWebhook(ctx context.Context, accountID, id string, meta 
 	return nil
 }
 
-// Envelope is the body of every webhook delivery.
-type Envelope struct {
-	Type      string         `json:"type"`
-	CreatedAt string         `json:"created_at"`
-	Data      map[string]any `json:"data"`
-}
-
 // TestWebhook queues a sample email.delivered event for an active endpoint.
 func (s *Service) TestWebhook(ctx context.Context, accountID, id string, meta Meta) (string, error) {
 	st, err := s.Webhook(ctx, id)
@@ -215,9 +208,9 @@ func (s *Service) TestWebhook(ctx context.Context, accountID, id string, meta Me
 	}
 	now := s.now()
 	emailID := uuid.NewString()
-	payload, err := json.Marshal(Envelope{Type: whsig.TypeEmailDelivered, CreatedAt: now.UTC().Format("2006-01-02T15:04:05.000Z"), Data: map[string]any{
-		"email_id": emailID, "from": "Mailroom <test@mailroom.dev>", "to": "delivered@example.com",
-		"subject": "Test event from Mailroom", "tags": map[string]string{"test": "true"},
+	payload, err := json.Marshal(whsig.Event{Type: whsig.TypeEmailDelivered, CreatedAt: now, Data: whsig.EventData{
+		EmailID: emailID, From: "Mailroom <test@mailroom.dev>", To: "delivered@example.com",
+		Subject: "Test event from Mailroom", Tags: map[string]string{"test": "true"},
 	}})
 	if err != nil {
 		return "", err

@@ -111,11 +111,19 @@ var whilePending = &river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState
 
 // FanoutArgs is an email event to fan out to the account's endpoints.
 type FanoutArgs struct {
-	EventID string         `json:"event_id" river:"unique"`
-	EmailID string         `json:"email_id"`
-	Type    string         `json:"type"` // the webhook's, e.g. email.delivered
-	At      time.Time      `json:"at"`
-	Extra   map[string]any `json:"extra,omitempty"`
+	EventID string    `json:"event_id" river:"unique"`
+	EmailID string    `json:"email_id"`
+	Type    string    `json:"type"` // the webhook's, e.g. email.delivered
+	At      time.Time `json:"at"`
+	Extra   *Details  `json:"extra,omitempty"`
+}
+
+// Details are the envelope data's fields that only some types carry.
+type Details struct {
+	BounceType    string `json:"bounce_type,omitempty"`
+	BounceSubtype string `json:"bounce_subtype,omitempty"`
+	Link          string `json:"link,omitempty"`
+	Reason        string `json:"reason,omitempty"`
 }
 
 func (FanoutArgs) Kind() string { return "webhook_fanout" }
@@ -355,22 +363,22 @@ func (w *Webhooks) Register(ws *river.Workers) {
 
 // webhookEvent maps a timeline event to its webhook type, time and the
 // fields it adds to the envelope's data.
-func webhookEvent(e domain.Event) (typ string, at time.Time, extra map[string]any, ok bool) {
+func webhookEvent(e domain.Event) (typ string, at time.Time, extra *Details, ok bool) {
 	switch e := e.(type) {
 	case *email.Sent:
 		return whsig.TypeEmailSent, e.SentAt, nil, true
 	case *email.Delivered:
 		return whsig.TypeEmailDelivered, e.OccurredAt, nil, true
 	case *email.Bounced:
-		return whsig.TypeEmailBounced, e.OccurredAt, map[string]any{"bounce_type": e.BounceType, "bounce_subtype": e.BounceSubtype}, true
+		return whsig.TypeEmailBounced, e.OccurredAt, &Details{BounceType: e.BounceType, BounceSubtype: e.BounceSubtype}, true
 	case *email.Complained:
 		return whsig.TypeEmailComplained, e.OccurredAt, nil, true
 	case *email.Opened:
 		return whsig.TypeEmailOpened, e.OccurredAt, nil, true
 	case *email.Clicked:
-		return whsig.TypeEmailClicked, e.OccurredAt, map[string]any{"link": e.Link}, true
+		return whsig.TypeEmailClicked, e.OccurredAt, &Details{Link: e.Link}, true
 	case *email.Failed:
-		return whsig.TypeEmailFailed, e.FailedAt, map[string]any{"reason": e.Reason}, true
+		return whsig.TypeEmailFailed, e.FailedAt, &Details{Reason: e.Reason}, true
 	}
 	return "", time.Time{}, nil, false
 }
@@ -402,11 +410,11 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	if tags == nil {
 		tags = map[string]string{}
 	}
-	data := map[string]any{"email_id": q.EmailID, "from": q.From, "to": strings.Join(q.To, ", "), "subject": q.Subject, "tags": tags}
-	for k, v := range a.Extra {
-		data[k] = v
+	data := whsig.EventData{EmailID: q.EmailID, From: q.From, To: strings.Join(q.To, ", "), Subject: q.Subject, Tags: tags}
+	if x := a.Extra; x != nil {
+		data.BounceType, data.BounceSubtype, data.Link, data.Reason = x.BounceType, x.BounceSubtype, x.Link, x.Reason
 	}
-	payload, err := json.Marshal(commands.Envelope{Type: a.Type, CreatedAt: a.At.UTC().Format("2006-01-02T15:04:05.000Z"), Data: data})
+	payload, err := json.Marshal(whsig.Event{Type: a.Type, CreatedAt: a.At, Data: data})
 	if err != nil {
 		return err
 	}

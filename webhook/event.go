@@ -20,12 +20,23 @@ const (
 	TypeEmailFailed     = "email.failed"
 )
 
-// Event is the JSON envelope of every delivery. Decoding ignores unknown
-// fields, so receivers keep working when Mailroom adds some.
+// Event is the JSON envelope of every delivery; Mailroom writes it with
+// this same type. Decoding ignores unknown fields, so receivers keep
+// working when Mailroom adds some.
 type Event struct {
 	Type      string    `json:"type"`
 	CreatedAt time.Time `json:"created_at"`
 	Data      EventData `json:"data"`
+}
+
+// MarshalJSON writes created_at in UTC with milliseconds, as every
+// timestamp of Mailroom's API.
+func (e Event) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Type      string    `json:"type"`
+		CreatedAt string    `json:"created_at"`
+		Data      EventData `json:"data"`
+	}{e.Type, e.CreatedAt.UTC().Format("2006-01-02T15:04:05.000Z"), e.Data})
 }
 
 // EventData is the envelope's data: the email's fields, present for every

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -383,4 +384,27 @@ func TestHandlerPanicsWithoutSecret(t *testing.T) {
 		}
 	}()
 	webhook.Handler("", func(context.Context, string, webhook.Event) error { return nil })
+}
+
+func TestEventWrittenAsReceiversReadIt(t *testing.T) {
+	at := time.Date(2026, 3, 1, 9, 30, 0, 0, time.FixedZone("CET", 3600))
+	ev := webhook.Event{Type: webhook.TypeEmailBounced, CreatedAt: at, Data: webhook.EventData{
+		EmailID: "e1", From: "A <a@example.com>", To: "b@example.com", Subject: "Hi",
+		Tags: map[string]string{"k": "v"}, BounceType: "Permanent", BounceSubtype: "General",
+	}}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"type":"email.bounced","created_at":"2026-03-01T08:30:00.000Z","data":{"email_id":"e1","from":"A \u003ca@example.com\u003e","to":"b@example.com","subject":"Hi","tags":{"k":"v"},"bounce_type":"Permanent","bounce_subtype":"General"}}`
+	if string(b) != want {
+		t.Fatalf("written\n%s\nwant\n%s", b, want)
+	}
+	var back webhook.Event
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !back.CreatedAt.Equal(at) || back.Data.BounceSubtype != "General" || back.Data.Link != "" {
+		t.Fatalf("read back %+v", back)
+	}
 }
