@@ -1,0 +1,42 @@
+package outcomes_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/mailroom/mailroom/internal/outcomes"
+)
+
+func TestFiveFailuresInARowMakeTheProviderFailingUntilASendGoesOut(t *testing.T) {
+	r := outcomes.New(prometheus.NewRegistry())
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for i := range 4 {
+		r.Send("retrying", errors.New("connection refused"), at.Add(time.Duration(i)*time.Second))
+	}
+	if err := r.ProviderFailing(); err != nil {
+		t.Fatalf("after 4 failures: %v", err)
+	}
+	r.Send("retrying", errors.New("451 try later"), at.Add(5*time.Second))
+	err := r.ProviderFailing()
+	if err == nil || !strings.Contains(err.Error(), "5 sends in a row since 2026-05-01T12:00:00Z") || !strings.Contains(err.Error(), "451 try later") {
+		t.Fatalf("after 5 failures: %v", err)
+	}
+	r.Send("sent", nil, at.Add(6*time.Second))
+	if err := r.ProviderFailing(); err != nil {
+		t.Fatalf("after a send went out: %v", err)
+	}
+	if got := testutil.ToFloat64(r.Sends.WithLabelValues("retrying")); got != 5 {
+		t.Fatalf("retrying counted %v, want 5", got)
+	}
+}
+
+func TestANilRecorderRecordsNothing(t *testing.T) {
+	var r *outcomes.Recorder
+	r.Send("sent", nil, time.Now())
+	r.Attempt(true)
+}
