@@ -2,7 +2,6 @@ package readapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -54,19 +53,15 @@ type DomainToPoll struct {
 // DomainsToPoll lists the domains pending verification or in a key
 // transition, oldest first.
 func DomainsToPoll(ctx context.Context, q Querier) ([]DomainToPoll, error) {
-	rows, err := q.Query(ctx, `SELECT id, state FROM domains
-		WHERE status = 'pending' OR state ? 'transition' ORDER BY created_at`)
+	states, err := queryDomains(ctx, q, `status = 'pending' OR transition_kind IS NOT NULL`, `created_at`)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (DomainToPoll, error) {
-		var d DomainToPoll
-		var raw []byte
-		if err := row.Scan(&d.ID, &raw); err != nil {
-			return d, err
-		}
-		return d, json.Unmarshal(raw, &d.State)
-	})
+	work := make([]DomainToPoll, len(states))
+	for i, st := range states {
+		work[i] = DomainToPoll{ID: st.ID, State: st}
+	}
+	return work, nil
 }
 
 // WebhookTarget is an endpoint an event is delivered to.

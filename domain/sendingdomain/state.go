@@ -8,13 +8,13 @@ import (
 
 // Transition is a key change under way.
 type Transition struct {
-	Kind            TransitionKind `json:"kind"`
-	Key             Key            `json:"key"`   // the new key
-	State           string         `json:"state"` // "awaiting_dns" or "cut_over"
-	StartedAt       time.Time      `json:"started_at"`
-	CutOverAt       time.Time      `json:"cut_over_at,omitzero"`
-	OldKeyRetiresAt time.Time      `json:"old_key_retires_at,omitzero"`
-	OldKey          *Key           `json:"old_key,omitempty"` // kept live until retired
+	Kind            TransitionKind
+	Key             Key    // the new key
+	State           string // "awaiting_dns" or "cut_over"
+	StartedAt       time.Time
+	CutOverAt       time.Time
+	OldKeyRetiresAt time.Time
+	OldKey          *Key // kept live until retired
 }
 
 // Transition states.
@@ -23,24 +23,23 @@ const (
 	CutOver     = "cut_over"
 )
 
-// State is the domain as its events left it. It is stored whole in the read
-// model, so its fields are exported and tagged.
+// State is the domain as its events left it.
 type State struct {
-	ID             string      `json:"id"`
-	AccountID      string      `json:"account_id"`
-	Name           string      `json:"name"`
-	Region         string      `json:"region"`
-	MailFromDomain string      `json:"mail_from_domain"`
-	Mode           DkimMode    `json:"dkim_mode"`
-	Status         Status      `json:"status"`
-	DkimOK         bool        `json:"dkim_ok"`
-	MailFromOK     bool        `json:"mail_from_ok"`
-	Active         *Key        `json:"active_key,omitempty"`
-	LegacyTokens   []string    `json:"legacy_tokens,omitempty"`
-	Transition     *Transition `json:"transition,omitempty"`
-	CreatedAt      time.Time   `json:"created_at"`
-	Deadline       time.Time   `json:"verification_deadline"`
-	Removed        bool        `json:"removed"`
+	ID             string
+	AccountID      string
+	Name           string
+	Region         string
+	MailFromDomain string
+	Mode           DkimMode
+	Status         Status
+	DkimOK         bool
+	MailFromOK     bool
+	Active         *Key
+	LegacyTokens   []string
+	Transition     *Transition
+	CreatedAt      time.Time
+	Deadline       time.Time
+	Removed        bool
 }
 
 // Exists reports whether the domain was added and not removed.
