@@ -71,9 +71,7 @@ func TestCreateAPIKeyRefusesInvalidInput(t *testing.T) {
 			t.Errorf("create %q %q: fields %q, want %q", c.name, c.perms, got, c.want)
 		}
 	}
-	if n := h.appended(t); n != 0 {
-		t.Fatalf("refused creates appended %d events", n)
-	}
+	h.nothingAppended(t, "refused creates")
 }
 
 func TestCreateAPIKeyStopsAtTheActiveLimit(t *testing.T) {
@@ -93,9 +91,7 @@ func TestCreateAPIKeyStopsAtTheActiveLimit(t *testing.T) {
 	h.appended(t)
 	_, err := h.svc.CreateAPIKey(ctx, acct, "one too many", nil, meta)
 	wantLimit(t, err)
-	if n := h.appended(t); n != 0 {
-		t.Fatalf("a refused create appended %d events", n)
-	}
+	h.nothingAppended(t, "a refused create")
 	if _, err := h.svc.CreateAPIKey(ctx, other, "bot", nil, meta); err != nil {
 		t.Fatalf("another account's create: %v", err)
 	}

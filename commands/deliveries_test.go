@@ -25,10 +25,7 @@ func TestCreateDeliveriesRecordsEachOnce(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t)
 	acct := h.newAccount(t)
-	ep, _, err := h.svc.CreateWebhook(ctx, acct, webhook.Settings{URL: ptr(hookURL)}, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep := h.endpoint(t, acct)
 	ds := []commands.NewDelivery{newDelivery(ep, false), newDelivery(ep, true)}
 
 	fresh, pos, err := h.svc.CreateDeliveries(ctx, ds, meta)
@@ -64,10 +61,7 @@ func TestRecordAttemptCountsExhaustedDeliveriesOnTheEndpoint(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t)
 	acct := h.newAccount(t)
-	ep, _, err := h.svc.CreateWebhook(ctx, acct, webhook.Settings{URL: ptr(hookURL)}, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep := h.endpoint(t, acct)
 	schedule := []time.Duration{time.Minute}
 	status := func(code int) delivery.Outcome { return delivery.Outcome{ResponseStatus: &code} }
 	attempt := func(id string, o delivery.Outcome) delivery.State {

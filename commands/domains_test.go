@@ -67,9 +67,7 @@ func TestAddDomainRefusesANameInUse(t *testing.T) {
 	wantConflict(t, err, "domain_exists")
 	_, err = h.svc.AddDomain(ctx, other, "example.com", meta)
 	wantConflict(t, err, sendingdomain.ErrUnavailable.Code)
-	if n := h.appended(t); n != 0 {
-		t.Fatalf("refused adds appended %d events", n)
-	}
+	h.nothingAppended(t, "refused adds")
 	if h.keysGenerated() != 0 {
 		t.Fatal("a key was made for a name in use")
 	}
@@ -97,9 +95,7 @@ func TestAddDomainRefusesInvalidNames(t *testing.T) {
 			t.Errorf("add %q: fields %q, want domain", name, got)
 		}
 	}
-	if n := h.appended(t); n != 0 {
-		t.Fatalf("refused adds appended %d events", n)
-	}
+	h.nothingAppended(t, "refused adds")
 }
 
 func TestAddDomainStopsAtTheAccountsLimit(t *testing.T) {
@@ -111,9 +107,7 @@ func TestAddDomainStopsAtTheAccountsLimit(t *testing.T) {
 	h.appended(t)
 	_, err := h.svc.AddDomain(ctx, acct, "example.com", meta)
 	wantLimit(t, err)
-	if n := h.appended(t); n != 0 {
-		t.Fatalf("a refused add appended %d events", n)
-	}
+	h.nothingAppended(t, "a refused add")
 }
 
 func TestImportLegacyDomainNeedsTheAccount(t *testing.T) {
@@ -135,9 +129,7 @@ func TestRemoveDomainOfAnotherAccountIsNotFound(t *testing.T) {
 			t.Errorf("remove %s as %s: %v, want not found", c.id, c.account, err)
 		}
 	}
-	if n := h.appended(t); n != 0 {
-		t.Fatalf("refused removals appended %d events", n)
-	}
+	h.nothingAppended(t, "refused removals")
 }
 
 // publish serves records on a DNS server, as a registrar would.

@@ -171,9 +171,7 @@ func TestSendEmailRefusesInvalidRequests(t *testing.T) {
 			if got := fields(t, err); !slices.Equal(got, c.want) {
 				t.Fatalf("fields %q, want %q (%v)", got, c.want, err)
 			}
-			if n := h.appended(t); n != 0 {
-				t.Fatalf("a refused send appended %d events", n)
-			}
+			h.nothingAppended(t, "a refused send")
 		})
 	}
 }
@@ -196,9 +194,7 @@ func TestSendEmailOnlyFromAVerifiedDomain(t *testing.T) {
 			t.Errorf("send from %s: %v, want domain_not_verified", from, err)
 		}
 	}
-	if n := h.appended(t); n != 0 {
-		t.Fatalf("refused sends appended %d events", n)
-	}
+	h.nothingAppended(t, "refused sends")
 }
 
 func TestSendEmailWithAnIdempotencyKey(t *testing.T) {

@@ -314,6 +314,25 @@ func (h *harness) appended(t *testing.T) int {
 	return d
 }
 
+// nothingAppended fails when anything was appended since the last count:
+// a refused command must leave no trace.
+func (h *harness) nothingAppended(t *testing.T, what string) {
+	t.Helper()
+	if n := h.appended(t); n != 0 {
+		t.Fatalf("%s appended %d events", what, n)
+	}
+}
+
+// endpoint creates a webhook endpoint of accountID.
+func (h *harness) endpoint(t *testing.T, accountID string) webhook.State {
+	t.Helper()
+	st, _, err := h.svc.CreateWebhook(context.Background(), accountID, webhook.Settings{URL: ptr(hookURL)}, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // only returns the single event of a stream as a T.
 func only[T domain.Event](t *testing.T, h *harness, name string) T {
 	t.Helper()

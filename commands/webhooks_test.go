@@ -80,9 +80,7 @@ func TestCreateWebhookRefusesInvalidSettings(t *testing.T) {
 			t.Errorf("%s: %v, want errors on %q", c.name, err, c.want)
 		}
 	}
-	if n := h.appended(t); n != 0 {
-		t.Fatalf("refused creates appended %d events", n)
-	}
+	h.nothingAppended(t, "refused creates")
 }
 
 func TestCreateWebhookStopsAtTheEndpointLimit(t *testing.T) {
@@ -113,9 +111,7 @@ func TestCreateWebhookStopsAtTheEndpointLimit(t *testing.T) {
 
 	_, err := create()
 	wantLimit(t, err)
-	if n := h.appended(t); n != 0 {
-		t.Fatalf("a refused create appended %d events", n)
-	}
+	h.nothingAppended(t, "a refused create")
 	if err := h.svc.DeleteWebhook(ctx, acct, made[0].ID, meta); err != nil {
 		t.Fatal(err)
 	}
@@ -145,10 +141,7 @@ func TestUpdateWebhook(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t)
 	acct, other := h.newAccount(t), h.newAccount(t)
-	st, _, err := h.svc.CreateWebhook(ctx, acct, webhook.Settings{URL: ptr(hookURL)}, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := h.endpoint(t, acct)
 	h.appended(t)
 
 	// Another account's endpoint is not found, whatever the request holds.
@@ -160,9 +153,7 @@ func TestUpdateWebhook(t *testing.T) {
 	if err := h.svc.UpdateWebhook(ctx, acct, st.ID, webhook.Settings{URL: ptr("https://192.168.1.1/")}, nil, meta); !slices.Equal(fields(t, err), []string{"url"}) {
 		t.Errorf("update to a private URL: %v", err)
 	}
-	if n := h.appended(t); n != 0 {
-		t.Fatalf("refused updates appended %d events", n)
-	}
+	h.nothingAppended(t, "refused updates")
 
 	const moved = "https://192.0.2.11/hooks"
 	if err := h.svc.UpdateWebhook(ctx, acct, st.ID, webhook.Settings{URL: ptr(moved), EventTypes: []string{"email.failed"}, TypesGiven: true},
@@ -189,10 +180,7 @@ func TestDeleteWebhook(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t)
 	acct, other := h.newAccount(t), h.newAccount(t)
-	st, _, err := h.svc.CreateWebhook(ctx, acct, webhook.Settings{URL: ptr(hookURL)}, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := h.endpoint(t, acct)
 	if err := h.svc.DeleteWebhook(ctx, other, st.ID, meta); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("delete by another account: %v, want not found", err)
 	}
