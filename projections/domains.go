@@ -11,7 +11,6 @@ import (
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
-	"github.com/mailroom/mailroom/readapi"
 )
 
 // Domains projects sending domains into columns of their own. Each event is
@@ -97,8 +96,12 @@ func (Domains) ApplyTx(ctx context.Context, tx pgx.Tx, ev eventstore.RecordedEve
 	if err := json.Unmarshal(ev.Data, &ref); err != nil || ref.DomainID == "" || !isDomain {
 		return err
 	}
-	st, err := readapi.DomainByID(ctx, tx, ref.DomainID)
-	if err != nil && !errors.Is(err, readapi.ErrNotFound) {
+	var st sendingdomain.State
+	rows, err := tx.Query(ctx, `SELECT `+DomainColumns+` FROM domains WHERE id = $1`, ref.DomainID)
+	if err == nil {
+		st, err = pgx.CollectExactlyOneRow(rows, ScanDomain)
+	}
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return err
 	}
 	st = sendingdomain.Evolve(st, e)

@@ -123,7 +123,7 @@ func TestDomainsProjectsEachStepIntoColumns(t *testing.T) {
 		}
 		catchUpTo(t, r, p, res.Position)
 		states[domainID] = sendingdomain.Evolve(states[domainID], e)
-		got, err := readapi.DomainByID(ctx, pool, domainID)
+		got, err := readapi.New(pool, time.Now).Domain(ctx, states[domainID].AccountID, domainID)
 		if !states[domainID].Exists() {
 			if err == nil {
 				t.Errorf("after %s: removed domain still read: %+v", e.EventType(), got)
