@@ -33,7 +33,7 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 			}
 			defer a.Close()
 			w := bufio.NewWriter(cmd.OutOrStdout())
-			if _, err := eventstore.Export(cmd.Context(), a.Store, pos, stream, w); err != nil {
+			if _, err := eventstore.Export(cmd.Context(), a.Ledger, pos, stream, w); err != nil {
 				return err
 			}
 			return w.Flush()
@@ -48,7 +48,7 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 			breaks := 0
-			checked, err := eventstore.Verify(cmd.Context(), a.Store, func(b eventstore.Break) {
+			checked, err := eventstore.Verify(cmd.Context(), a.Ledger, func(b eventstore.Break) {
 				breaks++
 				fmt.Fprintf(cmd.OutOrStdout(), "BROKEN stream %s revision %d event %s: %s\n", b.Stream, b.Revision, b.EventID, b.Reason)
 			})

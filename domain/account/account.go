@@ -58,6 +58,23 @@ type (
 		TokenID   string    `json:"token_id"`
 		RevokedAt time.Time `json:"revoked_at"`
 	}
+	// RetentionSet: the account keeps its emails' content Days days; zero
+	// goes back to the server's default.
+	RetentionSet struct {
+		AccountID string    `json:"account_id"`
+		Days      int       `json:"days"`
+		SetAt     time.Time `json:"set_at"`
+	}
+	// ErasureCompleted: every email of the account sent to one address was
+	// erased on request. The address is kept only as its keyed hash, so the
+	// record of the request does not bring it back.
+	ErasureCompleted struct {
+		AccountID   string    `json:"account_id"`
+		ErasureID   string    `json:"erasure_id"`
+		AddressKey  string    `json:"address_key"`
+		EmailIDs    []string  `json:"email_ids"`
+		CompletedAt time.Time `json:"completed_at"`
+	}
 )
 
 func (*Created) EventType() string      { return "AccountCreated" }
@@ -65,11 +82,15 @@ func (*Suspended) EventType() string    { return "AccountSuspended" }
 func (*Reinstated) EventType() string   { return "AccountReinstated" }
 func (*TokenIssued) EventType() string  { return "ManagementTokenIssued" }
 func (*TokenRevoked) EventType() string { return "ManagementTokenRevoked" }
+func (*RetentionSet) EventType() string { return "AccountRetentionSet" }
+func (*ErasureCompleted) EventType() string {
+	return "AccountErasureCompleted"
+}
 
 // Events lists a fresh value of every event type of this aggregate, for
 // decoding.
 func Events() []domain.Event {
-	return []domain.Event{&Created{}, &Suspended{}, &Reinstated{}, &TokenIssued{}, &TokenRevoked{}}
+	return []domain.Event{&Created{}, &Suspended{}, &Reinstated{}, &TokenIssued{}, &TokenRevoked{}, &RetentionSet{}, &ErasureCompleted{}}
 }
 
 const streamPrefix = "account-"
@@ -88,6 +109,9 @@ type State struct {
 	Status Status
 	// Tokens maps each issued token's id to whether it is revoked.
 	Tokens map[string]bool
+	// RetentionDays is how long the account keeps its emails' content;
+	// zero means the server's default.
+	RetentionDays int
 }
 
 // Exists reports whether the account was created.
@@ -106,6 +130,8 @@ func Evolve(s State, e domain.Event) State {
 		s.Tokens = withToken(s.Tokens, e.TokenID, false)
 	case *TokenRevoked:
 		s.Tokens = withToken(s.Tokens, e.TokenID, true)
+	case *RetentionSet:
+		s.RetentionDays = e.Days
 	}
 	return s
 }
@@ -200,4 +226,36 @@ func Reinstate(s State, now time.Time) ([]domain.Event, error) {
 		return nil, nil
 	}
 	return []domain.Event{&Reinstated{AccountID: s.ID, ReinstatedAt: now}}, nil
+}
+
+// Retention bounds, in days.
+const (
+	MinRetentionDays = 1
+	MaxRetentionDays = 365
+)
+
+// SetRetention decides how many days the account keeps its emails'
+// content; setting the current value decides nothing.
+func SetRetention(s State, days int, now time.Time) ([]domain.Event, error) {
+	if !s.Exists() {
+		return nil, domain.ErrNotFound
+	}
+	if days < MinRetentionDays || days > MaxRetentionDays {
+		var v domain.ValidationError
+		v.Add("retention_days", "must be between %d and %d", MinRetentionDays, MaxRetentionDays)
+		return nil, &v
+	}
+	if days == s.RetentionDays {
+		return nil, nil
+	}
+	return []domain.Event{&RetentionSet{AccountID: s.ID, Days: days, SetAt: now}}, nil
+}
+
+// CompleteErasure decides recording an erasure request for the address
+// whose keyed hash is addressKey, once its emails are erased.
+func CompleteErasure(s State, erasureID, addressKey string, emailIDs []string, now time.Time) ([]domain.Event, error) {
+	if !s.Exists() {
+		return nil, domain.ErrNotFound
+	}
+	return []domain.Event{&ErasureCompleted{AccountID: s.ID, ErasureID: erasureID, AddressKey: addressKey, EmailIDs: emailIDs, CompletedAt: now}}, nil
 }

@@ -44,6 +44,9 @@ type (
 		Type       string    `json:"event_type"` // e.g. email.delivered
 		Payload    string    `json:"payload"`    // the envelope, exactly as it is posted
 		CreatedAt  time.Time `json:"created_at"`
+		// Erased: the payload spoke of an email whose personal data was
+		// destroyed; Payload reads empty and the delivery is not made.
+		Erased bool `json:"erased,omitempty"`
 	}
 	AttemptSucceeded struct {
 		DeliveryID     string    `json:"delivery_id"`

@@ -90,12 +90,20 @@ type (
 		Attachments []Attachment      `json:"attachments,omitempty"`
 		RequestHash string            `json:"request_hash,omitempty"` // idempotency: the request's fingerprint
 		QueuedAt    time.Time         `json:"queued_at"`
+		// RecipientKeys are the keyed hashes of every recipient (AddressKey),
+		// so that the email can be found by address after its personal data
+		// is erased.
+		RecipientKeys []string `json:"recipient_keys,omitempty"`
+		// Erased: the email's personal data was destroyed; every field
+		// marked personal in the codec reads as its zero value.
+		Erased bool `json:"erased,omitempty"`
 	}
 	// Scanned: the content gateway passed the email; attachments downloaded.
 	Scanned struct {
 		EmailID     string       `json:"email_id"`
 		Attachments []Attachment `json:"attachments,omitempty"`
 		ScannedAt   time.Time    `json:"scanned_at"`
+		Erased      bool         `json:"erased,omitempty"`
 	}
 	// Held: the account is suspended; the email waits, still queued.
 	Held struct {
@@ -118,12 +126,14 @@ type (
 		Reason   string    `json:"reason"`
 		Detail   string    `json:"detail,omitempty"`
 		FailedAt time.Time `json:"failed_at"`
+		Erased   bool      `json:"erased,omitempty"`
 	}
 	Delivered struct {
 		EmailID    string    `json:"email_id"`
 		FeedbackID string    `json:"feedback_id"`
 		Recipients []string  `json:"recipients,omitempty"`
 		OccurredAt time.Time `json:"occurred_at"`
+		Erased     bool      `json:"erased,omitempty"`
 	}
 	Bounced struct {
 		EmailID       string    `json:"email_id"`
@@ -132,26 +142,50 @@ type (
 		BounceSubtype string    `json:"bounce_subtype"`
 		Recipients    []string  `json:"recipients,omitempty"`
 		OccurredAt    time.Time `json:"occurred_at"`
+		// RecipientKeys are the recipients' keyed hashes, which keep them
+		// suppressed after their addresses are erased.
+		RecipientKeys []string `json:"recipient_keys,omitempty"`
+		Erased        bool     `json:"erased,omitempty"`
 	}
 	Complained struct {
-		EmailID      string    `json:"email_id"`
-		FeedbackID   string    `json:"feedback_id"`
-		FeedbackType string    `json:"feedback_type,omitempty"`
-		Recipients   []string  `json:"recipients,omitempty"`
-		OccurredAt   time.Time `json:"occurred_at"`
+		EmailID       string    `json:"email_id"`
+		FeedbackID    string    `json:"feedback_id"`
+		FeedbackType  string    `json:"feedback_type,omitempty"`
+		Recipients    []string  `json:"recipients,omitempty"`
+		OccurredAt    time.Time `json:"occurred_at"`
+		RecipientKeys []string  `json:"recipient_keys,omitempty"`
+		Erased        bool      `json:"erased,omitempty"`
 	}
 	Opened struct {
 		EmailID    string    `json:"email_id"`
 		FeedbackID string    `json:"feedback_id"`
 		UserAgent  string    `json:"user_agent,omitempty"`
 		OccurredAt time.Time `json:"occurred_at"`
+		Erased     bool      `json:"erased,omitempty"`
 	}
 	Clicked struct {
 		EmailID    string    `json:"email_id"`
 		FeedbackID string    `json:"feedback_id"`
 		Link       string    `json:"link"`
 		OccurredAt time.Time `json:"occurred_at"`
+		Erased     bool      `json:"erased,omitempty"`
 	}
+	// Erased: the email's personal data (its data key, bodies and
+	// attachments) was destroyed, because the account's retention ran out
+	// or on an erasure request. Nothing happens to the email afterwards.
+	Erased struct {
+		EmailID   string    `json:"email_id"`
+		AccountID string    `json:"account_id"`
+		Reason    string    `json:"reason"`               // ErasedByRetention or ErasedOnRequest
+		ErasureID string    `json:"erasure_id,omitempty"` // the request, when on request
+		ErasedAt  time.Time `json:"erased_at"`
+	}
+)
+
+// Why an email was erased.
+const (
+	ErasedByRetention = "retention"
+	ErasedOnRequest   = "request"
 )
 
 func (*Queued) EventType() string     { return "EmailQueued" }
@@ -165,10 +199,11 @@ func (*Bounced) EventType() string    { return "EmailBounced" }
 func (*Complained) EventType() string { return "EmailComplained" }
 func (*Opened) EventType() string     { return "EmailOpened" }
 func (*Clicked) EventType() string    { return "EmailClicked" }
+func (*Erased) EventType() string     { return "EmailErased" }
 
 // Events lists a fresh value of every event type of this aggregate.
 func Events() []domain.Event {
-	return []domain.Event{&Queued{}, &Held{}, &Released{}, &Scanned{}, &Sent{}, &Failed{}, &Delivered{}, &Bounced{}, &Complained{}, &Opened{}, &Clicked{}}
+	return []domain.Event{&Queued{}, &Held{}, &Released{}, &Scanned{}, &Sent{}, &Failed{}, &Delivered{}, &Bounced{}, &Complained{}, &Opened{}, &Clicked{}, &Erased{}}
 }
 
 // Permanent reports whether a bounce type ends the email (and suppresses

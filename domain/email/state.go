@@ -13,6 +13,7 @@ type State struct {
 	Sent     *Sent
 	Failed   *Failed
 	Held     bool            // waiting for its account's reinstatement
+	Erased   *Erased         // its personal data is destroyed
 	Feedback map[string]bool // feedback ids already recorded
 }
 
@@ -66,6 +67,8 @@ func Evolve(s State, e domain.Event) State {
 		s = s.sawFeedback(e.FeedbackID)
 	case *Clicked:
 		s = s.sawFeedback(e.FeedbackID)
+	case *Erased:
+		s.Erased = e
 	}
 	return s
 }
@@ -89,7 +92,9 @@ func Queue(s State, q Queued) ([]domain.Event, error) {
 }
 
 // pending reports whether the email is still inside the service.
-func (s State) pending() bool { return s.Exists() && s.Sent == nil && s.Failed == nil }
+func (s State) pending() bool {
+	return s.Exists() && s.Erased == nil && s.Sent == nil && s.Failed == nil
+}
 
 // Hold decides that a pending email waits while its account is suspended;
 // holding a held email decides nothing.
@@ -153,7 +158,7 @@ func FeedbackID(e domain.Event) (string, bool) {
 // that was sent, and once per feedback id (providers redeliver).
 func RecordFeedback(s State, fb domain.Event) []domain.Event {
 	id, ok := FeedbackID(fb)
-	if !ok || s.Sent == nil || s.Feedback[id] {
+	if !ok || s.Sent == nil || s.Erased != nil || s.Feedback[id] {
 		return nil
 	}
 	return []domain.Event{fb}
@@ -163,8 +168,21 @@ func RecordFeedback(s State, fb domain.Event) []domain.Event {
 // accepted (SES Reject, Rendering Failure): the email fails, unless the
 // provider has reported anything else about it already.
 func RejectAfterSend(s State, reason string, now time.Time) []domain.Event {
-	if s.Sent == nil || s.Failed != nil || len(s.Feedback) > 0 {
+	if s.Sent == nil || s.Failed != nil || s.Erased != nil || len(s.Feedback) > 0 {
 		return nil
 	}
 	return []domain.Event{&Failed{EmailID: s.Queued.EmailID, Reason: ReasonProviderRejected, Detail: reason, FailedAt: now}}
+}
+
+// Erase decides destroying the email's personal data, for reason (and the
+// erasure request erasureID, when on request). An email erased already
+// decides nothing; an email never queued is not found.
+func Erase(s State, reason, erasureID string, now time.Time) ([]domain.Event, error) {
+	if !s.Exists() {
+		return nil, domain.ErrNotFound
+	}
+	if s.Erased != nil {
+		return nil, nil
+	}
+	return []domain.Event{&Erased{EmailID: s.Queued.EmailID, AccountID: s.Queued.AccountID, Reason: reason, ErasureID: erasureID, ErasedAt: now}}, nil
 }

@@ -28,11 +28,13 @@ import (
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/database"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/esdb"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
+	"github.com/mailroom/mailroom/internal/eventstore/sealed"
 	"github.com/mailroom/mailroom/internal/httpapi"
 	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/internal/jobs"
@@ -50,7 +52,10 @@ type App struct {
 	Config        config.Config
 	Log           *slog.Logger
 	Pool          *pgxpool.Pool
-	Store         eventstore.Store
+	Store         eventstore.Store // personal data opened on the way out, sealed on the way in
+	Ledger        eventstore.Store // the log byte for byte as recorded, personal data sealed: for auditing
+	Keys          *datakeys.Keyring
+	AddressKeys   datakeys.AddressKeys
 	Runner        *projections.Runner
 	Waiter        *projections.Waiter
 	Commands      *commands.Service
@@ -100,13 +105,30 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 		pool.Close()
 		return nil, err
 	}
+	masterKey, err := cfg.LoadMasterKey()
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	box, err := secretbox.New(masterKey)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	addressKeys, err := datakeys.NewAddressKeys(masterKey)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	store, err := openStore(cfg, pool)
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
 	metrics := httpserver.NewMetrics()
-	a := &App{Config: cfg, Log: log, Pool: pool, Store: meter(store, metrics.Registry()), Now: time.Now, Metrics: metrics}
+	keys := datakeys.New(pool, box)
+	a := &App{Config: cfg, Log: log, Pool: pool, Ledger: store, Keys: keys, AddressKeys: addressKeys, Box: box,
+		Store: meter(sealed.New(store, keys), metrics.Registry()), Now: time.Now, Metrics: metrics}
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
 	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All()...)
 	metrics.Registry().MustRegister(newProjectionCollector(a.Runner), newStuckCollector(pool))
@@ -123,13 +145,6 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 // open builds the rest of the app on its stores.
 func (a *App) open(ctx context.Context) error {
 	cfg := a.Config
-	masterKey, err := cfg.LoadMasterKey()
-	if err != nil {
-		return err
-	}
-	if a.Box, err = secretbox.New(masterKey); err != nil {
-		return err
-	}
 	resolvers, err := dnscheck.ParseResolvers(cfg.DNSResolvers)
 	if err != nil {
 		return fmt.Errorf("dns-resolvers: %w", err)

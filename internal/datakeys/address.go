@@ -1,0 +1,43 @@
+package datakeys
+
+import (
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// AddressKeys turns an address into a keyed hash: the same address of the
+// same account always gives the same key, so suppressions and erasure
+// requests find it, but the key does not give the address back, and
+// without the master key nobody can test a guess against it.
+type AddressKeys struct{ secret []byte }
+
+// NewAddressKeys derives the hashing secret from the master key.
+func NewAddressKeys(masterKey []byte) (AddressKeys, error) {
+	secret, err := hkdf.Key(sha256.New, masterKey, nil, "mailroom address keys", 32)
+	if err != nil {
+		return AddressKeys{}, err
+	}
+	return AddressKeys{secret: secret}, nil
+}
+
+// Of is the key of address (the address alone, no display name) in
+// accountID. Addresses compare without regard to case.
+func (a AddressKeys) Of(accountID, address string) string {
+	m := hmac.New(sha256.New, a.secret)
+	m.Write([]byte(accountID))
+	m.Write([]byte{0})
+	m.Write([]byte(strings.ToLower(strings.TrimSpace(address))))
+	return "ak1:" + hex.EncodeToString(m.Sum(nil))
+}
+
+// All is the key of each address.
+func (a AddressKeys) All(accountID string, addresses []string) []string {
+	out := make([]string, len(addresses))
+	for i, addr := range addresses {
+		out[i] = a.Of(accountID, addr)
+	}
+	return out
+}

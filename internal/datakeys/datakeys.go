@@ -1,0 +1,241 @@
+// Package datakeys keeps the data keys that make erasure possible in an
+// event log that never changes: every email's personal data (addresses,
+// subject, bodies, attachments, feedback details) is encrypted with a key
+// of its own, held here and not in the log. Destroying the key erases the
+// data wherever its ciphertext lives: events, exports, backups, blobs.
+//
+// Keys are AES-256-GCM keys, stored wrapped under the master key in the
+// data_keys table. A destroyed key leaves a tombstone row, so it can never
+// be created again under the same id.
+package datakeys
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailroom/mailroom/internal/secretbox"
+)
+
+// ErrErased is returned for a key that was destroyed: the data it sealed is
+// gone for good.
+var ErrErased = errors.New("datakeys: the data key was destroyed")
+
+// ErrNoKey is returned by Open for a key that was never created.
+var ErrNoKey = errors.New("datakeys: no data key")
+
+// Key seals and opens one owner's data. The zero Key is an erased one.
+type Key struct{ aead cipher.AEAD }
+
+// Erased reports whether the key was destroyed.
+func (k Key) Erased() bool { return k.aead == nil }
+
+// Seal encrypts plain, bound to context (what the data is, e.g. the event
+// type), so that a ciphertext cannot be moved elsewhere.
+func (k Key) Seal(plain []byte, context string) ([]byte, error) {
+	if k.aead == nil {
+		return nil, ErrErased
+	}
+	nonce := make([]byte, k.aead.NonceSize(), k.aead.NonceSize()+len(plain)+k.aead.Overhead())
+	rand.Read(nonce)
+	return k.aead.Seal(nonce, nonce, plain, []byte(context)), nil
+}
+
+// Open decrypts what Seal returned for the same context.
+func (k Key) Open(sealed []byte, context string) ([]byte, error) {
+	if k.aead == nil {
+		return nil, ErrErased
+	}
+	n := k.aead.NonceSize()
+	if len(sealed) < n {
+		return nil, errors.New("datakeys: sealed data is too short")
+	}
+	plain, err := k.aead.Open(nil, sealed[:n], sealed[n:], []byte(context))
+	if err != nil {
+		return nil, errors.New("datakeys: cannot open sealed data (wrong key or context)")
+	}
+	return plain, nil
+}
+
+func newKey(raw []byte) (Key, error) {
+	block, err := aes.NewCipher(raw)
+	if err != nil {
+		return Key{}, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return Key{}, err
+	}
+	return Key{aead: aead}, nil
+}
+
+// How long a process keeps a live key in memory: a key destroyed by
+// another process stops opening data here at most this long after.
+const liveFor = time.Minute
+
+// cacheSize bounds the keys held in memory.
+const cacheSize = 65536
+
+// Keyring is the data_keys table, with the keys this process used lately.
+type Keyring struct {
+	pool *pgxpool.Pool
+	box  *secretbox.Box
+
+	mu    sync.Mutex
+	cache map[string]cached
+}
+
+type cached struct {
+	key     Key
+	expires time.Time // zero for an erased key: erasure is final
+}
+
+// New returns the keyring of the database pool, whose keys are wrapped
+// under box's master key.
+func New(pool *pgxpool.Pool, box *secretbox.Box) *Keyring {
+	return &Keyring{pool: pool, box: box, cache: map[string]cached{}}
+}
+
+func wrapContext(id string) string { return "datakey:" + id }
+
+// Ensure returns the key of id, creating it for accountID when it does not
+// exist. A destroyed key is ErrErased.
+func (r *Keyring) Ensure(ctx context.Context, id, accountID string) (Key, error) {
+	if k, ok := r.cached(id); ok {
+		return orErased(k)
+	}
+	raw := make([]byte, 32)
+	rand.Read(raw)
+	var account *string
+	if accountID != "" {
+		account = &accountID
+	}
+	// The insert's row is not visible to the same statement's SELECT, so
+	// exactly one of the two branches answers.
+	var wrapped *string
+	err := r.pool.QueryRow(ctx, `WITH ins AS (
+			INSERT INTO data_keys (id, account_id, wrapped) VALUES ($1, $2, $3)
+			ON CONFLICT (id) DO NOTHING RETURNING wrapped)
+		SELECT wrapped FROM ins UNION ALL SELECT wrapped FROM data_keys WHERE id = $1 LIMIT 1`,
+		id, account, r.box.Seal(raw, wrapContext(id))).Scan(&wrapped)
+	if err != nil {
+		return Key{}, fmt.Errorf("data key %s: %w", id, err)
+	}
+	k, err := r.unwrap(id, wrapped)
+	if err != nil {
+		return Key{}, err
+	}
+	r.remember(id, k)
+	return orErased(k)
+}
+
+func orErased(k Key) (Key, error) {
+	if k.Erased() {
+		return Key{}, ErrErased
+	}
+	return k, nil
+}
+
+// Lookup returns the keys of ids that exist, live or erased (Key.Erased);
+// an id without a key is absent from the answer.
+func (r *Keyring) Lookup(ctx context.Context, ids ...string) (map[string]Key, error) {
+	out := make(map[string]Key, len(ids))
+	var missing []string
+	for _, id := range ids {
+		if k, ok := r.cached(id); ok {
+			out[id] = k
+		} else if _, dup := out[id]; !dup {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	rows, err := r.pool.Query(ctx, `SELECT id, wrapped FROM data_keys WHERE id = ANY($1)`, missing)
+	if err != nil {
+		return nil, fmt.Errorf("data keys: %w", err)
+	}
+	type row struct {
+		id      string
+		wrapped *string
+	}
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		return x, r.Scan(&x.id, &x.wrapped)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("data keys: %w", err)
+	}
+	for _, f := range found {
+		k, err := r.unwrap(f.id, f.wrapped)
+		if err != nil {
+			return nil, err
+		}
+		r.remember(f.id, k)
+		out[f.id] = k
+	}
+	return out, nil
+}
+
+// Destroy erases the key of id for good, leaving a tombstone so that it is
+// never created again. Destroying a destroyed or never created key is not
+// an error.
+func (r *Keyring) Destroy(ctx context.Context, id, accountID string) error {
+	var account *string
+	if accountID != "" {
+		account = &accountID
+	}
+	_, err := r.pool.Exec(ctx, `INSERT INTO data_keys (id, account_id, wrapped, destroyed_at) VALUES ($1, $2, NULL, now())
+		ON CONFLICT (id) DO UPDATE SET wrapped = NULL, destroyed_at = COALESCE(data_keys.destroyed_at, now())`, id, account)
+	if err != nil {
+		return fmt.Errorf("destroy data key %s: %w", id, err)
+	}
+	r.remember(id, Key{})
+	return nil
+}
+
+func (r *Keyring) unwrap(id string, wrapped *string) (Key, error) {
+	if wrapped == nil {
+		return Key{}, nil
+	}
+	raw, err := r.box.Open(*wrapped, wrapContext(id))
+	if err != nil {
+		return Key{}, fmt.Errorf("data key %s: %w", id, err)
+	}
+	return newKey(raw)
+}
+
+func (r *Keyring) cached(id string) (Key, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.cache[id]
+	if !ok {
+		return Key{}, false
+	}
+	if !c.expires.IsZero() && time.Now().After(c.expires) {
+		delete(r.cache, id)
+		return Key{}, false
+	}
+	return c.key, true
+}
+
+func (r *Keyring) remember(id string, k Key) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.cache) >= cacheSize {
+		clear(r.cache)
+	}
+	c := cached{key: k}
+	if !k.Erased() {
+		c.expires = time.Now().Add(liveFor)
+	}
+	r.cache[id] = c
+}

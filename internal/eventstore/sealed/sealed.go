@@ -1,0 +1,262 @@
+// Package sealed keeps personal data out of the event log in the clear. It
+// wraps an event store: on the way in, the fields the codec marks personal
+// (codec.PersonalOf) are encrypted with their email's data key into one
+// "personal" member; on the way out they are decrypted back into place, or,
+// once the key is destroyed, left out and the event marked "erased": true.
+//
+// The log, its hash chains and its exports hold only the ciphertext, so
+// destroying a key erases the data without changing a byte of the log.
+// Auditing reads the wrapped store, not this one.
+package sealed
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/datakeys"
+	"github.com/mailroom/mailroom/internal/eventstore"
+)
+
+// Keys is the keyring the store seals with.
+type Keys interface {
+	Ensure(ctx context.Context, id, accountID string) (datakeys.Key, error)
+	Lookup(ctx context.Context, ids ...string) (map[string]datakeys.Key, error)
+}
+
+// Store seals personal data on append and opens it on read.
+type Store struct {
+	eventstore.Store
+	keys Keys
+}
+
+// New wraps inner.
+func New(inner eventstore.Store, keys Keys) *Store { return &Store{Store: inner, keys: keys} }
+
+// personalMember is the member that replaces the personal fields.
+const personalMember = "personal"
+
+type envelope struct {
+	Key    string `json:"key"`    // the data key's id
+	Sealed []byte `json:"sealed"` // the personal fields as one JSON object, encrypted
+}
+
+// context binds a ciphertext to its event, so it cannot be moved.
+func bindTo(ev string) string { return "event:" + ev }
+
+func (s *Store) Append(ctx context.Context, stream string, expected eventstore.ExpectedVersion, events ...eventstore.EventData) (eventstore.AppendResult, error) {
+	sealedEvents, err := s.sealAll(ctx, events)
+	if err != nil {
+		return eventstore.AppendResult{}, err
+	}
+	return s.Store.Append(ctx, stream, expected, sealedEvents...)
+}
+
+func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	out := make([]eventstore.StreamAppend, len(parts))
+	for i, p := range parts {
+		evs, err := s.sealAll(ctx, p.Events)
+		if err != nil {
+			return nil, err
+		}
+		p.Events = evs
+		out[i] = p
+	}
+	return s.Store.AppendMany(ctx, out...)
+}
+
+func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, max int) ([]eventstore.RecordedEvent, error) {
+	evs, err := s.Store.ReadStream(ctx, stream, from, max)
+	if err != nil {
+		return nil, err
+	}
+	return evs, s.openAll(ctx, evs)
+}
+
+func (s *Store) ReadAll(ctx context.Context, from eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
+	evs, err := s.Store.ReadAll(ctx, from, max)
+	if err != nil {
+		return nil, err
+	}
+	return evs, s.openAll(ctx, evs)
+}
+
+func (s *Store) SubscribeAll(ctx context.Context, from eventstore.Position) (eventstore.Subscription, error) {
+	sub, err := s.Store.SubscribeAll(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	return &subscription{Subscription: sub, store: s}, nil
+}
+
+// CountAfter passes counting through to a store that can count.
+func (s *Store) CountAfter(ctx context.Context, from eventstore.Position, limit int64) (int64, error) {
+	c, ok := s.Store.(eventstore.Counter)
+	if !ok {
+		return 0, fmt.Errorf("event store %T cannot count events", s.Store)
+	}
+	return c.CountAfter(ctx, from, limit)
+}
+
+// Inner is the wrapped store, which holds the sealed records as they are.
+func (s *Store) Inner() eventstore.Store { return s.Store }
+
+type subscription struct {
+	eventstore.Subscription
+	store *Store
+}
+
+func (s *subscription) Next(ctx context.Context) (eventstore.RecordedEvent, error) {
+	ev, err := s.Subscription.Next(ctx)
+	if err != nil {
+		return ev, err
+	}
+	evs := []eventstore.RecordedEvent{ev}
+	if err := s.store.openAll(ctx, evs); err != nil {
+		return eventstore.RecordedEvent{}, err
+	}
+	return evs[0], nil
+}
+
+func (s *Store) sealAll(ctx context.Context, events []eventstore.EventData) ([]eventstore.EventData, error) {
+	var out []eventstore.EventData
+	for i, ev := range events {
+		p, ok := codec.PersonalOf(ev.Type)
+		if !ok {
+			continue
+		}
+		data, err := s.seal(ctx, ev, p)
+		if err != nil {
+			return nil, fmt.Errorf("seal %s %s: %w", ev.Type, ev.ID, err)
+		}
+		if data == nil {
+			continue
+		}
+		if out == nil {
+			out = append([]eventstore.EventData(nil), events...)
+		}
+		out[i].Data = data
+	}
+	if out == nil {
+		return events, nil
+	}
+	return out, nil
+}
+
+// seal returns ev's data with its personal fields sealed, or nil when it
+// has nothing to seal.
+func (s *Store) seal(ctx context.Context, ev eventstore.EventData, p codec.Personal) (json.RawMessage, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(ev.Data, &fields); err != nil {
+		return nil, err
+	}
+	emailID := stringField(fields, p.KeyField)
+	if emailID == "" {
+		return nil, nil
+	}
+	private := map[string]json.RawMessage{}
+	for _, f := range p.Fields {
+		if v, ok := fields[f]; ok {
+			private[f] = v
+			delete(fields, f)
+		}
+	}
+	if len(private) == 0 {
+		return nil, nil
+	}
+	id := codec.KeyID(emailID)
+	key, err := s.keys.Ensure(ctx, id, stringField(fields, p.AccountField))
+	if err != nil {
+		return nil, err
+	}
+	plain, err := json.Marshal(private)
+	if err != nil {
+		return nil, err
+	}
+	ct, err := key.Seal(plain, bindTo(ev.ID.String()))
+	if err != nil {
+		return nil, err
+	}
+	env, err := json.Marshal(envelope{Key: id, Sealed: ct})
+	if err != nil {
+		return nil, err
+	}
+	fields[personalMember] = env
+	return json.Marshal(fields)
+}
+
+// openAll replaces each sealed event's data with its opened form, looking
+// up every key the events need at once.
+func (s *Store) openAll(ctx context.Context, evs []eventstore.RecordedEvent) error {
+	type sealedEvent struct {
+		i      int
+		fields map[string]json.RawMessage
+		env    envelope
+	}
+	var todo []sealedEvent
+	var ids []string
+	for i, ev := range evs {
+		if _, ok := codec.PersonalOf(ev.Type); !ok {
+			continue
+		}
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(ev.Data, &fields); err != nil {
+			continue // the decoder reports malformed data
+		}
+		raw, ok := fields[personalMember]
+		if !ok {
+			continue // recorded before sealing, or nothing personal
+		}
+		var env envelope
+		if err := json.Unmarshal(raw, &env); err != nil {
+			return fmt.Errorf("open %s %s: %w", ev.Type, ev.ID, err)
+		}
+		delete(fields, personalMember)
+		todo = append(todo, sealedEvent{i: i, fields: fields, env: env})
+		ids = append(ids, env.Key)
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	keys, err := s.keys.Lookup(ctx, ids...)
+	if err != nil {
+		return err
+	}
+	for _, t := range todo {
+		ev := &evs[t.i]
+		// A key that is missing was removed by hand: the data is as gone
+		// as if it had been destroyed.
+		key := keys[t.env.Key]
+		if key.Erased() {
+			t.fields["erased"] = json.RawMessage("true")
+		} else {
+			plain, err := key.Open(t.env.Sealed, bindTo(ev.ID.String()))
+			if err != nil {
+				return fmt.Errorf("open %s %s: %w", ev.Type, ev.ID, err)
+			}
+			var private map[string]json.RawMessage
+			if err := json.Unmarshal(plain, &private); err != nil {
+				return fmt.Errorf("open %s %s: %w", ev.Type, ev.ID, err)
+			}
+			for k, v := range private {
+				t.fields[k] = v
+			}
+		}
+		data, err := json.Marshal(t.fields)
+		if err != nil {
+			return err
+		}
+		ev.Data = data
+	}
+	return nil
+}
+
+func stringField(fields map[string]json.RawMessage, name string) string {
+	if name == "" {
+		return ""
+	}
+	var s string
+	_ = json.Unmarshal(fields[name], &s)
+	return s
+}
