@@ -12,6 +12,7 @@ import (
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/mailmsg"
 )
 
 // Email returns an email's current state from its stream.
@@ -101,7 +102,7 @@ func (s *Service) sentDecision(atts []email.Attachment, providerMessageID string
 		st = fold(st, email.Evolve, sent)
 		if feedback != nil {
 			for _, fb := range feedback(st, now) {
-				if more := email.RecordFeedback(st, fb); len(more) > 0 {
+				if more := email.RecordFeedback(st, s.keyRecipients(st, fb)); len(more) > 0 {
 					evs = append(evs, more...)
 					st = fold(st, email.Evolve, more)
 				}
@@ -123,7 +124,7 @@ func (s *Service) FailEmail(ctx context.Context, id, reason, detail string, meta
 // sending fails the email.
 func (s *Service) RecordEmailFeedback(ctx context.Context, id string, feedback []domain.Event, reject *string, meta Meta) error {
 	_, err := execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
-		if st.Exists() && st.Sent == nil && st.Failed == nil {
+		if st.Exists() && st.Erased == nil && st.Sent == nil && st.Failed == nil {
 			return nil, ErrNotSentYet
 		}
 		var out []domain.Event
@@ -131,7 +132,7 @@ func (s *Service) RecordEmailFeedback(ctx context.Context, id string, feedback [
 			out = email.RejectAfterSend(st, *reject, s.now())
 		}
 		for _, fb := range feedback {
-			if evs := email.RecordFeedback(st, fb); len(evs) > 0 {
+			if evs := email.RecordFeedback(st, s.keyRecipients(st, fb)); len(evs) > 0 {
 				out = append(out, evs...)
 				st = email.Evolve(st, fb)
 			}
@@ -144,3 +145,35 @@ func (s *Service) RecordEmailFeedback(ctx context.Context, id string, feedback [
 // ErrNotSentYet: feedback arrived before the email's EmailSent was
 // recorded; the caller keeps the feedback and tries again later.
 var ErrNotSentYet = errors.New("feedback for an email not recorded as sent yet")
+
+// keyRecipients gives a bounce or a complaint the keyed hashes of its
+// recipients, which keep them suppressed once their addresses are erased.
+func (s *Service) keyRecipients(st email.State, fb domain.Event) domain.Event {
+	if !st.Exists() {
+		return fb
+	}
+	switch e := fb.(type) {
+	case *email.Bounced:
+		c := *e
+		c.RecipientKeys = s.recipientKeys(st.Queued.AccountID, e.Recipients)
+		return &c
+	case *email.Complained:
+		c := *e
+		c.RecipientKeys = s.recipientKeys(st.Queued.AccountID, e.Recipients)
+		return &c
+	}
+	return fb
+}
+
+// recipientKeys is the keyed hash of each recipient's address, one for one:
+// a recipient that does not parse is hashed as given.
+func (s *Service) recipientKeys(accountID string, recipients []string) []string {
+	out := make([]string, len(recipients))
+	for i, r := range recipients {
+		if a, err := mailmsg.ParseAddress(r); err == nil {
+			r = a.Email
+		}
+		out[i] = s.address.Of(accountID, r)
+	}
+	return out
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/secretbox"
@@ -53,6 +54,10 @@ type Service struct {
 	sendable func(ctx context.Context, accountID, name string) (string, error)
 	blobs    blob.Store
 	egress   URLChecker
+	keys     DataKeys
+	address  datakeys.AddressKeys
+
+	emailsSentTo func(ctx context.Context, accountID, addressKey string) ([]string, error)
 
 	endpointIDs   func(ctx context.Context, accountID string) ([]string, error)
 	activeAPIKeys func(ctx context.Context, accountID string) (int, error)
@@ -107,6 +112,19 @@ type Deps struct {
 	DomainCount func(ctx context.Context, accountID string) (int, error)
 	// KeyGenerated, when set, is called for every DKIM key made.
 	KeyGenerated func()
+	// DataKeys destroys an email's data key when it is erased.
+	DataKeys DataKeys
+	// EmailsSentTo lists the emails of an account sent to the address whose
+	// keyed hash is addressKey (read model).
+	EmailsSentTo func(ctx context.Context, accountID, addressKey string) ([]string, error)
+	// AddressKeys hashes recipients for the events that must find them
+	// after their addresses are erased.
+	AddressKeys datakeys.AddressKeys
+}
+
+// DataKeys destroys the key that seals an email's personal data.
+type DataKeys interface {
+	Destroy(ctx context.Context, id, accountID string) error
 }
 
 // New returns a Service.
@@ -116,7 +134,8 @@ func New(d Deps) *Service {
 	}
 	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
 		domains: d.Domains, sendable: d.SendableDomain, blobs: d.Blobs, egress: d.Egress, endpointIDs: d.EndpointIDs, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity,
-		domainsNamed: d.DomainsNamed, domainCount: d.DomainCount, keyGenerated: d.KeyGenerated}
+		domainsNamed: d.DomainsNamed, domainCount: d.DomainCount, keyGenerated: d.KeyGenerated, keys: d.DataKeys, address: d.AddressKeys,
+		emailsSentTo: d.EmailsSentTo}
 }
 
 // maxAttempts bounds retries after a concurrency conflict; busy streams

@@ -55,6 +55,7 @@ func root() *cobra.Command {
 		projectionsCmd(&cfg),
 		eventsCmd(&cfg),
 		domainsCmd(&cfg),
+		eraseCmd(&cfg),
 	)
 	return cmd
 }

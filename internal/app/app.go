@@ -202,7 +202,7 @@ func (a *App) Handler() http.Handler {
 
 	api := e.Group("/api", perIP, auth.Tokens(), perCredential, perAccount)
 	v1 := e.Group("/v1", perIP, auth.APIKeys(), perCredential, perAccount)
-	httpapi.Routes(httpapi.Deps{Commands: a.Commands, Reads: readapi.New(a.Pool, a.clock), RenderDomain: a.RenderDomain}, api, v1)
+	httpapi.Routes(httpapi.Deps{Commands: a.Commands, Reads: readapi.New(a.Pool, a.clock), RenderDomain: a.RenderDomain, DefaultRetentionDays: a.Config.RetentionDays}, api, v1)
 	return e
 }
 
@@ -389,6 +389,10 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 		Box: a.Box, DNS: a.DNS, Region: a.Config.Region,
 		Blobs: a.Blobs, Egress: a.Egress,
 		Identity: a.provider.identityCheck, KeyGenerated: a.keysGenerated, ActiveAPIKeys: a.activeAPIKeys,
+		DataKeys: a.Keys, AddressKeys: a.AddressKeys,
+		EmailsSentTo: func(ctx context.Context, accountID, addressKey string) ([]string, error) {
+			return readapi.EmailsSentTo(ctx, a.Pool, accountID, addressKey)
+		},
 		Domains: func(ctx context.Context, accountID, name string) (sendingdomain.State, error) {
 			return readapi.SendingDomain(ctx, a.Pool, accountID, name)
 		},
@@ -439,6 +443,12 @@ func (a *App) inlineCommands() *commands.Service {
 // DomainPoller returns the background checker of pending domains.
 func (a *App) DomainPoller() *processmanagers.DomainPoller {
 	return &processmanagers.DomainPoller{Pool: a.Pool, Commands: a.Commands, Now: func() time.Time { return a.Now() }, Interval: a.Config.DomainPollInterval, Log: a.Log}
+}
+
+// Retention returns the background eraser of emails past retention.
+func (a *App) Retention() *processmanagers.Retention {
+	return &processmanagers.Retention{Pool: a.Pool, Commands: a.Commands, DefaultDays: a.Config.RetentionDays,
+		Now: func() time.Time { return a.Now() }, Interval: a.Config.RetentionInterval, Log: a.Log}
 }
 
 // sendJobTimeout bounds one send job: the preparation deadline, then the
@@ -526,6 +536,8 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	})
 	poller := a.DomainPoller()
 	g.Go(func() error { return poller.Run(ctx) })
+	retention := a.Retention()
+	g.Go(func() error { return retention.Run(ctx) })
 	if a.provider.ses != nil && a.Config.SESEventsQueueURL != "" {
 		g.Go(func() error {
 			processmanagers.SESFeedback(ctx, a.provider.ses, a.Commands, a.Pool, a.Log)

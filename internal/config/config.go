@@ -51,6 +51,8 @@ type Config struct {
 	DNSResolvers       string
 	DNSTimeout         time.Duration
 	DomainPollInterval time.Duration
+	RetentionDays      int
+	RetentionInterval  time.Duration
 	DKIMRotationDays   int
 	BlobDir            string
 	BlobS3Bucket       string
@@ -116,6 +118,8 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.DNSResolvers, "dns-resolvers", "MAILROOM_DNS_RESOLVERS", "1.1.1.1:53,8.8.8.8:53", "resolvers (host:port, comma-separated) that domain verification queries directly; every one must see the records")
 	c.duration(fs, &c.DNSTimeout, "dns-timeout", "MAILROOM_DNS_TIMEOUT", 5*time.Second, "time allowed for one DNS query")
 	c.duration(fs, &c.DomainPollInterval, "domain-poll-interval", "MAILROOM_DOMAIN_POLL_INTERVAL", 5*time.Minute, "how often pending domains and DKIM key changes are re-checked")
+	c.integer(fs, &c.RetentionDays, "retention-days", "MAILROOM_RETENTION_DAYS", 45, "days an email's content and personal data are kept, unless its account sets its own (1 to 365); then they are erased and only daily counts and suppressions remain")
+	c.duration(fs, &c.RetentionInterval, "retention-interval", "MAILROOM_RETENTION_INTERVAL", time.Hour, "how often emails past retention are looked for and erased")
 	c.integer(fs, &c.DKIMRotationDays, "dkim-rotation-days", "MAILROOM_DKIM_ROTATION_DAYS", 180, "age in days after which a domain's DKIM key is due for rotation")
 	str(fs, &c.BlobDir, "blob-dir", "MAILROOM_BLOB_DIR", "./.mailroom/blobs", "where email bodies and attachments are stored (filesystem blob storage)")
 	str(fs, &c.BlobS3Bucket, "blob-s3-bucket", "MAILROOM_BLOB_S3_BUCKET", "", "store email bodies and attachments in this S3 bucket instead of blob-dir")
@@ -191,6 +195,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DomainPollInterval <= 0 {
 		return errors.New("domain-poll-interval must be positive")
+	}
+	if c.RetentionDays < 1 || c.RetentionDays > 365 {
+		return errors.New("retention-days must be between 1 and 365")
+	}
+	if c.RetentionInterval <= 0 {
+		return errors.New("retention-interval must be positive")
 	}
 	if _, err := c.RetrySchedule(); err != nil {
 		return err

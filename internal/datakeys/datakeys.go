@@ -230,6 +230,9 @@ func (r *Keyring) cached(id string) (Key, bool) {
 func (r *Keyring) remember(id string, k Key) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if old, ok := r.cache[id]; ok && old.key.Erased() {
+		return // erasure is final: a read that raced with it cannot undo it
+	}
 	if len(r.cache) >= cacheSize {
 		clear(r.cache)
 	}

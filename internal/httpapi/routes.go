@@ -24,13 +24,15 @@ type Deps struct {
 	Reads    *readapi.Reader
 	// RenderDomain shows a domain as the API does.
 	RenderDomain func(sendingdomain.State) views.Domain
+	// DefaultRetentionDays is the retention of accounts that set none.
+	DefaultRetentionDays int
 }
 
 // Routes mounts every route of the API. api is the /api group
 // (management tokens), v1 the /v1 group (API keys); both authenticate and
 // rate-limit before any route's own permission check.
 func Routes(d Deps, api, v1 *echo.Group) {
-	h := handlers{commands: d.Commands, reads: d.Reads, renderDomain: d.RenderDomain}
+	h := handlers{commands: d.Commands, reads: d.Reads, renderDomain: d.RenderDomain, defaultRetention: d.DefaultRetentionDays}
 	admin := authn.RequireAdmin()
 	send := authn.Require("emails:send")
 	read := authn.Require("emails:read")
@@ -45,6 +47,10 @@ func Routes(d Deps, api, v1 *echo.Group) {
 		{api, http.MethodGet, "/auth/api-keys", h.listAPIKeys, nil},
 		{api, http.MethodPost, "/auth/api-keys", h.createAPIKey, nil},
 		{api, http.MethodDelete, "/auth/api-keys/:id", h.revokeAPIKey, nil},
+
+		{api, http.MethodGet, "/account", h.getAccount, nil},
+		{api, http.MethodPatch, "/account", h.updateAccount, admin},
+		{api, http.MethodPost, "/erasures", h.createErasure, admin},
 
 		{api, http.MethodGet, "/auth/tokens", h.listTokens, admin},
 		{api, http.MethodDelete, "/auth/tokens/:id", h.revokeToken, admin},
@@ -82,6 +88,8 @@ type handlers struct {
 	commands     *commands.Service
 	reads        *readapi.Reader
 	renderDomain func(sendingdomain.State) views.Domain
+
+	defaultRetention int
 }
 
 // meta is who asks, and on which request, for the events a command records.

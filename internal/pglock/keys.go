@@ -24,6 +24,9 @@ const (
 	WebhookSweep Key = 7261003
 	// SESFeedback lets one process at a time poll the SES feedback queue.
 	SESFeedback Key = 7261004
+	// Retention lets one process at a time erase emails past their
+	// account's retention.
+	Retention Key = 7261005
 )
 
 // StreamClass is the first key of the two-key transaction lock that

@@ -24,6 +24,7 @@ func TestKeysKeepTheirValues(t *testing.T) {
 		{"domain poll", pglock.DomainPoll, 7261002},
 		{"webhook sweep", pglock.WebhookSweep, 7261003},
 		{"ses feedback", pglock.SESFeedback, 7261004},
+		{"retention", pglock.Retention, 7261005},
 		{"process manager email-pipeline", pglock.ProcessManager("email-pipeline"), 2008873620028063588},
 		{"process manager webhooks", pglock.ProcessManager("webhooks"), -8704130075819862885},
 		{"projection accounts", pglock.Projection("accounts"), -300307550864010106},

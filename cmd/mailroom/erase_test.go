@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/pgtest"
+)
+
+func TestEraseCommand(t *testing.T) {
+	db := pgtest.NewURL(t)
+	s := apptest.StartWith(t, apptest.Config(t, db))
+	acct, _, key := s.Sender("acme.test")
+	send := func(to string) string {
+		t.Helper()
+		r := s.Do("POST", "/v1/emails/send", key, map[string]any{"from": "billing@acme.test", "to": to, "subject": "hi", "text": "hi"})
+		if r.Status != 202 {
+			t.Fatalf("send: %d %s", r.Status, r.Body)
+		}
+		return r.JSON(t)["id"].(string)
+	}
+	theirs := []string{send("ann@example.org"), send("Ann <ANN@example.org>")}
+	kept := send("bob@example.org")
+	for _, id := range append(slices.Clone(theirs), kept) {
+		for deadline := time.Now().Add(20 * time.Second); s.Do("GET", "/v1/emails/"+id, key, nil).JSON(t)["status"] != "delivered"; {
+			if time.Now().After(deadline) {
+				t.Fatalf("email %s was not delivered", id)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	out, _, err := run(t, "erase", "--account", acct, "--recipient", "ann@example.org", "--json",
+		"--database-url", db, "--data-dir", s.Config.DataDir, "--blob-dir", s.Config.BlobDir)
+	var got struct {
+		ID       string   `json:"id"`
+		Object   string   `json:"object"`
+		Erased   int      `json:"erased"`
+		EmailIDs []string `json:"email_ids"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &got) != nil {
+		t.Fatalf("erase: %q %v", out, err)
+	}
+	slices.Sort(got.EmailIDs)
+	if got.Erased != 2 || got.Object != "erasure" || !slices.Equal(got.EmailIDs, slices.Sorted(slices.Values(theirs))) {
+		t.Fatalf("erase printed %+v, want the two emails to ann", got)
+	}
+	for _, id := range theirs {
+		if r := s.Do("GET", "/v1/emails/"+id, key, nil); r.Status != 404 {
+			t.Errorf("erased email %s: %d", id, r.Status)
+		}
+	}
+	if r := s.Do("GET", "/v1/emails/"+kept, key, nil); r.Status != 200 {
+		t.Errorf("another recipient's email: %d", r.Status)
+	}
+	if _, _, err := run(t, "erase", "--account", acct, "--recipient", "not an address", "--database-url", db, "--data-dir", s.Config.DataDir); err == nil {
+		t.Error("erase accepted a malformed address")
+	}
+}

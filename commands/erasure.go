@@ -1,0 +1,112 @@
+package commands
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/account"
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/mailmsg"
+	"github.com/mailroom/mailroom/projections"
+)
+
+// SetRetention sets how many days the account keeps its emails' content.
+func (s *Service) SetRetention(ctx context.Context, accountID string, days int, meta Meta) error {
+	now := s.now()
+	_, err := executeConfirmed(ctx, s, account.Stream(accountID), account.Evolve, func(st account.State) ([]domain.Event, error) {
+		return account.SetRetention(st, days, now)
+	}, meta, projections.AccountsName)
+	return err
+}
+
+// EraseEmail destroys one email's personal data, for reason (and the
+// request erasureID, when on request): its bodies and attachments in blob
+// storage first, then its data key, and last the EmailErased that takes it
+// out of the read models. Each step may be repeated, so an erasure cut off
+// half-way is finished by running it again. It reports whether this call
+// recorded the erasure; an email erased already is not an error.
+func (s *Service) EraseEmail(ctx context.Context, id, reason, erasureID string, meta Meta) (bool, error) {
+	st, err := s.Email(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	if !st.Exists() {
+		return false, domain.ErrNotFound
+	}
+	accountID := st.Queued.AccountID
+	if err := s.deleteContent(ctx, st); err != nil {
+		return false, fmt.Errorf("erase email %s: %w", id, err)
+	}
+	if err := s.keys.Destroy(ctx, codec.KeyID(id), accountID); err != nil {
+		return false, fmt.Errorf("erase email %s: %w", id, err)
+	}
+	now := s.now()
+	evs, err := execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
+		return email.Erase(st, reason, erasureID, now)
+	}, meta)
+	return len(evs) > 0, err
+}
+
+// Erasure is what an erasure request erased.
+type Erasure struct {
+	ID        string
+	AccountID string
+	EmailIDs  []string
+	CreatedAt time.Time
+}
+
+// EraseRecipient erases every email of the account sent to address, as
+// to, cc or bcc, whatever its age, and records the request with the
+// address only as its keyed hash. A suppression of the address stays, by
+// that hash.
+func (s *Service) EraseRecipient(ctx context.Context, accountID, address string, meta Meta) (Erasure, error) {
+	a, err := mailmsg.ParseAddress(strings.TrimSpace(address))
+	if err != nil || a.Name != "" {
+		var v domain.ValidationError
+		v.Add("email", "must be an email address")
+		return Erasure{}, &v
+	}
+	key := s.address.Of(accountID, a.Email)
+	ids, err := s.emailsSentTo(ctx, accountID, key)
+	if err != nil {
+		return Erasure{}, err
+	}
+	er := Erasure{ID: uuid.Must(uuid.NewV7()).String(), AccountID: accountID, EmailIDs: ids, CreatedAt: s.now()}
+	for _, id := range ids {
+		if _, err := s.EraseEmail(ctx, id, email.ErasedOnRequest, er.ID, meta); err != nil {
+			return Erasure{}, err
+		}
+	}
+	_, err = executeConfirmed(ctx, s, account.Stream(accountID), account.Evolve, func(st account.State) ([]domain.Event, error) {
+		return account.CompleteErasure(st, er.ID, key, ids, er.CreatedAt)
+	}, meta, projections.EmailsName)
+	return er, err
+}
+
+// deleteContent deletes the email's bodies and attachments from blob
+// storage. The body digests are kept in the clear; the attachments' are
+// sealed with the rest of their metadata, which is why content goes
+// before the key.
+func (s *Service) deleteContent(ctx context.Context, st email.State) error {
+	var digests []blob.Digest
+	for _, d := range []string{st.Queued.HTMLDigest, st.Queued.TextDigest} {
+		if d != "" {
+			digests = append(digests, blob.Digest(d))
+		}
+	}
+	for _, list := range [][]email.Attachment{st.Queued.Attachments, st.Attachments()} {
+		for _, a := range list {
+			if a.Digest != "" {
+				digests = append(digests, blob.Digest(a.Digest))
+			}
+		}
+	}
+	return s.blobs.Delete(ctx, digests...)
+}

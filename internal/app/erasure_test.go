@@ -1,0 +1,110 @@
+package app_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain/account"
+)
+
+func TestErasureOfOneRecipientAcrossFiftyEmails(t *testing.T) {
+	w := newSendWorld(t)
+	ctx := context.Background()
+	// The address bounces for good on its first email, so it is
+	// suppressed: its later emails fail without reaching the provider.
+	const erased = "bounce@simulator.amazonses.com"
+	var theirs []string
+	for i := range 50 {
+		body := map[string]any{"from": "Acme <billing@acme.test>", "subject": "Statement erase-me-4242", "html": "<p>private-body-3131</p>", "to": erased}
+		if i%5 == 1 { // some to it in copy, beside someone else
+			body["to"], body["cc"] = "someone@example.org", []string{"Bounce Person <" + strings.ToUpper(erased) + ">"}
+		}
+		theirs = append(theirs, w.send(t, body)["id"].(string))
+		if i == 0 {
+			w.waitFor(t, theirs[0], status("bounced"))
+		}
+	}
+	var others []string
+	for i := range 5 {
+		others = append(others, w.sendPersonal(t, personalEmail(i)))
+	}
+	for _, id := range append(slices.Clone(theirs), others...) {
+		w.waitFor(t, id, func(e map[string]any) bool { return e["status"] != "queued" && e["status"] != "sent" })
+	}
+	digests := contentDigests(t, w.Server, others[0])
+	sentDay := w.Clock.Now()
+	before := dailyStats(t, w, sentDay)
+
+	member, err := w.Commands.IssueToken(ctx, w.account, account.RoleMember, commands.Meta{Actor: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, w.Do("POST", "/api/erasures", member, map[string]any{"email": erased}), http.StatusForbidden, "role_required")
+	wantProblem(t, w.Do("POST", "/api/erasures", w.admin, map[string]any{"email": "not an address"}), http.StatusUnprocessableEntity, "validation_failed")
+
+	r := w.Do("POST", "/api/erasures", w.admin, map[string]any{"email": "Bounce@Simulator.AmazonSES.com"})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("POST /api/erasures: %d %s", r.Status, r.Body)
+	}
+	got := r.JSON(t)
+	var ids []string
+	for _, id := range got["email_ids"].([]any) {
+		ids = append(ids, id.(string))
+	}
+	slices.Sort(ids)
+	want := slices.Sorted(slices.Values(theirs))
+	if got["erased"] != 50.0 || !slices.Equal(ids, want) || got["object"] != "erasure" || got["id"] == "" {
+		t.Fatalf("erasure answer: %s", r.Body)
+	}
+	if strings.Contains(strings.ToLower(string(r.Body)), erased) {
+		t.Errorf("the erasure's answer names the address: %s", r.Body)
+	}
+
+	for _, id := range theirs {
+		if r := w.Do("GET", "/v1/emails/"+id, w.key, nil); r.Status != http.StatusNotFound {
+			t.Errorf("erased email %s: %d", id, r.Status)
+		}
+	}
+	for i, id := range others {
+		if e := w.waitFor(t, id, status("delivered")); e["subject"] != personalEmail(i).subject {
+			t.Errorf("another recipient's email changed: %v", e)
+		}
+	}
+	for _, d := range digests {
+		if blobGone(t, w.Server, d) {
+			t.Errorf("another recipient's blob %s was deleted", d)
+		}
+	}
+	log := export(t, w.Server)
+	for _, word := range []string{erased, strings.ToUpper(erased), "erase-me-4242", "private-body-3131"} {
+		if strings.Contains(log, word) {
+			t.Errorf("events export still holds %q", word)
+		}
+	}
+	if !strings.Contains(log, `"type":"AccountErasureCompleted"`) {
+		t.Error("the erasure request is not recorded")
+	}
+	verify(t, w.Server)
+	if after := dailyStats(t, w, sentDay); after["sent"] != before["sent"] || after["bounced"] != before["bounced"] {
+		t.Errorf("daily counts changed by the erasure: %v, was %v", after, before)
+	}
+
+	// Still suppressed: a new email to the address fails without leaving.
+	again := w.send(t, map[string]any{"from": "billing@acme.test", "to": erased, "subject": "again", "text": "again"})["id"].(string)
+	e := w.waitFor(t, again, status("failed"))
+	if r := e["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)["reason"]; r != "suppressed" {
+		t.Errorf("send after erasure failed for %v, want suppressed", r)
+	}
+
+	from, to := sentDay.AddDate(0, 0, -1), w.Clock.Now().Add(time.Hour)
+	wantAnswers := answers(t, w, from, to)
+	rebuildAll(t, w.Server)
+	if got := answers(t, w, from, to); got != wantAnswers {
+		t.Errorf("answers after rebuild differ:\n got %s\nwant %s", got, wantAnswers)
+	}
+}

@@ -1,0 +1,89 @@
+package processmanagers
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/pglock"
+	"github.com/mailroom/mailroom/readapi"
+)
+
+// Retention erases the emails past their account's retention, one process
+// at a time (the retention lock), oldest first. It keeps no state of its
+// own: an email stays in the read model until its EmailErased, the last
+// step of an erasure, so a pass cut off half-way is finished by the next.
+type Retention struct {
+	Pool        *pgxpool.Pool
+	Commands    *commands.Service
+	DefaultDays int // for accounts that set none
+	Now         func() time.Time
+	Interval    time.Duration
+	Log         *slog.Logger
+}
+
+// retentionBatch is how many emails one look-up of a pass finds.
+const retentionBatch = 500
+
+// Run ticks until ctx ends.
+func (r *Retention) Run(ctx context.Context) error {
+	t := time.NewTicker(r.Interval)
+	defer t.Stop()
+	for {
+		if _, _, err := r.Tick(ctx); err != nil && ctx.Err() == nil {
+			r.Log.Error("retention", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Tick runs one pass, unless another process is running one: then it
+// reports that it did not run. erased counts the emails this pass erased.
+func (r *Retention) Tick(ctx context.Context) (ran bool, erased int, err error) {
+	err = pglock.Hold(ctx, r.Pool.Config().ConnConfig, pglock.Retention, pglock.Options{Wait: pglock.Try},
+		func(ctx context.Context, _ *pglock.Conn) error {
+			erased, err = r.pass(ctx)
+			return err
+		})
+	if errors.Is(err, pglock.ErrHeld) {
+		return false, 0, nil
+	}
+	return err == nil, erased, err
+}
+
+// pass erases every email past retention; the caller holds the lock.
+func (r *Retention) pass(ctx context.Context) (int, error) {
+	meta := commands.Meta{Actor: "system:retention"}
+	erased := 0
+	for {
+		due, err := readapi.EmailsPastRetention(ctx, r.Pool, r.DefaultDays, r.Now(), retentionBatch)
+		if err != nil {
+			return erased, err
+		}
+		newly := 0
+		for _, e := range due {
+			done, err := r.Commands.EraseEmail(ctx, e.EmailID, email.ErasedByRetention, "", meta)
+			if err != nil {
+				return erased, err
+			}
+			if done {
+				newly++
+			}
+		}
+		erased += newly
+		// A full batch of emails erased already is the read model catching
+		// up; the next pass finds what is left.
+		if len(due) < retentionBatch || newly == 0 {
+			return erased, nil
+		}
+	}
+}
