@@ -312,6 +312,16 @@ func (s *Service) ExpireDelivery(ctx context.Context, id string, disabled bool, 
 	return err
 }
 
+// DropDelivery ends a pending delivery, unattempted, when its stream reads
+// with its email erased; otherwise it does nothing. The endpoint's
+// failures are not counted: the receiver was never asked.
+func (s *Service) DropDelivery(ctx context.Context, id string, meta Meta) error {
+	_, err := execute(ctx, s, delivery.Stream(id), delivery.Evolve, func(st delivery.State) ([]domain.Event, error) {
+		return delivery.Drop(st, s.now()), nil
+	}, meta)
+	return err
+}
+
 // Delivery returns a delivery's state from its stream, and the expected
 // version an append after it must meet.
 func (s *Service) Delivery(ctx context.Context, id string) (delivery.State, eventstore.ExpectedVersion, error) {

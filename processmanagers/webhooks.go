@@ -131,17 +131,17 @@ func (FanoutArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: WebhookQueue, UniqueOpts: *whilePending}
 }
 
-// AttemptArgs is attempt number Attempt of a delivery. Created carries the
-// delivery as it was just recorded, so its first attempt need not read the
-// stream; without it the stream decides whether the attempt is still due.
-// NotBefore, by the domain's clock, is when a retry is due.
+// AttemptArgs is attempt number Attempt of a delivery. The job holds
+// nothing of the payload: the attempt reads it from the stream, where it
+// reads erased once the email is, so a job queued before an erasure never
+// sends the data after it. NotBefore, by the domain's clock, is when a
+// retry is due.
 type AttemptArgs struct {
-	DeliveryID string            `json:"delivery_id" river:"unique"`
-	Attempt    int               `json:"attempt" river:"unique"`
-	AccountID  string            `json:"account_id"`
-	EndpointID string            `json:"endpoint_id"`
-	Created    *delivery.Created `json:"created,omitempty"`
-	NotBefore  time.Time         `json:"not_before,omitzero"`
+	DeliveryID string    `json:"delivery_id" river:"unique"`
+	Attempt    int       `json:"attempt" river:"unique"`
+	AccountID  string    `json:"account_id"`
+	EndpointID string    `json:"endpoint_id"`
+	NotBefore  time.Time `json:"not_before,omitzero"`
 	// Listed is the position of the delivery's recording: its first
 	// attempt waits for the read model to show it, so a receiver that
 	// hears of a delivery finds it listed.
@@ -343,7 +343,7 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 		return nil, nil
 	default:
 		typ, at, extra, ok := webhookEvent(e)
-		if !ok {
+		if !ok || readErased(e) {
 			return nil, nil
 		}
 		if w.unheard(emailID, typ) {
@@ -359,6 +359,26 @@ func (w *Webhooks) Register(ws *river.Workers) {
 	river.AddWorker(ws, &fanoutWorker{w: w})
 	river.AddWorker(ws, &attemptWorker{w: w})
 	river.AddWorker(ws, &releaseWorker{w: w})
+}
+
+// readErased reports whether e was read with its email's personal data
+// erased: it is never a webhook.
+func readErased(e domain.Event) bool {
+	switch e := e.(type) {
+	case *email.Delivered:
+		return e.Erased
+	case *email.Bounced:
+		return e.Erased
+	case *email.Complained:
+		return e.Erased
+	case *email.Opened:
+		return e.Erased
+	case *email.Clicked:
+		return e.Erased
+	case *email.Failed:
+		return e.Erased
+	}
+	return false
 }
 
 // webhookEvent maps a timeline event to its webhook type, time and the
@@ -397,6 +417,9 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 		return err
 	}
 	q := st.Queued
+	if st.Erased != nil || q.Erased {
+		return nil // nothing of an erased email is sent
+	}
 	// Endpoints created before the email was sent must be seen. (Waiting
 	// for this event's own position would hold every event up for a
 	// projection cycle; an endpoint created while the email is under way
@@ -425,7 +448,7 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 		ds[i] = commands.NewDelivery{Created: delivery.Created{DeliveryID: id, EndpointID: ep.ID, AccountID: q.AccountID,
 			EmailID: q.EmailID, Type: a.Type, Payload: string(payload), CreatedAt: a.At}, Skipped: ep.Disabled}
 	}
-	fresh, last, err := w.Commands.CreateDeliveries(ctx, ds, fanoutMeta)
+	_, last, err := w.Commands.CreateDeliveries(ctx, ds, fanoutMeta)
 	if err != nil {
 		return err
 	}
@@ -433,14 +456,11 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	// deliveries: the fan-out's slot is free at once, and an attempt reads
 	// its endpoint meanwhile.
 	var jobs []river.InsertManyParams
-	for i, d := range ds {
+	for _, d := range ds {
 		if d.Skipped {
 			continue
 		}
 		args := AttemptArgs{DeliveryID: d.DeliveryID, Attempt: 1, AccountID: d.AccountID, EndpointID: d.EndpointID, Listed: &last}
-		if fresh[i] {
-			args.Created = &ds[i].Created
-		}
 		jobs = append(jobs, river.InsertManyParams{Args: args})
 	}
 	if len(jobs) == 0 {
@@ -536,6 +556,18 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	if wait := a.NotBefore.Sub(w.Now()); wait > 0 {
 		return river.JobSnooze(wait)
 	}
+	st, expected, err := w.Commands.Delivery(ctx, a.DeliveryID)
+	if err != nil {
+		return err
+	}
+	if st.Created == nil || st.Status != delivery.Pending || st.Attempts >= a.Attempt+1 {
+		return nil // ended, or its next attempt is under way
+	}
+	if st.Created.Erased {
+		// Its email was erased: dropped, never sent, and no failure of
+		// the endpoint's.
+		return w.Commands.DropDelivery(ctx, a.DeliveryID, dispatchMeta)
+	}
 	ep, err := readapi.EndpointForAttempt(ctx, w.Pool, a.EndpointID)
 	if errors.Is(err, readapi.ErrNotFound) {
 		return nil // deleted, with its deliveries
@@ -547,17 +579,6 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 		// Held, unattempted, so none of its retries is spent: resuming the
 		// endpoint or reinstating the account queues it again.
 		return nil
-	}
-	var st delivery.State
-	var expected eventstore.ExpectedVersion
-	if a.Created != nil && a.Attempt == 1 && job.Attempt == 1 {
-		// Just recorded by the fan-out, and this job has not run before.
-		st, expected = delivery.Evolve(delivery.State{}, a.Created), eventstore.Exact(0)
-	} else if st, expected, err = w.Commands.Delivery(ctx, a.DeliveryID); err != nil {
-		return err
-	}
-	if st.Created == nil || st.Status != delivery.Pending || st.Attempts >= a.Attempt+1 {
-		return nil // ended, or its next attempt is under way
 	}
 	if st.Attempts == a.Attempt {
 		// Recorded by an earlier run that did not get to queue the next.

@@ -122,3 +122,35 @@ func TestPlanForgetsOldestQueuedEmail(t *testing.T) {
 		t.Fatalf("the oldest remembered is #%d, want #2", oldest)
 	}
 }
+
+// An email event read with its email erased becomes no fan-out, and the
+// erasure itself is no webhook.
+func TestPlanSkipsErasedEvents(t *testing.T) {
+	id := uuid.NewString()
+	now := time.Now()
+	plan := func(e domain.Event) int {
+		d, err := codec.Encode(e, eventstore.Metadata{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := (&Webhooks{}).Plan(context.Background(), eventstore.RecordedEvent{ID: d.ID, StreamID: email.Stream(id), Type: d.Type, Data: d.Data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(jobs)
+	}
+	if n := plan(&email.Delivered{EmailID: id, OccurredAt: now}); n != 1 {
+		t.Fatalf("%d fan-outs of a delivery, want 1", n)
+	}
+	for _, e := range []domain.Event{
+		&email.Delivered{EmailID: id, OccurredAt: now, Erased: true},
+		&email.Bounced{EmailID: id, BounceType: "Permanent", OccurredAt: now, Erased: true},
+		&email.Clicked{EmailID: id, OccurredAt: now, Erased: true},
+		&email.Failed{EmailID: id, Reason: email.ReasonSuppressed, FailedAt: now, Erased: true},
+		&email.Erased{EmailID: id, AccountID: "a", Reason: email.ErasedByRetention, ErasedAt: now},
+	} {
+		if n := plan(e); n != 0 {
+			t.Errorf("%d fan-outs of %T", n, e)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/delivery"
+	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/domain/webhook"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
@@ -19,10 +20,16 @@ import (
 // disabled endpoint is pending and held: held deliveries stay out of the
 // due index, so however many wait, the dispatcher's poll does not walk
 // them. Skipped and expired ones are failed with their error.
+//
+// The tables hold nothing of an email's personal data: a delivery's
+// payload (recipients, subject) stays in its sealed event. When an email
+// is erased, its pending deliveries fail with delivery.DroppedError and
+// leave the due and held sets, so no worker picks them; a delivery read
+// with its email erased is recorded that way from the start.
 type Webhooks struct{}
 
 func (Webhooks) Name() Name       { return WebhooksName }
-func (Webhooks) Version() int     { return 2 }
+func (Webhooks) Version() int     { return 3 }
 func (Webhooks) Tables() []string { return []string{"webhook_endpoints", "webhook_deliveries"} }
 
 func (Webhooks) Schema() string {
@@ -60,9 +67,15 @@ CREATE TABLE IF NOT EXISTS webhook_deliveries (
     held            boolean NOT NULL DEFAULT false
 );
 CREATE INDEX IF NOT EXISTS webhook_deliveries_endpoint_idx ON webhook_deliveries (endpoint_id, created_at DESC);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_email_idx ON webhook_deliveries (email_id);
 CREATE INDEX IF NOT EXISTS webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) WHERE status = 'pending' AND NOT held;
 CREATE INDEX IF NOT EXISTS webhook_deliveries_held_idx ON webhook_deliveries (created_at) WHERE status = 'pending' AND held;`
 }
+
+// erasedDeliveries fails an erased email's pending deliveries, as their
+// streams will once dropped, which takes them out of the due and held sets.
+const erasedDeliveries = `UPDATE webhook_deliveries SET status = 'failed', error = $2, next_attempt_at = NULL
+	WHERE email_id = $1 AND status = 'pending'`
 
 // holdDeliveries takes a paused or disabled endpoint's pending deliveries
 // out of the due index.
@@ -129,28 +142,34 @@ func webhooksRead(e domain.Event) bool {
 	switch e.(type) {
 	case *webhook.Created, *webhook.Updated, *webhook.Paused, *webhook.Resumed, *webhook.Disabled,
 		*webhook.SecretRotated, *webhook.Deleted, *webhook.EventExhausted, *webhook.FailuresReset,
-		*delivery.Created, *delivery.AttemptSucceeded, *delivery.AttemptFailed, *delivery.Skipped, *delivery.Expired:
+		*delivery.Created, *delivery.AttemptSucceeded, *delivery.AttemptFailed, *delivery.Skipped, *delivery.Expired,
+		*delivery.Dropped, *email.Erased:
 		return true
 	}
 	return false
 }
 
 // queueCreated records deliveries as Apply does one by one: only for
-// endpoints that exist, held when the endpoint is inactive.
+// endpoints that exist, held when the endpoint is inactive, failed at once
+// when read with the email erased.
 func queueCreated(ds []*delivery.Created, b *pgx.Batch) {
 	n := len(ds)
 	ids, endpoints, accounts, emails, types := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	at := make([]time.Time, n)
+	erased := make([]bool, n)
 	for i, d := range ds {
 		ids[i], endpoints[i], accounts[i], emails[i], types[i], at[i] = d.DeliveryID, d.EndpointID, d.AccountID, d.EmailID, d.Type, d.CreatedAt
+		erased[i] = d.Erased
 	}
-	b.Queue(`INSERT INTO webhook_deliveries (id, endpoint_id, account_id, email_id, event_type, status, created_at, next_attempt_at, held)
-		SELECT d.id, d.endpoint_id, d.account_id, d.email_id, d.event_type, 'pending', d.created_at, d.created_at, NOT e.is_active
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[]) WITH ORDINALITY
-			AS d(id, endpoint_id, account_id, email_id, event_type, created_at, n)
+	b.Queue(`INSERT INTO webhook_deliveries (id, endpoint_id, account_id, email_id, event_type, status, error, created_at, next_attempt_at, held)
+		SELECT d.id, d.endpoint_id, d.account_id, d.email_id, d.event_type,
+			CASE WHEN d.erased THEN 'failed' ELSE 'pending' END, CASE WHEN d.erased THEN $8 END,
+			d.created_at, CASE WHEN NOT d.erased THEN d.created_at END, NOT e.is_active
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::boolean[]) WITH ORDINALITY
+			AS d(id, endpoint_id, account_id, email_id, event_type, created_at, erased, n)
 		JOIN webhook_endpoints e ON e.id = d.endpoint_id
 		ORDER BY d.n
-		ON CONFLICT (id) DO NOTHING`, ids, endpoints, accounts, emails, types, at)
+		ON CONFLICT (id) DO NOTHING`, ids, endpoints, accounts, emails, types, at, erased, delivery.DroppedError)
 }
 
 // queueSucceeded records successful attempts as Apply does one by one: a
@@ -218,6 +237,13 @@ func (Webhooks) apply(e domain.Event, b *pgx.Batch) {
 	case *delivery.Created:
 		// Only for an endpoint that still exists: a deleted one's history is
 		// gone. An inactive endpoint's is held.
+		// One read with its email erased is dropped from the start.
+		if e.Erased {
+			b.Queue(`INSERT INTO webhook_deliveries (id, endpoint_id, account_id, email_id, event_type, status, error, created_at, held)
+				SELECT $1, $2, $3, $4, $5, 'failed', $7, $6, NOT is_active FROM webhook_endpoints WHERE id = $2
+				ON CONFLICT (id) DO NOTHING`, e.DeliveryID, e.EndpointID, e.AccountID, e.EmailID, e.Type, e.CreatedAt, delivery.DroppedError)
+			return
+		}
 		b.Queue(`INSERT INTO webhook_deliveries (id, endpoint_id, account_id, email_id, event_type, status, created_at, next_attempt_at, held)
 			SELECT $1, $2, $3, $4, $5, 'pending', $6, $6, NOT is_active FROM webhook_endpoints WHERE id = $2
 			ON CONFLICT (id) DO NOTHING`, e.DeliveryID, e.EndpointID, e.AccountID, e.EmailID, e.Type, e.CreatedAt)
@@ -238,5 +264,9 @@ func (Webhooks) apply(e domain.Event, b *pgx.Batch) {
 		b.Queue(`UPDATE webhook_deliveries SET status = 'failed', error = $2, next_attempt_at = NULL WHERE id = $1`, e.DeliveryID, e.Error)
 	case *delivery.Expired:
 		b.Queue(`UPDATE webhook_deliveries SET status = 'failed', error = $2, next_attempt_at = NULL WHERE id = $1`, e.DeliveryID, e.Error)
+	case *delivery.Dropped:
+		b.Queue(`UPDATE webhook_deliveries SET status = 'failed', error = $2, next_attempt_at = NULL WHERE id = $1`, e.DeliveryID, delivery.DroppedError)
+	case *email.Erased:
+		b.Queue(erasedDeliveries, e.EmailID, delivery.DroppedError)
 	}
 }

@@ -33,7 +33,8 @@ func (r hooksOneByOne) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 // mixedHooks appends endpoints whose lives cover every event the webhooks
 // projector reads (paused, resumed, disabled, rotated, updated, deleted),
 // fan-outs of several deliveries at once, attempts that fail, succeed (some
-// twice in a row) or are skipped and expired, with email events between.
+// twice in a row) or are skipped, expired and dropped, with email events
+// between, emails erased, and deliveries read with their email erased.
 func mixedHooks(t *testing.T, store eventstore.Store, rounds int) eventstore.Position {
 	t.Helper()
 	ctx := context.Background()
@@ -67,7 +68,7 @@ func mixedHooks(t *testing.T, store eventstore.Store, rounds int) eventstore.Pos
 	}
 	var open []*delivery.Created
 	for range rounds {
-		switch rng.IntN(9) {
+		switch rng.IntN(10) {
 		case 0: // an endpoint changes
 			ep := endpoints[rng.IntN(len(endpoints))]
 			var e domain.Event
@@ -92,11 +93,17 @@ func mixedHooks(t *testing.T, store eventstore.Store, rounds int) eventstore.Pos
 		case 1: // an email event the projector ignores
 			id := uuid.NewString()
 			put(part(email.Stream(id), &email.Queued{EmailID: id, AccountID: "acct", QueuedAt: at()}))
+		case 9: // the email of an open delivery is erased
+			if len(open) > 0 {
+				d := open[rng.IntN(len(open))]
+				put(part(email.Stream(d.EmailID), &email.Erased{EmailID: d.EmailID, AccountID: "acct", Reason: email.ErasedByRetention, ErasedAt: at()}))
+			}
 		case 2, 3, 4: // a fan-out: one append of several deliveries
 			emailID := uuid.NewString()
+			erased := rng.IntN(10) == 0
 			var parts []eventstore.StreamAppend
 			for _, ep := range endpoints[:1+rng.IntN(len(endpoints))] {
-				d := &delivery.Created{DeliveryID: uuid.NewString(), EndpointID: ep, AccountID: "acct", EmailID: emailID, Type: "email.sent", CreatedAt: at()}
+				d := &delivery.Created{DeliveryID: uuid.NewString(), EndpointID: ep, AccountID: "acct", EmailID: emailID, Type: "email.sent", CreatedAt: at(), Erased: erased}
 				open = append(open, d)
 				parts = append(parts, part(delivery.Stream(d.DeliveryID), d))
 			}
@@ -109,13 +116,15 @@ func mixedHooks(t *testing.T, store eventstore.Store, rounds int) eventstore.Pos
 				i := rng.IntN(len(open))
 				d := open[i]
 				var events []domain.Event
-				switch rng.IntN(6) {
+				switch rng.IntN(7) {
 				case 0:
 					events = []domain.Event{&delivery.AttemptFailed{DeliveryID: d.DeliveryID, EndpointID: d.EndpointID, Attempt: 1, Error: "503", At: at(), NextAttemptAt: at()}}
 				case 1:
 					events = []domain.Event{&delivery.Skipped{DeliveryID: d.DeliveryID, EndpointID: d.EndpointID, Reason: "disabled", Error: "endpoint disabled", At: at()}}
 				case 2:
 					events = []domain.Event{&delivery.Expired{DeliveryID: d.DeliveryID, EndpointID: d.EndpointID, Error: "held too long", At: at()}}
+				case 6:
+					events = []domain.Event{&delivery.Dropped{DeliveryID: d.DeliveryID, EndpointID: d.EndpointID, Reason: delivery.ReasonEmailErased, At: at()}}
 				case 3: // two successes in a row: the later counts
 					events = []domain.Event{&delivery.AttemptSucceeded{DeliveryID: d.DeliveryID, EndpointID: d.EndpointID, Attempt: 1, ResponseStatus: 200, At: at()},
 						&delivery.AttemptSucceeded{DeliveryID: d.DeliveryID, EndpointID: d.EndpointID, Attempt: 2, ResponseStatus: 204, At: at()}}

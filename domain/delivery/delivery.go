@@ -73,6 +73,15 @@ type (
 		Error      string    `json:"error"`
 		At         time.Time `json:"at"`
 	}
+	// Dropped: the delivery was pending when its email's personal data was
+	// erased; it ends unattempted, neither delivered nor a failure of its
+	// endpoint.
+	Dropped struct {
+		DeliveryID string    `json:"delivery_id"`
+		EndpointID string    `json:"endpoint_id"`
+		Reason     string    `json:"reason"`
+		At         time.Time `json:"at"`
+	}
 	// AttemptFailed: NextAttemptAt is zero when the schedule is exhausted
 	// and the delivery has failed.
 	AttemptFailed struct {
@@ -91,15 +100,23 @@ func (*AttemptSucceeded) EventType() string { return "WebhookAttemptSucceeded" }
 func (*AttemptFailed) EventType() string    { return "WebhookAttemptFailed" }
 func (*Skipped) EventType() string          { return "WebhookDeliverySkipped" }
 func (*Expired) EventType() string          { return "WebhookDeliveryExpired" }
+func (*Dropped) EventType() string          { return "WebhookDeliveryDropped" }
 
 // Events lists a fresh value of every event type of this aggregate.
 func Events() []domain.Event {
-	return []domain.Event{&Created{}, &AttemptSucceeded{}, &AttemptFailed{}, &Skipped{}, &Expired{}}
+	return []domain.Event{&Created{}, &AttemptSucceeded{}, &AttemptFailed{}, &Skipped{}, &Expired{}, &Dropped{}}
 }
 
 // ReasonEndpointDisabled is the reason of a delivery skipped because its
 // endpoint was disabled after consecutive failures.
 const ReasonEndpointDisabled = "endpoint_disabled"
+
+// ReasonEmailErased is the reason of a delivery dropped because its
+// email's personal data was erased.
+const ReasonEmailErased = "email_erased"
+
+// DroppedError is what the delivery log says of a dropped delivery.
+const DroppedError = "not delivered: the email's personal data was erased"
 
 // HoldCap is how long a delivery waits for its paused (or disabled)
 // endpoint, counted from its event: longer, and it fails instead of
@@ -126,16 +143,16 @@ func Evolve(s State, e domain.Event) State {
 		if e.NextAttemptAt.IsZero() {
 			s.Status = Failed
 		}
-	case *Skipped, *Expired:
+	case *Skipped, *Expired, *Dropped:
 		s.Status, s.NextAt = Failed, time.Time{}
 	}
 	return s
 }
 
 // Create decides a new delivery; an existing one (the same event for the
-// same endpoint) decides nothing.
+// same endpoint), or one whose email is erased, decides nothing.
 func Create(s State, c Created) []domain.Event {
-	if s.Created != nil {
+	if s.Created != nil || c.Erased {
 		return nil
 	}
 	return []domain.Event{&c}
@@ -145,7 +162,7 @@ func Create(s State, c Created) []domain.Event {
 // consecutive failures: recorded, so that recovering the endpoint can send
 // it, and failed at once without an attempt.
 func CreateSkipped(s State, c Created, now time.Time) []domain.Event {
-	if s.Created != nil {
+	if s.Created != nil || c.Erased {
 		return nil
 	}
 	return []domain.Event{&c, &Skipped{DeliveryID: c.DeliveryID, EndpointID: c.EndpointID, Reason: ReasonEndpointDisabled,
@@ -165,6 +182,17 @@ func Expire(s State, disabled bool, now time.Time) []domain.Event {
 	}
 	return []domain.Event{&Expired{DeliveryID: s.Created.DeliveryID, EndpointID: s.Created.EndpointID,
 		Error: fmt.Sprintf("held longer than %dh while the endpoint was %s", int(HoldCap.Hours()), why), At: now}}
+}
+
+// Drop decides ending a pending delivery unattempted because its email's
+// personal data was erased: read with Erased, its payload is gone, and it
+// is never sent. One that is not pending, or whose email is not erased,
+// decides nothing.
+func Drop(s State, now time.Time) []domain.Event {
+	if s.Created == nil || s.Status != Pending || !s.Created.Erased {
+		return nil
+	}
+	return []domain.Event{&Dropped{DeliveryID: s.Created.DeliveryID, EndpointID: s.Created.EndpointID, Reason: ReasonEmailErased, At: now}}
 }
 
 // Due reports whether the delivery should be attempted at now.
