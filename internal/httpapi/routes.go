@@ -7,6 +7,7 @@ package httpapi
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -24,13 +25,15 @@ type Deps struct {
 	Reads    *readapi.Reader
 	// RenderDomain shows a domain as the API does.
 	RenderDomain func(sendingdomain.State) views.Domain
+	// Now is the clock that tells today.
+	Now func() time.Time
 }
 
 // Routes mounts every route of the API. api is the /api group
 // (management tokens), v1 the /v1 group (API keys); both authenticate and
 // rate-limit before any route's own permission check.
 func Routes(d Deps, api, v1 *echo.Group) {
-	h := handlers{commands: d.Commands, reads: d.Reads, renderDomain: d.RenderDomain}
+	h := handlers{commands: d.Commands, reads: d.Reads, renderDomain: d.RenderDomain, now: d.Now}
 	admin := authn.RequireAdmin()
 	send := authn.Require("emails:send")
 	read := authn.Require("emails:read")
@@ -57,6 +60,8 @@ func Routes(d Deps, api, v1 *echo.Group) {
 		{api, http.MethodPost, "/domains/:id/rotate", h.rotateDomain, admin},
 		{api, http.MethodDelete, "/domains/:id", h.removeDomain, admin},
 
+		{api, http.MethodGet, "/stats/daily", h.dailyStats, nil},
+
 		{v1, http.MethodPost, "/emails/send", h.sendEmail, send},
 		{v1, http.MethodGet, "/emails", h.listEmails, read},
 		{v1, http.MethodGet, "/emails/:id", h.getEmail, read},
@@ -82,6 +87,7 @@ type handlers struct {
 	commands     *commands.Service
 	reads        *readapi.Reader
 	renderDomain func(sendingdomain.State) views.Domain
+	now          func() time.Time
 }
 
 // meta is who asks, and on which request, for the events a command records.
