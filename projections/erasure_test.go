@@ -2,6 +2,7 @@ package projections_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/datakeys"
@@ -49,7 +51,9 @@ func newErasureWorld(t *testing.T) *erasureWorld {
 }
 
 // store reads the log with a keyring of its own, as a new process would.
-func (w *erasureWorld) store() eventstore.Store { return sealed.New(w.inner, datakeys.New(w.pool, w.box)) }
+func (w *erasureWorld) store() eventstore.Store {
+	return sealed.New(w.inner, datakeys.New(w.pool, w.box))
+}
 
 func (w *erasureWorld) append(t *testing.T, id string, evs ...domain.Event) {
 	t.Helper()
@@ -194,5 +198,65 @@ func (w *erasureWorld) sameAs(t *testing.T, how string, want []string) {
 		if got[i] != want[i] {
 			t.Errorf("%s %s:\n%s\nwant as projected live\n%s", tb.name, how, got[i], want[i])
 		}
+	}
+}
+
+// An account's retention reads back with the account, and decides which of
+// its emails are past it; accounts without one keep the default.
+func TestEmailsPastRetention(t *testing.T) {
+	w := newErasureWorld(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	data, err := codec.EncodeAll([]domain.Event{
+		&account.Created{AccountID: "short", Name: "Short", CreatedAt: now.AddDate(0, -1, 0)},
+		&account.RetentionSet{AccountID: "short", Days: 7, SetAt: now.AddDate(0, 0, -1)},
+	}, eventstore.Metadata{Actor: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.inner.Append(ctx, account.Stream("short"), eventstore.NoStream, data...); err != nil {
+		t.Fatal(err)
+	}
+	queue := func(acct string, age time.Duration) string {
+		id := uuid.NewString()
+		w.append(t, id, &email.Queued{EmailID: id, AccountID: acct, From: "a@acme.test", FromEmail: "a@acme.test",
+			To: []string{"x@example.org"}, Subject: "s", QueuedAt: now.Add(-age)})
+		return id
+	}
+	const day = 24 * time.Hour
+	shortOld := queue("short", 8*day)
+	queue("short", 6*day)
+	defaultOld := queue("other", 31*day)
+	shortOlder := queue("short", 20*day)
+	queue("other", 29*day)
+
+	r := projections.NewRunner(w.pool, w.store(), nil, quiet, projections.Emails{Keys: w.keys}, projections.Accounts{})
+	if err := r.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range r.Projectors() {
+		catchUpTo(t, r, p, w.last)
+	}
+	reads := readapi.New(w.pool, time.Now)
+	got, err := reads.EmailsPastRetention(ctx, 30, now, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []readapi.ExpiredEmail{{EmailID: defaultOld, AccountID: "other"}, {EmailID: shortOlder, AccountID: "short"}, {EmailID: shortOld, AccountID: "short"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("past retention %+v, want %+v", got, want)
+	}
+	if got, _ := reads.EmailsPastRetention(ctx, 30, now, 1); len(got) != 1 || got[0] != want[0] {
+		t.Fatalf("the first past retention %+v, want %+v", got, want[:1])
+	}
+	acct, err := reads.Account(ctx, "short")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acct.Name != "Short" || acct.Status != "active" || acct.RetentionDays == nil || *acct.RetentionDays != 7 {
+		t.Fatalf("account %+v, want Short, active, 7 days", acct)
+	}
+	if _, err := reads.Account(ctx, "other"); !errors.Is(err, readapi.ErrNotFound) {
+		t.Fatalf("an account never created: %v, want not found", err)
 	}
 }
