@@ -65,7 +65,7 @@ func (r *Retention) pass(ctx context.Context) (int, error) {
 	meta := commands.Meta{Actor: "system:retention"}
 	erased := 0
 	for {
-		due, err := readapi.EmailsPastRetention(ctx, r.Pool, r.DefaultDays, r.Now(), retentionBatch)
+		due, err := readapi.New(r.Pool, r.Now).EmailsPastRetention(ctx, r.DefaultDays, r.Now(), retentionBatch)
 		if err != nil {
 			return erased, err
 		}

@@ -15,7 +15,7 @@ import (
 type Accounts struct{}
 
 func (Accounts) Name() Name       { return AccountsName }
-func (Accounts) Version() int     { return 2 }
+func (Accounts) Version() int     { return 3 }
 func (Accounts) Tables() []string { return []string{"accounts", "management_tokens", "held_emails"} }
 
 func (Accounts) Schema() string {
@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS accounts (
     name       text NOT NULL,
     status     text NOT NULL,
     created_at timestamptz NOT NULL,
-    updated_at timestamptz NOT NULL
+    updated_at timestamptz NOT NULL,
+    retention_days integer -- days the account keeps its emails' content; NULL: the server's default
 );
 CREATE TABLE IF NOT EXISTS management_tokens (
     id         text PRIMARY KEY,
@@ -65,6 +66,8 @@ func (Accounts) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 		b.Queue(`UPDATE accounts SET status = 'suspended', updated_at = $2 WHERE id = $1`, e.AccountID, e.SuspendedAt)
 	case *account.Reinstated:
 		b.Queue(`UPDATE accounts SET status = 'active', updated_at = $2 WHERE id = $1`, e.AccountID, e.ReinstatedAt)
+	case *account.RetentionSet:
+		b.Queue(`UPDATE accounts SET retention_days = NULLIF($2, 0), updated_at = $3 WHERE id = $1`, e.AccountID, e.Days, e.SetAt)
 	case *account.TokenIssued:
 		b.Queue(`INSERT INTO management_tokens (id, account_id, role, token_hash, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (id) DO NOTHING`, e.TokenID, e.AccountID, string(e.Role), e.TokenHash, e.IssuedAt, e.ExpiresAt)

@@ -11,6 +11,7 @@ import (
 	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
 	"github.com/mailroom/mailroom/internal/pgtest"
@@ -39,7 +40,7 @@ func BenchmarkRebuild(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	r := projections.NewRunner(pool, store, nil, quiet, projections.All()...)
+	r := projections.NewRunner(pool, store, nil, quiet, projections.All(datakeys.AddressKeys{})...)
 	if err := r.Prepare(ctx); err != nil {
 		b.Fatal(err)
 	}

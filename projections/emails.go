@@ -9,18 +9,28 @@ import (
 
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
 // Emails projects the email list and detail views, the timeline, and the
-// account suppression list. Each row keeps the email's email.Progress (top_*,
-// soft_bounced_at, reached_at), merged with maxima so that every arrival
-// order gives the same row, and status is Progress.Status of it.
-type Emails struct{}
+// account suppression list, and each account's daily counts. Each row
+// keeps the email's email.Progress (top_*, soft_bounced_at, reached_at),
+// merged with maxima so that every arrival order gives the same row, and
+// status is Progress.Status of it. An erased email leaves the emails and
+// its timeline, and its suppressions lose their addresses but keep their
+// keys; the daily counts stay.
+type Emails struct {
+	// Keys computes the address keys of emails and feedback recorded
+	// before their events carried them.
+	Keys datakeys.AddressKeys
+}
 
-func (Emails) Name() Name       { return EmailsName }
-func (Emails) Version() int     { return 3 }
-func (Emails) Tables() []string { return []string{"emails", "email_events", "suppressions"} }
+func (Emails) Name() Name   { return EmailsName }
+func (Emails) Version() int { return 4 }
+func (Emails) Tables() []string {
+	return []string{"emails", "email_events", "suppressions", "email_daily_stats"}
+}
 
 func (Emails) Schema() string {
 	return `
@@ -45,7 +55,9 @@ CREATE TABLE IF NOT EXISTS emails (
     delivered_at        timestamptz,
     opened_at           timestamptz,
     clicked_at          timestamptz,
-    bounced_at          timestamptz
+    bounced_at          timestamptz,
+    recipient_keys      text[] NOT NULL DEFAULT '{}', -- the address keys of to, cc and bcc
+    recipient_key_of    jsonb -- computed keys by address digest, for feedback recorded without keys
 );
 CREATE TABLE IF NOT EXISTS email_events (
     event_id    uuid PRIMARY KEY,
@@ -55,24 +67,40 @@ CREATE TABLE IF NOT EXISTS email_events (
     occurred_at timestamptz NOT NULL,
     position    numeric NOT NULL
 );
+-- Erasure deletes an email's timeline by it.
+CREATE INDEX IF NOT EXISTS email_events_email_idx ON email_events (email_id, occurred_at, position);
 CREATE TABLE IF NOT EXISTS suppressions (
+    account_id  text NOT NULL,
+    address_key text NOT NULL,
+    email       text, -- the address, lower case; NULL once its email is erased
+    reason      text NOT NULL,
+    email_id    text NOT NULL,
+    created_at  timestamptz NOT NULL,
+    PRIMARY KEY (account_id, address_key)
+);
+CREATE INDEX IF NOT EXISTS suppressions_email_idx ON suppressions (email_id);
+CREATE TABLE IF NOT EXISTS email_daily_stats (
     account_id text NOT NULL,
-    email      text NOT NULL,
-    reason     text NOT NULL,
-    email_id   text NOT NULL,
-    created_at timestamptz NOT NULL,
-    PRIMARY KEY (account_id, email)
+    day        date NOT NULL, -- UTC
+    sent       integer NOT NULL DEFAULT 0,
+    delivered  integer NOT NULL DEFAULT 0,
+    bounced    integer NOT NULL DEFAULT 0, -- permanent bounces
+    complained integer NOT NULL DEFAULT 0,
+    opened     integer NOT NULL DEFAULT 0,
+    clicked    integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (account_id, day)
 );`
 }
 
-// Indexes serve the list's filters and an email's timeline; nothing the
-// projector writes looks them up.
+// Indexes serve the list's filters, the search by recipient key and the
+// search for emails past retention; nothing the projector writes looks
+// them up.
 func (Emails) Indexes() []string {
 	return []string{
-		// The largest first, so that the others build beside it.
-		`CREATE INDEX IF NOT EXISTS email_events_email_idx ON email_events (email_id, occurred_at, position)`,
 		`CREATE INDEX IF NOT EXISTS emails_account_created_idx ON emails (account_id, created_at DESC, id DESC)`,
 		`CREATE INDEX IF NOT EXISTS emails_account_status_idx ON emails (account_id, status, created_at DESC)`,
+		`CREATE INDEX IF NOT EXISTS emails_recipient_keys_idx ON emails USING gin (recipient_keys)`,
+		`CREATE INDEX IF NOT EXISTS emails_created_idx ON emails (created_at, id)`,
 	}
 }
 
@@ -102,7 +130,28 @@ const moveProgress = `WITH o AS (
 			ELSE n.top_status END
 	FROM n WHERE e.id = n.id`
 
-func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
+// Statements shared by Apply and ApplyBatch.
+const (
+	// addDayCounts adds counts to the day of the account of each email
+	// ($1..$8: arrays of email id, day and the six counts).
+	addDayCounts = `INSERT INTO email_daily_stats (account_id, day, sent, delivered, bounced, complained, opened, clicked)
+		SELECT e.account_id, c.day::date, sum(c.sent), sum(c.delivered), sum(c.bounced), sum(c.complained), sum(c.opened), sum(c.clicked)
+		FROM unnest($1::text[], $2::text[], $3::integer[], $4::integer[], $5::integer[], $6::integer[], $7::integer[], $8::integer[])
+			AS c(email_id, day, sent, delivered, bounced, complained, opened, clicked)
+		CROSS JOIN LATERAL (SELECT account_id FROM emails WHERE id = c.email_id OFFSET 0) e
+		GROUP BY e.account_id, c.day
+		ON CONFLICT (account_id, day) DO UPDATE SET sent = email_daily_stats.sent + excluded.sent,
+			delivered = email_daily_stats.delivered + excluded.delivered, bounced = email_daily_stats.bounced + excluded.bounced,
+			complained = email_daily_stats.complained + excluded.complained, opened = email_daily_stats.opened + excluded.opened,
+			clicked = email_daily_stats.clicked + excluded.clicked`
+	// eraseEmails removes the emails $1 and their timelines, and leaves
+	// their suppressions only their keys.
+	eraseEmails = `WITH e AS (DELETE FROM emails WHERE id = ANY($1::text[])),
+		t AS (DELETE FROM email_events WHERE email_id = ANY($1::text[]))
+		UPDATE suppressions SET email = NULL WHERE email_id = ANY($1::text[]) AND email IS NOT NULL`
+)
+
+func (p Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	e, known, err := codec.DecodeKnown(ev)
 	if err != nil || !known {
 		return err
@@ -128,21 +177,29 @@ func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 		b.Queue(moveProgress, id, mark, email.Rank(ef.Mark.Status), ef.Mark.At, nullTime(ef.Reached), nullTime(ef.SoftBounce),
 			email.Rank(email.StatusBounced), string(email.StatusBounced))
 	}
-	suppress := func(id string, recipients []string, reason string, at time.Time) {
-		for _, r := range recipients {
-			b.Queue(`INSERT INTO suppressions (account_id, email, reason, email_id, created_at)
-				SELECT account_id, $2, $3, id, $4 FROM emails WHERE id = $1
-				ON CONFLICT (account_id, email) DO NOTHING`, id, strings.ToLower(r), reason, at)
+	suppress := func(id string, recipients, keys []string, reason string, at time.Time) {
+		for _, s := range suppressedBy(recipients, keys) {
+			b.Queue(`INSERT INTO suppressions (account_id, address_key, email, reason, email_id, created_at)
+				SELECT account_id, k.key, $4, $5, id, $6 FROM emails, coalesce($2, recipient_key_of ->> $3) AS k(key)
+				WHERE id = $1 AND k.key IS NOT NULL
+				ON CONFLICT (account_id, address_key) DO NOTHING`, id, s.key, s.digest, s.address, reason, at)
 		}
+	}
+	if c, ok := countsOf(e); ok {
+		var one dayCountRows
+		one.add(c)
+		b.Queue(addDayCounts, one.args()...)
 	}
 	switch e := e.(type) {
 	case *email.Queued:
 		atts, _ := json.Marshal(apiAttachments(e.Attachments))
+		keys, keyOf := p.queuedKeys(e)
 		b.Queue(`INSERT INTO emails (id, account_id, from_email, to_email, to_addresses, subject,
-				status, top_status, top_rank, top_at, attachment_count, attachments, created_at)
-			VALUES ($1, $2, $3, $4, coalesce($5, '{}'::text[]), $6, $7, $7, $8, $9, $10, $11, $9) ON CONFLICT (id) DO NOTHING`,
+				status, top_status, top_rank, top_at, attachment_count, attachments, created_at, recipient_keys, recipient_key_of)
+			VALUES ($1, $2, $3, $4, coalesce($5, '{}'::text[]), $6, $7, $7, $8, $9, $10, $11, $9, $12, $13::jsonb) ON CONFLICT (id) DO NOTHING`,
 			e.EmailID, e.AccountID, e.From, strings.Join(e.To, ", "), e.To, e.Subject,
-			string(email.StatusQueued), email.Rank(email.StatusQueued), e.QueuedAt, len(e.Attachments), atts)
+			string(email.StatusQueued), email.Rank(email.StatusQueued), e.QueuedAt, len(e.Attachments), atts,
+			keys, nullText(keyOf))
 	case *email.Scanned:
 		atts, _ := json.Marshal(apiAttachments(e.Attachments))
 		b.Queue(`UPDATE emails SET attachments = $2 WHERE id = $1`, e.EmailID, atts)
@@ -166,7 +223,7 @@ func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 		b.Queue(`UPDATE emails SET bounced_at = LEAST(coalesce(bounced_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
 		timeline(e.EmailID, "bounced", map[string]any{"bounce_type": e.BounceType, "bounce_subtype": e.BounceSubtype, "recipients": e.Recipients}, e.OccurredAt)
 		if email.Permanent(e.BounceType) {
-			suppress(e.EmailID, e.Recipients, "bounce", e.OccurredAt)
+			suppress(e.EmailID, e.Recipients, e.RecipientKeys, "bounce", e.OccurredAt)
 		}
 	case *email.Complained:
 		progress(e.EmailID)
@@ -175,7 +232,7 @@ func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 			meta["feedback_type"] = e.FeedbackType
 		}
 		timeline(e.EmailID, "complained", meta, e.OccurredAt)
-		suppress(e.EmailID, e.Recipients, "complaint", e.OccurredAt)
+		suppress(e.EmailID, e.Recipients, e.RecipientKeys, "complaint", e.OccurredAt)
 	case *email.Opened:
 		progress(e.EmailID)
 		b.Queue(`UPDATE emails SET opened_at = LEAST(coalesce(opened_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
@@ -188,6 +245,8 @@ func (Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 		progress(e.EmailID)
 		b.Queue(`UPDATE emails SET clicked_at = LEAST(coalesce(clicked_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
 		timeline(e.EmailID, "clicked", map[string]any{"link": e.Link}, e.OccurredAt)
+	case *email.Erased:
+		b.Queue(eraseEmails, []string{e.EmailID})
 	}
 	return nil
 }
@@ -210,6 +269,14 @@ func apiAttachments(in []email.Attachment) []attachmentView {
 		}
 	}
 	return out
+}
+
+// nullText is s, or NULL when empty.
+func nullText(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // nullTime is t, or NULL when zero.

@@ -19,6 +19,8 @@ import (
 type emailFold struct {
 	id          string
 	queued      *email.Queued  // queued in this batch: the row is inserted
+	keys        []string       // the queued email's recipient keys
+	keyOf       string         // and their digests, when computed (queuedKeys)
 	moved       email.Progress // the status effects of the other events
 	attachments *string        // the latest scan's metadata (JSON)
 	sent        *email.Sent    // the latest
@@ -43,9 +45,11 @@ func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 // folded per email in Go (maxima of email.Progress, earliest feedback
 // times, latest scan and send), emails queued in the batch are inserted
 // whole, and the others are merged into their rows by one UPDATE, as
-// Apply's statements would merge them event by event. Timeline and
-// suppression rows go in with one statement each.
-func (Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error {
+// Apply's statements would merge them event by event. Timeline,
+// suppression and daily count rows go in with one statement each, and
+// emails erased in the batch leave last, as they leave Apply's tables
+// once their last event is applied.
+func (p Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error {
 	folds := map[string]*emailFold{}
 	var order []*emailFold
 	fold := func(id string) *emailFold {
@@ -59,6 +63,8 @@ func (Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error 
 	}
 	var tl timelineRows
 	var sup suppressionRows
+	var counts dayCountRows
+	var erased []string
 	for _, ev := range events {
 		e, known, err := codec.DecodeKnown(ev)
 		if err != nil {
@@ -72,10 +78,14 @@ func (Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error 
 			ef.Mark.At, ef.Reached, ef.SoftBounce = micro(ef.Mark.At), micro(ef.Reached), micro(ef.SoftBounce)
 			f.moved = f.moved.With(ef)
 		}
+		if c, ok := countsOf(e); ok {
+			counts.add(c)
+		}
 		switch e := e.(type) {
 		case *email.Queued:
 			if f := fold(e.EmailID); f.queued == nil {
 				f.queued = e
+				f.keys, f.keyOf = p.queuedKeys(e)
 			}
 		case *email.Scanned:
 			atts, _ := json.Marshal(apiAttachments(e.Attachments))
@@ -104,7 +114,7 @@ func (Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error 
 			earliest(&f.bounced, e.OccurredAt)
 			tl.add(ev, e.EmailID, "bounced", object().str("bounce_type", e.BounceType).str("bounce_subtype", e.BounceSubtype).strs("recipients", e.Recipients).end(), e.OccurredAt)
 			if email.Permanent(e.BounceType) {
-				sup.add(e.EmailID, e.Recipients, "bounce", e.OccurredAt)
+				sup.add(e.EmailID, suppressedBy(e.Recipients, e.RecipientKeys), "bounce", e.OccurredAt)
 			}
 		case *email.Complained:
 			progress(fold(e.EmailID))
@@ -113,7 +123,7 @@ func (Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error 
 				meta = meta.str("feedback_type", e.FeedbackType)
 			}
 			tl.add(ev, e.EmailID, "complained", meta.end(), e.OccurredAt)
-			sup.add(e.EmailID, e.Recipients, "complaint", e.OccurredAt)
+			sup.add(e.EmailID, suppressedBy(e.Recipients, e.RecipientKeys), "complaint", e.OccurredAt)
 		case *email.Opened:
 			f := fold(e.EmailID)
 			progress(f)
@@ -128,6 +138,8 @@ func (Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error 
 			progress(f)
 			earliest(&f.clicked, e.OccurredAt)
 			tl.add(ev, e.EmailID, "clicked", object().str("link", e.Link).end(), e.OccurredAt)
+		case *email.Erased:
+			erased = append(erased, e.EmailID)
 		}
 	}
 	if len(order) > 0 {
@@ -144,19 +156,25 @@ func (Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error 
 			// statements would.
 			upd.add(f)
 		}
-		b.Queue(upsertEmails, append(ins.args(), upd.args()...)...)
+		b.Queue(upsertEmails, append(append(ins.args(), upd.args()...), ins.keys, ins.keyOf)...)
 	}
 	if len(tl.eventID) > 0 {
 		b.Queue(insertTimeline, tl.eventID, tl.emailID, tl.typ, tl.meta, tl.at, tl.commit, tl.prepare)
 	}
 	if len(sup.emailID) > 0 {
-		b.Queue(insertSuppressions, sup.emailID, sup.address, sup.reason, sup.at)
+		b.Queue(insertSuppressions, sup.emailID, sup.key, sup.digest, sup.address, sup.reason, sup.at)
+	}
+	if len(counts.emailID) > 0 {
+		b.Queue(addDayCounts, counts.args()...)
+	}
+	if len(erased) > 0 {
+		b.Queue(eraseEmails, erased)
 	}
 	return nil
 }
 
-// upsertEmails inserts the emails queued in the batch ($1..$21, whole
-// rows) and merges the batch's effects into rows that were there before
+// upsertEmails inserts the emails queued in the batch ($1..$21 and
+// $38..$39, whole rows) and merges the batch's effects into rows that were there before
 // ($22..$37): the inserted rows are invisible to the UPDATE (one snapshot),
 // so no row is written twice. Rows already there are passed over by a
 // probe of the key rather than ON CONFLICT, whose speculative insertion
@@ -166,16 +184,18 @@ func (Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error 
 const upsertEmails = `WITH ins AS (
 		INSERT INTO emails (id, account_id, from_email, to_email, to_addresses, subject, status, top_status, top_rank, top_at,
 			soft_bounced_at, reached_at, provider_message_id, attachment_count, attachments, created_at,
-			sent_at, delivered_at, opened_at, clicked_at, bounced_at)
+			sent_at, delivered_at, opened_at, clicked_at, bounced_at, recipient_keys, recipient_key_of)
 		SELECT id, account_id, from_email, to_email, ARRAY(SELECT jsonb_array_elements_text(to_addresses::jsonb)), subject,
 			status, top_status, top_rank, top_at, soft_bounced_at, reached_at, provider_message_id, attachment_count,
-			attachments::jsonb, created_at, sent_at, delivered_at, opened_at, clicked_at, bounced_at
+			attachments::jsonb, created_at, sent_at, delivered_at, opened_at, clicked_at, bounced_at,
+			ARRAY(SELECT jsonb_array_elements_text(recipient_keys::jsonb)), recipient_key_of::jsonb
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 			$9::integer[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[], $13::text[], $14::integer[], $15::text[],
-			$16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::timestamptz[], $21::timestamptz[])
+			$16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::timestamptz[], $21::timestamptz[],
+			$38::text[], $39::text[])
 			AS n(id, account_id, from_email, to_email, to_addresses, subject, status, top_status, top_rank, top_at,
 				soft_bounced_at, reached_at, provider_message_id, attachment_count, attachments, created_at,
-				sent_at, delivered_at, opened_at, clicked_at, bounced_at)
+				sent_at, delivered_at, opened_at, clicked_at, bounced_at, recipient_keys, recipient_key_of)
 		WHERE NOT EXISTS (SELECT 1 FROM emails e WHERE e.id = n.id OFFSET 0)
 	), d AS (
 		SELECT * FROM unnest($22::text[], $23::text[], $24::integer[], $25::timestamptz[], $26::timestamptz[], $27::timestamptz[],
@@ -224,6 +244,8 @@ type emailInserts struct {
 	attachments                                                    []string
 	created                                                        []time.Time
 	sent, delivered, opened, clicked, bounced                      []pgtype.Timestamptz
+	keys                                                           []string // JSON arrays
+	keyOf                                                          []pgtype.Text
 }
 
 func (c *emailInserts) add(f *emailFold) error {
@@ -271,6 +293,16 @@ func (c *emailInserts) add(f *emailFold) error {
 	c.opened = append(c.opened, stamp(f.opened))
 	c.clicked = append(c.clicked, stamp(f.clicked))
 	c.bounced = append(c.bounced, stamp(f.bounced))
+	keys, err := json.Marshal(nonNil(f.keys))
+	if err != nil {
+		return err
+	}
+	c.keys = append(c.keys, string(keys))
+	var keyOf pgtype.Text
+	if f.keyOf != "" {
+		keyOf = text(f.keyOf)
+	}
+	c.keyOf = append(c.keyOf, keyOf)
 	return nil
 }
 
@@ -424,24 +456,39 @@ const insertTimeline = `INSERT INTO email_events (event_id, email_id, event_type
 	WHERE NOT EXISTS (SELECT 1 FROM email_events e WHERE e.event_id = t.event_id OFFSET 0)`
 
 // suppressionRows are a batch's suppressions, in event order: the first
-// for an address wins, as with Apply.
+// for an address key wins, as with Apply.
 type suppressionRows struct {
-	emailID, address, reason []string
-	at                       []time.Time
+	emailID, reason      []string
+	key, digest, address []pgtype.Text
+	at                   []time.Time
 }
 
-func (s *suppressionRows) add(id string, recipients []string, reason string, at time.Time) {
+func (s *suppressionRows) add(id string, recipients []suppressed, reason string, at time.Time) {
 	for _, r := range recipients {
 		s.emailID = append(s.emailID, id)
-		s.address = append(s.address, strings.ToLower(r))
+		s.key = append(s.key, maybe(r.key))
+		s.digest = append(s.digest, maybe(r.digest))
+		s.address = append(s.address, maybe(r.address))
 		s.reason = append(s.reason, reason)
 		s.at = append(s.at, at)
 	}
 }
 
-const insertSuppressions = `INSERT INTO suppressions (account_id, email, reason, email_id, created_at)
-	SELECT e.account_id, s.address, s.reason, e.id, s.at
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS s(email_id, address, reason, at, n)
-	CROSS JOIN LATERAL (SELECT id, account_id FROM emails WHERE id = s.email_id OFFSET 0) e -- a key probe each
+func maybe(s *string) pgtype.Text {
+	if s == nil {
+		return pgtype.Text{}
+	}
+	return text(*s)
+}
+
+// insertSuppressions takes a recipient's key from the event or, for
+// feedback recorded without keys, from its email's computed keys.
+const insertSuppressions = `INSERT INTO suppressions (account_id, address_key, email, reason, email_id, created_at)
+	SELECT e.account_id, e.key, s.address, s.reason, e.id, s.at
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+		WITH ORDINALITY AS s(email_id, key, digest, address, reason, at, n)
+	CROSS JOIN LATERAL (SELECT id, account_id, coalesce(s.key, recipient_key_of ->> s.digest) AS key
+		FROM emails WHERE id = s.email_id OFFSET 0) e -- a key probe each
+	WHERE e.key IS NOT NULL
 	ORDER BY s.n
-	ON CONFLICT (account_id, email) DO NOTHING`
+	ON CONFLICT (account_id, address_key) DO NOTHING`

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
@@ -98,5 +99,8 @@ func ddl(p Projector) string {
 	return p.Schema()
 }
 
-// All is every projector Mailroom runs.
-func All() []Projector { return []Projector{Accounts{}, APIKeys{}, Domains{}, Emails{}, Webhooks{}} }
+// All is every projector Mailroom runs; keys compute the address keys of
+// events recorded before they carried them.
+func All(keys datakeys.AddressKeys) []Projector {
+	return []Projector{Accounts{}, APIKeys{}, Domains{}, Emails{Keys: keys}, Webhooks{}}
+}

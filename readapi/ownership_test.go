@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/projections"
 )
 
@@ -21,7 +22,7 @@ import (
 // Tests may look at the tables directly to check what a user would see.
 func TestOnlyProjectionsAndReadapiQueryReadModels(t *testing.T) {
 	var tables []string
-	for _, p := range projections.All() {
+	for _, p := range projections.All(datakeys.AddressKeys{}) {
 		tables = append(tables, p.Tables()...)
 	}
 	sql := regexp.MustCompile(`\b(FROM|JOIN|UPDATE|INTO|TABLE)\s+(public\.)?(` + strings.Join(tables, "|") + `)\b`)

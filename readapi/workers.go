@@ -3,12 +3,14 @@ package readapi
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/datakeys"
 )
 
 // The queries in this file are the ones the pipeline and webhook delivery
@@ -21,13 +23,21 @@ type SendChecks struct {
 	Suppressed []string // the given recipients the account suppresses, lower case
 }
 
-// EmailChecks reads an email's SendChecks in one statement.
-func EmailChecks(ctx context.Context, q Querier, accountID, domainName string, addresses []string) (SendChecks, error) {
+// EmailChecks reads an email's SendChecks in one statement. Recipients
+// are matched to suppressions by their keys, so an address stays
+// suppressed after the emails that suppressed it are erased.
+func EmailChecks(ctx context.Context, q Querier, keys datakeys.AddressKeys, accountID, domainName string, addresses []string) (SendChecks, error) {
+	lower := make([]string, len(addresses))
+	for i, a := range addresses {
+		lower[i] = strings.ToLower(a)
+	}
 	rows, err := q.Query(ctx, `SELECT
 		EXISTS (SELECT 1 FROM accounts WHERE id = $1 AND status = 'suspended'),
-		EXISTS (SELECT 1 FROM domains WHERE account_id = $1 AND name = $2 AND status = $4),
-		ARRAY(SELECT lower(email) FROM suppressions WHERE account_id = $1 AND email = ANY($3) ORDER BY email)`,
-		accountID, domainName, addresses, string(sendingdomain.StatusVerified))
+		EXISTS (SELECT 1 FROM domains WHERE account_id = $1 AND name = $2 AND status = $5),
+		ARRAY(SELECT DISTINCT r.address FROM unnest($3::text[], $4::text[]) AS r(address, key)
+			WHERE EXISTS (SELECT 1 FROM suppressions s WHERE s.account_id = $1 AND s.address_key = r.key)
+			ORDER BY r.address)`,
+		accountID, domainName, lower, keys.All(accountID, lower), string(sendingdomain.StatusVerified))
 	if err != nil {
 		return SendChecks{}, err
 	}

@@ -130,7 +130,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 	a := &App{Config: cfg, Log: log, Pool: pool, Ledger: store, Keys: keys, AddressKeys: addressKeys, Box: box,
 		Store: meter(sealed.New(store, keys), metrics.Registry()), Now: time.Now, Metrics: metrics}
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
-	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All()...)
+	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All(addressKeys)...)
 	metrics.Registry().MustRegister(newProjectionCollector(a.Runner), newStuckCollector(pool))
 	a.Outcomes = outcomes.New(metrics.Registry())
 	a.keysGenerated = newKeyCounter(metrics.Registry())
@@ -202,7 +202,8 @@ func (a *App) Handler() http.Handler {
 
 	api := e.Group("/api", perIP, auth.Tokens(), perCredential, perAccount)
 	v1 := e.Group("/v1", perIP, auth.APIKeys(), perCredential, perAccount)
-	httpapi.Routes(httpapi.Deps{Commands: a.Commands, Reads: readapi.New(a.Pool, a.clock), RenderDomain: a.RenderDomain, DefaultRetentionDays: a.Config.RetentionDays}, api, v1)
+	httpapi.Routes(httpapi.Deps{Commands: a.Commands, Reads: readapi.New(a.Pool, a.clock), RenderDomain: a.RenderDomain, Now: a.clock,
+		DefaultRetentionDays: a.Config.RetentionDays}, api, v1)
 	return e
 }
 
@@ -391,7 +392,7 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 		Identity: a.provider.identityCheck, KeyGenerated: a.keysGenerated, ActiveAPIKeys: a.activeAPIKeys,
 		DataKeys: a.Keys, AddressKeys: a.AddressKeys,
 		EmailsSentTo: func(ctx context.Context, accountID, addressKey string) ([]string, error) {
-			return readapi.EmailsSentTo(ctx, a.Pool, accountID, addressKey)
+			return readapi.New(a.Pool, a.clock).EmailsSentTo(ctx, accountID, addressKey)
 		},
 		Domains: func(ctx context.Context, accountID, name string) (sendingdomain.State, error) {
 			return readapi.SendingDomain(ctx, a.Pool, accountID, name)

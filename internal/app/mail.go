@@ -56,7 +56,7 @@ func (a *App) clock() time.Time { return a.Now() }
 // the account (State.CanSend, from the table's columns), and the suppressed
 // recipients.
 func (a *App) emailChecks(ctx context.Context, accountID, domainName string, addresses []string) (processmanagers.Checks, error) {
-	c, err := readapi.EmailChecks(ctx, a.Pool, accountID, domainName, addresses)
+	c, err := readapi.EmailChecks(ctx, a.Pool, a.AddressKeys, accountID, domainName, addresses)
 	return processmanagers.Checks(c), err
 }
 

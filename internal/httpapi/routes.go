@@ -7,6 +7,7 @@ package httpapi
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -26,13 +27,15 @@ type Deps struct {
 	RenderDomain func(sendingdomain.State) views.Domain
 	// DefaultRetentionDays is the retention of accounts that set none.
 	DefaultRetentionDays int
+	// Now is the clock that tells today.
+	Now func() time.Time
 }
 
 // Routes mounts every route of the API. api is the /api group
 // (management tokens), v1 the /v1 group (API keys); both authenticate and
 // rate-limit before any route's own permission check.
 func Routes(d Deps, api, v1 *echo.Group) {
-	h := handlers{commands: d.Commands, reads: d.Reads, renderDomain: d.RenderDomain, defaultRetention: d.DefaultRetentionDays}
+	h := handlers{commands: d.Commands, reads: d.Reads, renderDomain: d.RenderDomain, now: d.Now, defaultRetention: d.DefaultRetentionDays}
 	admin := authn.RequireAdmin()
 	send := authn.Require("emails:send")
 	read := authn.Require("emails:read")
@@ -63,6 +66,8 @@ func Routes(d Deps, api, v1 *echo.Group) {
 		{api, http.MethodPost, "/domains/:id/rotate", h.rotateDomain, admin},
 		{api, http.MethodDelete, "/domains/:id", h.removeDomain, admin},
 
+		{api, http.MethodGet, "/stats/daily", h.dailyStats, nil},
+
 		{v1, http.MethodPost, "/emails/send", h.sendEmail, send},
 		{v1, http.MethodGet, "/emails", h.listEmails, read},
 		{v1, http.MethodGet, "/emails/:id", h.getEmail, read},
@@ -88,6 +93,7 @@ type handlers struct {
 	commands     *commands.Service
 	reads        *readapi.Reader
 	renderDomain func(sendingdomain.State) views.Domain
+	now          func() time.Time
 
 	defaultRetention int
 }

@@ -1,0 +1,146 @@
+package projections
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/mailmsg"
+)
+
+// queuedKeys are the keys of an email's recipients, as recorded or, for an
+// email queued before they were, computed from its addresses. keyOf (JSON,
+// "" when the keys were recorded) maps the digest of each computed address
+// to its key, so that feedback recorded without keys finds them while the
+// email's row is there.
+func (p Emails) queuedKeys(q *email.Queued) (keys []string, keyOf string) {
+	if len(q.RecipientKeys) > 0 || q.Erased {
+		return nonNil(q.RecipientKeys), ""
+	}
+	var all []string
+	all = append(append(append(all, q.To...), q.Cc...), q.Bcc...)
+	addresses := mailmsg.Addresses(all)
+	keys = p.Keys.All(q.AccountID, addresses)
+	of := make(map[string]string, len(keys))
+	for i, a := range addresses {
+		of[digest(a)] = keys[i]
+	}
+	raw, _ := json.Marshal(of)
+	return keys, string(raw)
+}
+
+// digest stands for an address in keyOf: the address is not kept.
+func digest(address string) string {
+	sum := sha256.Sum256([]byte(address))
+	return hex.EncodeToString(sum[:])
+}
+
+// addressOf is a recipient's address alone, lower case.
+func addressOf(recipient string) string {
+	if a, err := mailmsg.ParseAddress(recipient); err == nil {
+		return strings.ToLower(a.Email)
+	}
+	return strings.ToLower(strings.TrimSpace(recipient))
+}
+
+// suppressed is one recipient a bounce or complaint suppresses: its key,
+// or when the event has none, the digest that finds it in the email's
+// keyOf; and its address, NULL once erased.
+type suppressed struct {
+	key, digest, address *string
+}
+
+// suppressedBy pairs an event's recipients with their keys.
+func suppressedBy(recipients, keys []string) []suppressed {
+	n := max(len(recipients), len(keys))
+	out := make([]suppressed, n)
+	for i := range n {
+		if i < len(keys) {
+			out[i].key = &keys[i]
+		}
+		if i < len(recipients) {
+			a := addressOf(recipients[i])
+			out[i].address = &a
+			if out[i].key == nil {
+				d := digest(a)
+				out[i].digest = &d
+			}
+		}
+	}
+	return out
+}
+
+// dayCounts is what one event adds to its account's day of
+// email_daily_stats.
+type dayCounts struct {
+	emailID                                               string
+	day                                                   string // YYYY-MM-DD, UTC
+	sent, delivered, bounced, complained, opened, clicked int32
+}
+
+// countsOf is e's contribution to the daily stats, if it makes one.
+func countsOf(e domain.Event) (dayCounts, bool) {
+	on := func(id string, t time.Time) dayCounts {
+		return dayCounts{emailID: id, day: t.UTC().Format(time.DateOnly)}
+	}
+	var c dayCounts
+	switch e := e.(type) {
+	case *email.Sent:
+		c = on(e.EmailID, e.SentAt)
+		c.sent = 1
+	case *email.Delivered:
+		c = on(e.EmailID, e.OccurredAt)
+		c.delivered = 1
+	case *email.Bounced:
+		if !email.Permanent(e.BounceType) {
+			return c, false
+		}
+		c = on(e.EmailID, e.OccurredAt)
+		c.bounced = 1
+	case *email.Complained:
+		c = on(e.EmailID, e.OccurredAt)
+		c.complained = 1
+	case *email.Opened:
+		c = on(e.EmailID, e.OccurredAt)
+		c.opened = 1
+	case *email.Clicked:
+		c = on(e.EmailID, e.OccurredAt)
+		c.clicked = 1
+	default:
+		return c, false
+	}
+	return c, true
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// dayCountRows are a batch's contributions to the daily stats, one per
+// event: addDayCounts sums them.
+type dayCountRows struct {
+	emailID, day                                          []string
+	sent, delivered, bounced, complained, opened, clicked []int32
+}
+
+func (r *dayCountRows) add(c dayCounts) {
+	r.emailID = append(r.emailID, c.emailID)
+	r.day = append(r.day, c.day)
+	r.sent = append(r.sent, c.sent)
+	r.delivered = append(r.delivered, c.delivered)
+	r.bounced = append(r.bounced, c.bounced)
+	r.complained = append(r.complained, c.complained)
+	r.opened = append(r.opened, c.opened)
+	r.clicked = append(r.clicked, c.clicked)
+}
+
+func (r *dayCountRows) args() []any {
+	return []any{r.emailID, r.day, r.sent, r.delivered, r.bounced, r.complained, r.opened, r.clicked}
+}
