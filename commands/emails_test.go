@@ -1,6 +1,7 @@
 package commands_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -85,16 +86,16 @@ func TestSendEmailQueuesTheRequestedEmail(t *testing.T) {
 	if q.Tags["kind"] != "receipt" || len(q.Tags) != 1 {
 		t.Errorf("tags %v", q.Tags)
 	}
-	// The bytes are in blob storage; the event names them by digest.
+	// The bytes are in blob storage, sealed for the email; the event names
+	// them by digest.
 	for _, c := range []struct{ digest, content string }{
 		{q.HTMLDigest, req.HTML}, {q.TextDigest, req.Text}, {q.Attachments[0].Digest, "%PDF-1.7"},
 	} {
-		if c.digest != string(blob.DigestOf([]byte(c.content))) {
-			t.Errorf("digest %s for %q", c.digest, c.content)
-			continue
-		}
-		if b, err := h.blobs.Get(ctx, blob.Digest(c.digest)); err != nil || string(b) != c.content {
+		if b, err := h.content().Get(ctx, got.ID, blob.Digest(c.digest)); err != nil || string(b) != c.content {
 			t.Errorf("blob %s: %q, %v; want %q", c.digest, b, err, c.content)
+		}
+		if b, err := h.blobs.Get(ctx, blob.Digest(c.digest)); err != nil || bytes.Contains(b, []byte(c.content)) {
+			t.Errorf("stored blob %s: %q, %v; want %q sealed", c.digest, b, err, c.content)
 		}
 	}
 	if a := q.Attachments[0]; a.Filename != "receipt.pdf" || a.ContentType != "application/pdf" || a.SizeBytes != 8 {

@@ -108,5 +108,5 @@ func (s *Service) deleteContent(ctx context.Context, st email.State) error {
 			}
 		}
 	}
-	return s.blobs.Delete(ctx, digests...)
+	return s.content.Delete(ctx, digests...)
 }

@@ -159,11 +159,12 @@ func (s *Service) checkSend(ctx context.Context, accountID string, req SendEmail
 	return checkedSend{from: from.Email, domainID: domainID, decoded: decoded}, nil
 }
 
-// stage puts the request's bodies and inline attachments in blob storage
-// and completes q with their digests and the attachments' descriptions.
+// stage puts the request's bodies and inline attachments in blob storage,
+// sealed for the email, and completes q with their digests and the
+// attachments' descriptions.
 func (s *Service) stage(ctx context.Context, req SendEmail, checked checkedSend, q email.Queued) (email.Queued, error) {
 	put := func(b []byte) (string, error) {
-		d, err := s.blobs.Put(ctx, b)
+		d, err := s.content.Put(ctx, q.EmailID, q.AccountID, b)
 		return string(d), err
 	}
 	var err error

@@ -52,7 +52,7 @@ type Service struct {
 	region   string
 	domains  domainLookup
 	sendable func(ctx context.Context, accountID, name string) (string, error)
-	blobs    blob.Store
+	content  Content
 	egress   URLChecker
 	keys     DataKeys
 	address  datakeys.AddressKeys
@@ -71,6 +71,14 @@ type Service struct {
 // MAIL FROM as verified (SES's own check, beside Mailroom's DNS check), on
 // the identity that domain domainID owns.
 type IdentityCheck func(ctx context.Context, domainID, domain string) (dkimOK, mailFromOK bool, err error)
+
+// Content keeps emails' bodies and attachments in blob storage, each
+// sealed with its email's data key (datakeys.Blobs), so that erasing an
+// email erases its content and deleting it touches no other email's.
+type Content interface {
+	Put(ctx context.Context, emailID, accountID string, data []byte) (blob.Digest, error)
+	Delete(ctx context.Context, digests ...blob.Digest) error
+}
 
 // URLChecker refuses URLs Mailroom must not fetch (egress.Policy).
 type URLChecker interface {
@@ -97,7 +105,7 @@ type Deps struct {
 	// by name (read model), domain.ErrNotFound when it has none: a cheaper
 	// read than Domains for every send.
 	SendableDomain func(ctx context.Context, accountID, name string) (string, error)
-	Blobs          blob.Store
+	Content        Content
 	Egress         URLChecker
 	// EndpointIDs lists an account's webhook endpoints (read model), to
 	// seed its slots stream.
@@ -133,7 +141,7 @@ func New(d Deps) *Service {
 		d.Settle = func(context.Context, eventstore.Position, ...projections.Name) error { return nil }
 	}
 	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
-		domains: d.Domains, sendable: d.SendableDomain, blobs: d.Blobs, egress: d.Egress, endpointIDs: d.EndpointIDs, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity,
+		domains: d.Domains, sendable: d.SendableDomain, content: d.Content, egress: d.Egress, endpointIDs: d.EndpointIDs, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity,
 		domainsNamed: d.DomainsNamed, domainCount: d.DomainCount, keyGenerated: d.KeyGenerated, keys: d.DataKeys, address: d.AddressKeys,
 		emailsSentTo: d.EmailsSentTo}
 }

@@ -15,16 +15,19 @@ import (
 	"github.com/mailroom/mailroom/domain/webhook"
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/memory"
+	"github.com/mailroom/mailroom/internal/pgtest"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	"github.com/mailroom/mailroom/projections"
 )
 
 // These tests run the command service on the in-memory event store. What
 // the service reads from read models is answered from the store's log, as
-// the projections would answer once caught up.
+// the projections would answer once caught up. Emails' data keys are in a
+// PostgreSQL database of the test's own.
 
 // start is the tests' clock reading before any advance.
 var start = time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
@@ -57,6 +60,9 @@ type harness struct {
 	clock *clock
 	box   *secretbox.Box
 	blobs *blob.FS
+	// content seals emails' content into blobs, with data keys kept in
+	// a test database made on first use: most tests send nothing.
+	content func() *datakeys.Blobs
 
 	sender string // an account with a verified domain, once queuedEmail made it
 
@@ -82,6 +88,9 @@ func newHarness(t *testing.T, change ...func(*commands.Deps)) *harness {
 	if h.blobs, err = blob.NewFS(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
+	h.content = sync.OnceValue(func() *datakeys.Blobs {
+		return datakeys.NewBlobs(h.blobs, datakeys.New(pgtest.NewPool(t), h.box))
+	})
 	allowed, err := egress.ParseCIDRs(allowedNet)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +109,7 @@ func newHarness(t *testing.T, change ...func(*commands.Deps)) *harness {
 		Now:           h.clock.Now,
 		Box:           h.box,
 		Region:        "eu-west-1",
-		Blobs:         h.blobs,
+		Content:       contentOnUse(h.content),
 		Egress:        egress.Policy{AllowCIDRs: allowed},
 		Domains:       h.accountDomain,
 		DomainsNamed:  h.domainsNamed,
@@ -118,6 +127,17 @@ func newHarness(t *testing.T, change ...func(*commands.Deps)) *harness {
 	}
 	h.svc = commands.New(d)
 	return h
+}
+
+// contentOnUse is sealed content opened when first used.
+type contentOnUse func() *datakeys.Blobs
+
+func (c contentOnUse) Put(ctx context.Context, emailID, accountID string, data []byte) (blob.Digest, error) {
+	return c().Put(ctx, emailID, accountID, data)
+}
+
+func (c contentOnUse) Delete(ctx context.Context, digests ...blob.Digest) error {
+	return c().Delete(ctx, digests...)
 }
 
 // setVisible sets whether the read models show a write in time.

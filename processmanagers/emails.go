@@ -13,6 +13,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/mailmsg"
@@ -28,10 +29,12 @@ import (
 // where the last attempt stopped.
 type Pipeline struct {
 	Commands *commands.Service
-	Blobs    blob.Store
-	Scanner  *scan.Scanner
-	Egress   egress.Policy
-	Sender   provider.Sender
+	// Content holds the email's bodies and attachments, sealed with its
+	// data key.
+	Content *datakeys.Blobs
+	Scanner *scan.Scanner
+	Egress  egress.Policy
+	Sender  provider.Sender
 	// Checks reads, at once, what the read models say of an email's
 	// account, domain and recipients.
 	Checks func(ctx context.Context, accountID, domainName string, addresses []string) (Checks, error)
@@ -81,8 +84,8 @@ func (p *Pipeline) Process(ctx context.Context, id string, pos eventstore.Positi
 // process works the email from st, read at version ver, which lets the
 // outcome be appended without reading the stream again.
 func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position) error {
-	if !st.Exists() || st.Sent != nil || st.Failed != nil || st.Held {
-		return nil // done already, or waiting for its release
+	if !st.Exists() || st.Sent != nil || st.Failed != nil || st.Held || st.Erased != nil || st.Queued.Erased {
+		return nil // done already, waiting for its release, or erased
 	}
 	if st.Erased != nil || st.Queued.Erased {
 		return nil // erased before it left: there is nothing left to send
@@ -109,6 +112,9 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	if st.Scanned == nil {
 		var reason, detail string
 		reason, detail, atts, err = p.prepare(ctx, st, checks)
+		if errors.Is(err, datakeys.ErrErased) {
+			return nil // erased meanwhile: nothing happens to it any more
+		}
 		if err != nil {
 			return Transient(err)
 		}
@@ -116,7 +122,11 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 			return p.fail(ctx, q.EmailID, reason, detail)
 		}
 	}
-	return p.send(ctx, st, ver, atts)
+	err = p.send(ctx, st, ver, atts)
+	if errors.Is(err, datakeys.ErrErased) {
+		return nil // erased meanwhile: nothing happens to it any more
+	}
+	return err
 }
 
 func (p *Pipeline) fail(ctx context.Context, id, reason, detail string) error {
@@ -153,7 +163,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks) (
 		if d == "" {
 			continue
 		}
-		body, err := p.Blobs.Get(ctx, blob.Digest(d))
+		body, err := p.Content.Get(ctx, q.EmailID, blob.Digest(d))
 		if err != nil {
 			return "", "", nil, err
 		}
@@ -208,12 +218,12 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks) (
 					a.ContentType = dl.ContentType
 				}
 			}
-			d, err := p.Blobs.Put(ctx, content)
+			d, err := p.Content.Put(ctx, q.EmailID, q.AccountID, content)
 			if err != nil {
 				return "", "", nil, err
 			}
 			a.Digest, a.SizeBytes = string(d), int64(len(content))
-		} else if content, err = p.Blobs.Get(ctx, blob.Digest(a.Digest)); err != nil {
+		} else if content, err = p.Content.Get(ctx, q.EmailID, blob.Digest(a.Digest)); err != nil {
 			return "", "", nil, err
 		}
 		v, err := p.Scanner.ScanAttachment(ctx, a.Filename, content)
@@ -323,7 +333,7 @@ func (p *Pipeline) render(ctx context.Context, st email.State, atts []email.Atta
 		if d == "" {
 			return "", nil
 		}
-		b, err := p.Blobs.Get(ctx, blob.Digest(d))
+		b, err := p.Content.Get(ctx, q.EmailID, blob.Digest(d))
 		return string(b), err
 	}
 	if m.HTML, err = get(q.HTMLDigest); err != nil {
@@ -333,7 +343,7 @@ func (p *Pipeline) render(ctx context.Context, st email.State, atts []email.Atta
 		return nil, Transient(err)
 	}
 	for _, a := range atts {
-		b, err := p.Blobs.Get(ctx, blob.Digest(a.Digest))
+		b, err := p.Content.Get(ctx, q.EmailID, blob.Digest(a.Digest))
 		if err != nil {
 			return nil, Transient(err)
 		}

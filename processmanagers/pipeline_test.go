@@ -16,8 +16,10 @@ import (
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/memory"
+	"github.com/mailroom/mailroom/internal/pgtest"
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/provider/sandbox"
 	"github.com/mailroom/mailroom/internal/scan"
@@ -27,8 +29,8 @@ import (
 )
 
 // These tests run the email pipeline's decisions on the in-memory event
-// store: what the read models say of an email comes from pipelineRig's
-// checks, and the provider is the sandbox outbox or a stand-in. Process
+// store, with emails' data keys in a test database: what the read models
+// say of an email comes from pipelineRig's checks, and the provider is the sandbox outbox or a stand-in. Process
 // runs on the test's goroutine, so tests change the rig between calls.
 
 var queuedAt = time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
@@ -41,6 +43,8 @@ type pipelineRig struct {
 	pipeline *processmanagers.Pipeline
 	store    *memory.Store
 	blobs    *blob.FS
+	keys     *datakeys.Keyring
+	content  *datakeys.Blobs
 	outbox   *sandbox.Outbox
 
 	checks processmanagers.Checks
@@ -59,13 +63,15 @@ func newPipelineRig(t *testing.T) *pipelineRig {
 	if r.blobs, err = blob.NewFS(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
+	r.keys = datakeys.New(pgtest.NewPool(t), box)
+	r.content = datakeys.NewBlobs(r.blobs, r.keys)
 	if r.outbox, err = sandbox.NewOutbox(t.TempDir(), 0); err != nil {
 		t.Fatal(err)
 	}
 	now := func() time.Time { return r.now }
 	r.pipeline = &processmanagers.Pipeline{
-		Commands: commands.New(commands.Deps{Store: r.store, Now: now, Box: box, Blobs: r.blobs}),
-		Blobs:    r.blobs,
+		Commands: commands.New(commands.Deps{Store: r.store, Now: now, Box: box, Content: r.content}),
+		Content:  r.content,
 		Scanner:  scan.New("", 0),
 		Sender:   r,
 		Checks: func(context.Context, string, string, []string) (processmanagers.Checks, error) {
@@ -97,7 +103,7 @@ func (r *pipelineRig) queue(t *testing.T, html string, to []string, attachments 
 	t.Helper()
 	ctx := context.Background()
 	id := uuid.NewString()
-	d, err := r.blobs.Put(ctx, []byte(html))
+	d, err := r.content.Put(ctx, id, "acct-1", []byte(html))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +111,7 @@ func (r *pipelineRig) queue(t *testing.T, html string, to []string, attachments 
 		FromEmail: "news@example.com", To: to, Subject: "Your receipt", HTMLDigest: string(d), QueuedAt: queuedAt}
 	for _, name := range attachments {
 		content := []byte("content of " + name)
-		ad, err := r.blobs.Put(ctx, content)
+		ad, err := r.content.Put(ctx, id, "acct-1", content)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,8 +196,26 @@ func TestPipelineSendsAQueuedEmailOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(msg), "Subject: Your receipt") || !strings.Contains(string(msg), "X-Mailroom-Email-Id: "+id) {
+	if !strings.Contains(string(msg), "Subject: Your receipt") || !strings.Contains(string(msg), "X-Mailroom-Email-Id: "+id) ||
+		!strings.Contains(string(msg), "<p>Thanks</p>") {
 		t.Fatalf("message written:\n%s", msg)
+	}
+}
+
+func TestPipelineLeavesAnErasedEmailAlone(t *testing.T) {
+	r := newPipelineRig(t)
+	id := r.queue(t, "<p>Thanks</p>", []string{"ann@example.org"}, "receipt.pdf")
+	if err := r.keys.Destroy(context.Background(), codec.KeyID(id), "acct-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.process(id); err != nil {
+		t.Fatalf("processing an erased email: %v, want done", err)
+	}
+	if got := r.types(t, id); !slices.Equal(got, []string{"EmailQueued"}) {
+		t.Fatalf("email stream %q: nothing more happens to an erased email", got)
+	}
+	if _, err := os.Stat(r.outbox.Path(id)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("an erased email reached the provider: %v", err)
 	}
 }
 

@@ -69,7 +69,8 @@ type App struct {
 	keysGenerated func()                 // counts DKIM keys made, for /metrics
 	readModelLate func(projections.Name) // counts read models found late, for /metrics
 	dkimKeys      sync.Map               // opened signing keys by domain id/selector
-	Blobs         blob.Store
+	Blobs         blob.Store             // the blob store as it is: sealed content, and plain blobs of older emails
+	Content       *datakeys.Blobs        // emails' content in Blobs, sealed with their data keys
 	Scanner       *scan.Scanner
 	Egress        egress.Policy
 	Now           func() time.Time
@@ -388,7 +389,7 @@ func (a *App) newCommands(settle commands.Settle) *commands.Service {
 	return commands.New(commands.Deps{
 		Store: a.Store, Settle: settle, Now: func() time.Time { return a.Now() },
 		Box: a.Box, DNS: a.DNS, Region: a.Config.Region,
-		Blobs: a.Blobs, Egress: a.Egress,
+		Content: a.Content, Egress: a.Egress,
 		Identity: a.provider.identityCheck, KeyGenerated: a.keysGenerated, ActiveAPIKeys: a.activeAPIKeys,
 		DataKeys: a.Keys, AddressKeys: a.AddressKeys,
 		EmailsSentTo: func(ctx context.Context, accountID, addressKey string) ([]string, error) {

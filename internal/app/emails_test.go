@@ -217,6 +217,30 @@ func TestSendEndToEnd(t *testing.T) {
 	if inlineCID != "<logo>" {
 		t.Fatalf("inline Content-ID %q", inlineCID)
 	}
+	w.noBlobHolds(t, []byte("Hello in plain text"), []byte("Hello <img"), logo[:100], report)
+}
+
+// noBlobHolds fails when a file of blob storage holds one of contents in
+// the clear: emails' content is stored sealed.
+func (w *sendWorld) noBlobHolds(t *testing.T, contents ...[]byte) {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(w.App.Config.BlobDir, func(p string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		n++
+		b, err := os.ReadFile(p)
+		for _, c := range contents {
+			if bytes.Contains(b, c) {
+				t.Errorf("blob %s holds %q in the clear", p, c)
+			}
+		}
+		return err
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("blob storage: %d files, %v", n, err)
+	}
 }
 
 func TestSimulatorAndSuppression(t *testing.T) {
@@ -321,6 +345,7 @@ func TestPathAttachment(t *testing.T) {
 	if !bytes.Contains(raw, []byte(base64.StdEncoding.EncodeToString(pdf)[:20])) {
 		t.Fatal("downloaded bytes not in the message")
 	}
+	w.noBlobHolds(t, pdf)
 	failed := w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t",
 		"attachments": []map[string]any{{"path": srv.URL + "/missing.pdf?X-Amz-Signature=s3cr3t-2"}}})["id"].(string), status("failed"))
 	meta := failed["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)

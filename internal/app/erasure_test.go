@@ -38,7 +38,7 @@ func TestErasureOfOneRecipientAcrossFiftyEmails(t *testing.T) {
 	}
 	digests := contentDigests(t, w.Server, others[0])
 	sentDay := w.Clock.Now()
-	before := dailyStats(t, w, sentDay)
+	before := dayCounts(t, w, sentDay)
 
 	member, err := w.Commands.IssueToken(ctx, w.account, account.RoleMember, commands.Meta{Actor: "operator"})
 	if err != nil {
@@ -90,7 +90,7 @@ func TestErasureOfOneRecipientAcrossFiftyEmails(t *testing.T) {
 		t.Error("the erasure request is not recorded")
 	}
 	verify(t, w.Server)
-	if after := dailyStats(t, w, sentDay); after["sent"] != before["sent"] || after["bounced"] != before["bounced"] {
+	if after := dayCounts(t, w, sentDay); after["sent"] != before["sent"] || after["bounced"] != before["bounced"] {
 		t.Errorf("daily counts changed by the erasure: %v, was %v", after, before)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/dkimkey"
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/jobs"
@@ -32,6 +33,7 @@ func (a *App) openMail(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("blob storage: %w", err)
 	}
+	a.Content = datakeys.NewBlobs(a.Blobs, a.Keys)
 	a.Scanner = scan.New(cfg.ClamdAddr, 30*time.Second)
 	cidrs, err := egress.ParseCIDRs(cfg.EgressAllowCIDRs)
 	if err != nil {
@@ -62,7 +64,7 @@ func (a *App) emailChecks(ctx context.Context, accountID, domainName string, add
 
 func (a *App) pipeline() *processmanagers.Pipeline {
 	p := &processmanagers.Pipeline{
-		Commands: a.Commands, Blobs: a.Blobs, Scanner: a.Scanner, Egress: a.Egress, Sender: a.Sender,
+		Commands: a.Commands, Content: a.Content, Scanner: a.Scanner, Egress: a.Egress, Sender: a.Sender,
 		Checks:   a.emailChecks,
 		Settle:   a.settle,
 		MaxAge:   a.Config.SendMaxAge,

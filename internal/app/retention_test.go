@@ -124,7 +124,7 @@ func answers(t *testing.T, w *sendWorld, from, to time.Time) string {
 	return b.String()
 }
 
-func dailyStats(t *testing.T, w *sendWorld, day time.Time) map[string]any {
+func dayCounts(t *testing.T, w *sendWorld, day time.Time) map[string]any {
 	t.Helper()
 	d := day.Format(time.DateOnly)
 	r := w.Do("GET", "/api/stats/daily?from="+d+"&to="+d, w.admin, nil)
@@ -154,7 +154,7 @@ func TestRetentionErasesOldEmailsEverywhere(t *testing.T) {
 		w.waitFor(t, id, status("delivered"))
 		digests[id] = contentDigests(t, w.Server, id)
 	}
-	before := dailyStats(t, w, sentDay)
+	before := dayCounts(t, w, sentDay)
 	if before["sent"] != 3.0 || before["delivered"] != 3.0 {
 		t.Fatalf("daily counts before retention: %v", before)
 	}
@@ -201,7 +201,7 @@ func TestRetentionErasesOldEmailsEverywhere(t *testing.T) {
 	}
 	verify(t, w.Server)
 
-	if after := dailyStats(t, w, sentDay); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := dayCounts(t, w, sentDay); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("daily counts of the erased day changed: %v, was %v", after, before)
 	}
 

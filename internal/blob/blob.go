@@ -5,7 +5,8 @@
 // is written once and never changes, so storing the same bytes twice is a
 // no-op and a reader can always check that what it got back is what was
 // stored. Two adapters implement Store: FS (the default, a directory on local
-// disk) and S3 (production).
+// disk) and S3 (production). A blob is deleted when what it belongs to is
+// erased.
 package blob
 
 import (
@@ -26,6 +27,9 @@ type Store interface {
 	// ErrNotFound when there is no such blob, and one wrapping ErrCorrupt
 	// when the stored bytes no longer hash to d.
 	Get(ctx context.Context, d Digest) ([]byte, error)
+	// Delete removes the blob stored under d. Deleting a blob that is not
+	// there is not an error, so a delete that was cut short can be repeated.
+	Delete(ctx context.Context, d Digest) error
 }
 
 // ErrNotFound is returned (wrapped) by Get when no blob has the digest.

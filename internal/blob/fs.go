@@ -85,6 +85,25 @@ func (s *FS) Get(ctx context.Context, d Digest) ([]byte, error) {
 	return data, nil
 }
 
+// Delete removes the blob's file; a missing file is already deleted.
+func (s *FS) Delete(ctx context.Context, d Digest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if _, err := ParseDigest(string(d)); err != nil {
+		return err
+	}
+	p := s.path(d)
+	err := os.Remove(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("blob: delete %s: %w", d, err)
+	}
+	return syncDir(filepath.Dir(p))
+}
+
 // fileHashes reports whether the file at p exists and hashes to d.
 func fileHashes(p string, d Digest) (bool, error) {
 	f, err := os.Open(p)

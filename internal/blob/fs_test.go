@@ -198,3 +198,38 @@ func TestNewFSEmptyDir(t *testing.T) {
 		t.Fatal("NewFS(\"\"): want error")
 	}
 }
+
+func TestFSDelete(t *testing.T) {
+	s, dir := newTestFS(t)
+	ctx := context.Background()
+	kept, err := s.Put(ctx, []byte("another email's body"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Put(ctx, []byte("erased body"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, d); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after Delete = %v, want ErrNotFound", err)
+	}
+	if got := files(t, dir); len(got) != 1 || !strings.HasSuffix(got[0], kept.Hex()) {
+		t.Fatalf("files after Delete: %v (want only the other blob)", got)
+	}
+	// Deleting again, or a blob never stored, is not an error.
+	if err := s.Delete(ctx, d); err != nil {
+		t.Fatalf("second Delete: %v", err)
+	}
+	if err := s.Delete(ctx, DigestOf([]byte("never stored"))); err != nil {
+		t.Fatalf("Delete of a missing blob: %v", err)
+	}
+	if got, err := s.Get(ctx, kept); err != nil || string(got) != "another email's body" {
+		t.Fatalf("the other blob: %q, %v", got, err)
+	}
+	if err := s.Delete(ctx, "sha256:../../../etc/passwd"); err == nil {
+		t.Fatal("Delete of a malformed digest: want error")
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+
 	"github.com/mailroom/mailroom/internal/awsconf"
 )
 
@@ -140,6 +141,22 @@ func (s *S3) Get(ctx context.Context, d Digest) ([]byte, error) {
 		return nil, err
 	}
 	return data, nil
+}
+
+// Delete removes the object. S3 answers a delete of a missing key with
+// success, so Delete is idempotent as it stands.
+func (s *S3) Delete(ctx context.Context, d Digest) error {
+	if _, err := ParseDigest(string(d)); err != nil {
+		return err
+	}
+	_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.key(d)),
+	})
+	if err != nil && !isNoSuchKey(err) {
+		return fmt.Errorf("blob: delete %s from s3://%s/%s: %w", d, s.bucket, s.key(d), err)
+	}
+	return nil
 }
 
 // isNoSuchKey reports whether err means the object does not exist. A 404 for

@@ -256,6 +256,46 @@ func TestS3ServerErrors(t *testing.T) {
 	}
 }
 
+func TestS3Delete(t *testing.T) {
+	s, fake := newFakeBackedS3(t, "mailroom/")
+	ctx := context.Background()
+	kept, err := s.Put(ctx, []byte("another email's body"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Put(ctx, []byte("erased body"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, d); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after Delete = %v, want ErrNotFound", err)
+	}
+	if _, ok := fake.object("mailroom/sha256/" + d.Hex()); ok {
+		t.Fatal("the object is still in the bucket")
+	}
+	// Deleting again, or a blob never stored, is not an error.
+	if err := s.Delete(ctx, d); err != nil {
+		t.Fatalf("second Delete: %v", err)
+	}
+	if err := s.Delete(ctx, DigestOf([]byte("never stored"))); err != nil {
+		t.Fatalf("Delete of a missing blob: %v", err)
+	}
+	if got, err := s.Get(ctx, kept); err != nil || string(got) != "another email's body" {
+		t.Fatalf("the other blob: %q, %v", got, err)
+	}
+	if n := countRequests(fake.log(), http.MethodDelete, http.StatusNoContent); n != 3 {
+		t.Errorf("%d DELETEs answered 204, want 3: %+v", n, fake.log())
+	}
+	// A failing server is an error, not a deleted blob.
+	fake.failNext(100, http.StatusInternalServerError, "InternalError")
+	if err := s.Delete(ctx, kept); err == nil {
+		t.Fatal("Delete against a failing server: want error")
+	}
+}
+
 func TestS3InvalidDigest(t *testing.T) {
 	s, fake := newFakeBackedS3(t, "")
 	if _, err := s.Get(context.Background(), "sha256:../../x"); err == nil {
@@ -320,5 +360,14 @@ func TestS3Live(t *testing.T) {
 	}
 	if _, err := s.Get(ctx, DigestOf([]byte("never stored "+prefix))); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get of missing blob = %v, want ErrNotFound", err)
+	}
+	if err := s.Delete(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, d); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after Delete = %v, want ErrNotFound", err)
+	}
+	if err := s.Delete(ctx, d); err != nil {
+		t.Fatalf("second Delete: %v", err)
 	}
 }

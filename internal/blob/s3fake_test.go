@@ -2,7 +2,7 @@ package blob
 
 // This file is a FAKE of Amazon S3, for tests only: an httptest server that
 // speaks the small part of the S3 REST protocol the SDK uses for blob
-// storage (path-style PUT, GET and HEAD object), so the tests run the real
+// storage (path-style PUT, GET, HEAD and DELETE object), so the tests run the real
 // aws-sdk-go-v2 client end to end, signing and all, without AWS.
 //
 // It checks what a careful server would: a SigV4 Authorization header with
@@ -162,6 +162,8 @@ func (f *fakeS3) handle(w http.ResponseWriter, r *http.Request) (key string) {
 		f.putObject(w, r, key)
 	case http.MethodGet, http.MethodHead:
 		f.getObject(w, r, key)
+	case http.MethodDelete:
+		f.deleteObject(w, key)
 	default:
 		s3Error(w, r, http.StatusMethodNotAllowed, "MethodNotAllowed", "method not implemented by the fake")
 	}
@@ -270,6 +272,14 @@ func (f *fakeS3) getObject(w http.ResponseWriter, r *http.Request, key string) {
 	if r.Method == http.MethodGet {
 		_, _ = w.Write(body)
 	}
+}
+
+// deleteObject removes key; as in S3, a missing key is deleted all the same.
+func (f *fakeS3) deleteObject(w http.ResponseWriter, key string) {
+	f.mu.Lock()
+	delete(f.objects, key)
+	f.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func etag(b []byte) string {

@@ -119,13 +119,22 @@ func (r *Keyring) Ensure(ctx context.Context, id, accountID string) (Key, error)
 		account = &accountID
 	}
 	// The insert's row is not visible to the same statement's SELECT, so
-	// exactly one of the two branches answers.
+	// at most one of the two branches answers. Neither does when another
+	// transaction inserted the key after this statement's snapshot was
+	// taken: the insert waited for it and did nothing, and the SELECT
+	// cannot see it. The row is committed by then, so asking again finds it.
 	var wrapped *string
-	err := r.pool.QueryRow(ctx, `WITH ins AS (
-			INSERT INTO data_keys (id, account_id, wrapped) VALUES ($1, $2, $3)
-			ON CONFLICT (id) DO NOTHING RETURNING wrapped)
-		SELECT wrapped FROM ins UNION ALL SELECT wrapped FROM data_keys WHERE id = $1 LIMIT 1`,
-		id, account, r.box.Seal(raw, wrapContext(id))).Scan(&wrapped)
+	var err error
+	for range 3 {
+		err = r.pool.QueryRow(ctx, `WITH ins AS (
+				INSERT INTO data_keys (id, account_id, wrapped) VALUES ($1, $2, $3)
+				ON CONFLICT (id) DO NOTHING RETURNING wrapped)
+			SELECT wrapped FROM ins UNION ALL SELECT wrapped FROM data_keys WHERE id = $1 LIMIT 1`,
+			id, account, r.box.Seal(raw, wrapContext(id))).Scan(&wrapped)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
+	}
 	if err != nil {
 		return Key{}, fmt.Errorf("data key %s: %w", id, err)
 	}

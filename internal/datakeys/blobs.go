@@ -1,0 +1,88 @@
+package datakeys
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/internal/codec"
+)
+
+// Blobs keeps emails' bodies and attachments in a blob store, each sealed
+// with its email's data key. A sealed blob is the email's own (the nonce
+// makes every ciphertext unique), so deleting it never takes another
+// email's content with it, and destroying the key erases it wherever a copy
+// of it lies.
+type Blobs struct {
+	store blob.Store
+	keys  *Keyring
+}
+
+// NewBlobs returns the sealed content of store under keys.
+func NewBlobs(store blob.Store, keys *Keyring) *Blobs { return &Blobs{store: store, keys: keys} }
+
+// sealedMagic starts every sealed blob. Blobs written before content was
+// sealed are the plain bytes, which do not start with it.
+var sealedMagic = []byte("\x00mrsealed1\x00")
+
+// bindBlob binds a blob's ciphertext to its email, so it cannot be passed
+// off as another email's.
+func bindBlob(emailID string) string { return "blob:" + emailID }
+
+// Put seals data with the email's key, created for accountID when the email
+// has none yet, and stores it. The digest names the sealed bytes.
+func (b *Blobs) Put(ctx context.Context, emailID, accountID string, data []byte) (blob.Digest, error) {
+	key, err := b.keys.Ensure(ctx, codec.KeyID(emailID), accountID)
+	if err != nil {
+		return "", err
+	}
+	sealed, err := key.Seal(data, bindBlob(emailID))
+	if err != nil {
+		return "", err
+	}
+	return b.store.Put(ctx, append(bytes.Clone(sealedMagic), sealed...))
+}
+
+// Get returns the email's content stored under d, opened with the email's
+// key: ErrErased once the key is destroyed. A blob written before sealing
+// is returned as it is, unless the email was erased.
+func (b *Blobs) Get(ctx context.Context, emailID string, d blob.Digest) ([]byte, error) {
+	id := codec.KeyID(emailID)
+	keys, err := b.keys.Lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	key, hasKey := keys[id]
+	if hasKey && key.Erased() {
+		return nil, ErrErased
+	}
+	stored, err := b.store.Get(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	sealed, isSealed := bytes.CutPrefix(stored, sealedMagic)
+	if !isSealed {
+		return stored, nil
+	}
+	if !hasKey {
+		return nil, fmt.Errorf("blob %s of email %s: %w", d, emailID, ErrNoKey)
+	}
+	plain, err := key.Open(sealed, bindBlob(emailID))
+	if err != nil {
+		return nil, fmt.Errorf("blob %s of email %s: %w", d, emailID, err)
+	}
+	return plain, nil
+}
+
+// Delete removes the blobs; those already gone are not an error. A blob
+// written before sealing may hold the same bytes for several emails, and
+// goes for all of them.
+func (b *Blobs) Delete(ctx context.Context, digests ...blob.Digest) error {
+	for _, d := range digests {
+		if err := b.store.Delete(ctx, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
