@@ -23,6 +23,7 @@ import (
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/mailmsg"
 	"github.com/mailroom/mailroom/projections"
@@ -108,6 +109,9 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 		Tags: req.Tags, RequestHash: requestHash(body), QueuedAt: now,
 		RecipientKeys: s.recipientKeys(accountID, slices.Concat(req.To, req.Cc, req.Bcc)),
 	})
+	if errors.Is(err, datakeys.ErrErased) {
+		return Accepted{}, errKeyErased
+	}
 	if err != nil {
 		return Accepted{}, err
 	}
@@ -201,6 +205,11 @@ func (s *Service) stage(ctx context.Context, req SendEmail, checked checkedSend,
 	return q, nil
 }
 
+// errKeyErased answers a repeat under an idempotency key whose email has
+// been erased since: there is nothing left to answer with.
+var errKeyErased = &domain.ConflictError{Code: "email_erased",
+	Detail: "the email this Idempotency-Key was used for has been erased; send with a new key"}
+
 // queue appends q to its email's stream. A repeat under an idempotency
 // key answers as the first time did; fresh says the id was just made, so
 // there is no stream to read first.
@@ -208,6 +217,9 @@ func (s *Service) queue(ctx context.Context, q email.Queued, fresh bool, meta Me
 	accepted := q
 	decide := func(st email.State) ([]domain.Event, error) {
 		if st.Exists() {
+			if st.Erased != nil || st.Queued.Erased {
+				return nil, errKeyErased
+			}
 			if st.Queued.RequestHash != q.RequestHash {
 				return nil, &domain.ConflictError{Code: "idempotency_key_reused",
 					Detail: "this Idempotency-Key was used with a different request in the last 24 hours"}

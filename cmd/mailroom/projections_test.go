@@ -19,8 +19,10 @@ import (
 // meanwhile, into the read model.
 func TestQuarantineAndRetry(t *testing.T) {
 	db := pgtest.NewURL(t)
-	flags := []string{"--database-url", db, "--data-dir", t.TempDir()}
 	s := apptest.StartWith(t, apptest.Config(t, db))
+	// The server's data directory holds the master key the commands need
+	// to open the emails' data keys.
+	flags := []string{"--database-url", db, "--data-dir", s.Config.DataDir}
 	_, _, key := s.Sender("acme.test")
 	_, _, otherKey := s.Sender("other.test")
 	ctx := context.Background()

@@ -104,3 +104,26 @@ func TestTokenExpiryAndRevocation(t *testing.T) {
 		t.Fatalf("revoking twice: %v %v", again, err)
 	}
 }
+
+func TestRetention(t *testing.T) {
+	if _, err := account.SetRetention(account.State{}, 30, now); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("retention of no account: %v", err)
+	}
+	s := replay(&account.Created{AccountID: "a1", Name: "Acme"})
+	for _, days := range []int{0, 366, -1} {
+		if _, err := account.SetRetention(s, days, now); err == nil {
+			t.Errorf("retention of %d days accepted", days)
+		}
+	}
+	evs, err := account.SetRetention(s, 30, now)
+	if err != nil || len(evs) != 1 || evs[0].(*account.RetentionSet).Days != 30 {
+		t.Fatalf("set 30 days: %v %v", evs, err)
+	}
+	s = account.Evolve(s, evs[0])
+	if s.RetentionDays != 30 {
+		t.Fatalf("state after RetentionSet: %+v", s)
+	}
+	if again, err := account.SetRetention(s, 30, now); err != nil || len(again) != 0 {
+		t.Fatalf("setting the same retention again: %v %v", again, err)
+	}
+}

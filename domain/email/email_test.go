@@ -98,3 +98,46 @@ func TestHoldAndRelease(t *testing.T) {
 		t.Fatalf("sent email held: %+v", s)
 	}
 }
+
+func TestAnErasedEmailDecidesNothingMore(t *testing.T) {
+	if _, err := email.Erase(email.State{}, email.ErasedByRetention, "", t0); err == nil {
+		t.Fatal("erased an email never queued")
+	}
+	s := queued()
+	s = fold(s, email.MarkScanned(s, nil, t0))
+	s = fold(s, email.MarkSent(s, "m1", t0))
+	evs, err := email.Erase(s, email.ErasedOnRequest, "er1", t0)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("erase: %v %v", evs, err)
+	}
+	if e := evs[0].(*email.Erased); e.EmailID != "e1" || e.Reason != email.ErasedOnRequest || e.ErasureID != "er1" {
+		t.Fatalf("erased event %+v", e)
+	}
+	s = fold(s, evs)
+	if again, err := email.Erase(s, email.ErasedByRetention, "", t0); err != nil || len(again) != 0 {
+		t.Fatalf("erased twice: %v %v", again, err)
+	}
+	if evs := email.RecordFeedback(s, &email.Delivered{EmailID: "e1", FeedbackID: "late"}); len(evs) != 0 {
+		t.Fatal("feedback recorded for an erased email")
+	}
+	if evs := email.RejectAfterSend(s, "late reject", t0); len(evs) != 0 {
+		t.Fatal("an erased email failed afterwards")
+	}
+	// Erased before it left: it is never sent.
+	q := fold(queued(), mustErase(t, queued()))
+	if evs := email.MarkScanned(q, nil, t0); len(evs) != 0 {
+		t.Fatal("an erased email was scanned")
+	}
+	if evs := email.Fail(q, email.ReasonSuppressed, "", t0); len(evs) != 0 {
+		t.Fatal("an erased email failed")
+	}
+}
+
+func mustErase(t *testing.T, s email.State) []domain.Event {
+	t.Helper()
+	evs, err := email.Erase(s, email.ErasedByRetention, "", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}

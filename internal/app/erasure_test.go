@@ -108,3 +108,21 @@ func TestErasureOfOneRecipientAcrossFiftyEmails(t *testing.T) {
 		t.Errorf("answers after rebuild differ:\n got %s\nwant %s", got, wantAnswers)
 	}
 }
+
+func TestARepeatAfterErasureIsAConflict(t *testing.T) {
+	w := newSendWorld(t)
+	body := map[string]any{"from": "billing@acme.test", "to": "ann@example.org", "subject": "hi", "text": "hi"}
+	h := http.Header{"Idempotency-Key": {"order-1"}}
+	first := w.DoHeader("POST", "/v1/emails/send", w.key, h, body)
+	if first.Status != http.StatusAccepted {
+		t.Fatalf("send: %d %s", first.Status, first.Body)
+	}
+	w.waitFor(t, first.JSON(t)["id"].(string), status("delivered"))
+	if r := w.Do("POST", "/api/erasures", w.admin, map[string]any{"email": "ann@example.org"}); r.Status != http.StatusCreated || r.JSON(t)["erased"] != 1.0 {
+		t.Fatalf("erasure: %d %s", r.Status, r.Body)
+	}
+	wantProblem(t, w.DoHeader("POST", "/v1/emails/send", w.key, h, body), http.StatusConflict, "email_erased")
+	if r := w.DoHeader("POST", "/v1/emails/send", w.key, http.Header{"Idempotency-Key": {"order-2"}}, body); r.Status != http.StatusAccepted {
+		t.Fatalf("a send with a new key: %d %s", r.Status, r.Body)
+	}
+}
