@@ -87,9 +87,6 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	if !st.Exists() || st.Sent != nil || st.Failed != nil || st.Held || st.Erased != nil || st.Queued.Erased {
 		return nil // done already, waiting for its release, or erased
 	}
-	if st.Erased != nil || st.Queued.Erased {
-		return nil // erased before it left: there is nothing left to send
-	}
 	q := st.Queued
 	// One wait for every read model the checks consult, and one read.
 	// Late read models do not hold the email up: the checks go by what
