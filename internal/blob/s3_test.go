@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/mailroom/mailroom/internal/blob/s3fake"
 )
 
 const (
@@ -54,10 +57,10 @@ func testLoadOptions(extra ...func(*config.LoadOptions) error) []func(*config.Lo
 
 // newFakeBackedS3 returns the real S3 adapter talking to a fake S3 over
 // plain HTTP.
-func newFakeBackedS3(t *testing.T, prefix string) (*S3, *fakeS3) {
+func newFakeBackedS3(t *testing.T, prefix string) (*S3, *s3fake.Server) {
 	t.Helper()
 	isolateAWSEnv(t)
-	fake := newFakeS3(t, fakeAccessKey, fakeRegion, fakeBucket, false)
+	fake := s3fake.New(t, fakeAccessKey, fakeRegion, fakeBucket, false)
 	s, err := newS3(context.Background(), S3Config{
 		Bucket: fakeBucket, Prefix: prefix, Region: fakeRegion,
 		Endpoint: fake.URL(), PathStyle: true,
@@ -72,10 +75,10 @@ func newFakeBackedS3(t *testing.T, prefix string) (*S3, *fakeS3) {
 // signs requests differently than over plain HTTP.
 func TestS3OverTLS(t *testing.T) {
 	isolateAWSEnv(t)
-	fake := newFakeS3(t, fakeAccessKey, fakeRegion, fakeBucket, true)
+	fake := s3fake.New(t, fakeAccessKey, fakeRegion, fakeBucket, true)
 	s, err := newS3(context.Background(), S3Config{
 		Bucket: fakeBucket, Region: fakeRegion, Endpoint: fake.URL(), PathStyle: true,
-	}, testLoadOptions(config.WithHTTPClient(fake.srv.Client()))...)
+	}, testLoadOptions(config.WithHTTPClient(fake.Client()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,12 +95,12 @@ func TestS3OverTLS(t *testing.T) {
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("Get over TLS: %d bytes, %v", len(got), err)
 	}
-	if ok := countRequests(fake.log(), http.MethodPut, http.StatusOK); ok != 1 {
-		t.Errorf("%d successful PUTs, want 1: %+v", ok, fake.log())
+	if ok := countRequests(fake.Requests(), http.MethodPut, http.StatusOK); ok != 1 {
+		t.Errorf("%d successful PUTs, want 1: %+v", ok, fake.Requests())
 	}
 }
 
-func countRequests(log []fakeS3Request, method string, status int) int {
+func countRequests(log []s3fake.Request, method string, status int) int {
 	n := 0
 	for _, r := range log {
 		if r.Method == method && r.Status == status {
@@ -110,6 +113,7 @@ func countRequests(log []fakeS3Request, method string, status int) int {
 func TestS3RoundTrip(t *testing.T) {
 	s, fake := newFakeBackedS3(t, "mailroom") // no trailing slash: one is added
 	ctx := context.Background()
+	var want []string
 	for _, data := range [][]byte{[]byte("<p>Hello</p>"), {}, bytes.Repeat([]byte{0, 1, 2, 255}, 1<<18)} {
 		d, err := s.Put(ctx, data)
 		if err != nil {
@@ -118,9 +122,9 @@ func TestS3RoundTrip(t *testing.T) {
 		if d != DigestOf(data) {
 			t.Fatalf("Put digest %s, want %s", d, DigestOf(data))
 		}
-		stored, ok := fake.object("mailroom/sha256/" + d.Hex())
+		stored, ok := fake.Object("mailroom/sha256/" + d.Hex())
 		if !ok || !bytes.Equal(stored, data) {
-			t.Fatalf("object not stored under mailroom/sha256/<hex> (ok=%v, %d bytes); requests: %+v", ok, len(stored), fake.log())
+			t.Fatalf("object not stored under mailroom/sha256/<hex> (ok=%v, %d bytes); requests: %+v", ok, len(stored), fake.Requests())
 		}
 		got, err := s.Get(ctx, d)
 		if err != nil {
@@ -129,6 +133,11 @@ func TestS3RoundTrip(t *testing.T) {
 		if !bytes.Equal(got, data) {
 			t.Fatalf("Get returned %d bytes, want %d", len(got), len(data))
 		}
+		want = append(want, "mailroom/sha256/"+d.Hex())
+	}
+	slices.Sort(want)
+	if keys := fake.Keys(); !slices.Equal(keys, want) {
+		t.Fatalf("bucket holds %q, want %q", keys, want)
 	}
 }
 
@@ -147,14 +156,14 @@ func TestS3SameBytesStoredOnce(t *testing.T) {
 	if d1 != d2 {
 		t.Fatalf("digests differ: %s %s", d1, d2)
 	}
-	log := fake.log()
+	log := fake.Requests()
 	if ok := countRequests(log, http.MethodPut, http.StatusOK); ok != 1 {
 		t.Errorf("%d successful PUTs, want 1; requests: %+v", ok, log)
 	}
 	if pf := countRequests(log, http.MethodPut, http.StatusPreconditionFailed); pf != 1 {
 		t.Errorf("%d PUTs refused by If-None-Match, want 1; requests: %+v", pf, log)
 	}
-	if _, ok := fake.object("sha256/" + d1.Hex()); !ok {
+	if _, ok := fake.Object("sha256/" + d1.Hex()); !ok {
 		t.Error("no prefix: object should be at sha256/<hex>")
 	}
 }
@@ -180,19 +189,19 @@ func TestS3ConcurrentPutsOfSameBlob(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ok := countRequests(fake.log(), http.MethodPut, http.StatusOK); ok != 1 {
+	if ok := countRequests(fake.Requests(), http.MethodPut, http.StatusOK); ok != 1 {
 		t.Errorf("%d successful PUTs, want 1", ok)
 	}
 }
 
 func TestS3ConditionalConflictIsRetried(t *testing.T) {
 	s, fake := newFakeBackedS3(t, "")
-	fake.failNext(1, http.StatusConflict, "ConditionalRequestConflict")
+	fake.FailNext(1, http.StatusConflict, "ConditionalRequestConflict")
 	data := []byte("racing writer")
 	if _, err := s.Put(context.Background(), data); err != nil {
 		t.Fatalf("Put after a 409 conflict: %v", err)
 	}
-	if _, ok := fake.object("sha256/" + DigestOf(data).Hex()); !ok {
+	if _, ok := fake.Object("sha256/" + DigestOf(data).Hex()); !ok {
 		t.Fatal("object not stored after retry")
 	}
 }
@@ -207,7 +216,7 @@ func TestS3Missing(t *testing.T) {
 
 func TestS3MissingBucketIsNotAMissingBlob(t *testing.T) {
 	isolateAWSEnv(t)
-	fake := newFakeS3(t, fakeAccessKey, fakeRegion, fakeBucket, false)
+	fake := s3fake.New(t, fakeAccessKey, fakeRegion, fakeBucket, false)
 	s, err := newS3(context.Background(), S3Config{Bucket: "no-such-bucket", Region: fakeRegion, Endpoint: fake.URL(), PathStyle: true},
 		testLoadOptions()...)
 	if err != nil {
@@ -232,7 +241,7 @@ func TestS3CorruptedObject(t *testing.T) {
 	}
 	bad := bytes.Clone(data)
 	bad[0] ^= 0x20
-	fake.setObject("sha256/"+d.Hex(), bad)
+	fake.SetObject("sha256/"+d.Hex(), bad)
 	if _, err := s.Get(ctx, d); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Get of corrupted object = %v, want ErrCorrupt", err)
 	}
@@ -241,7 +250,7 @@ func TestS3CorruptedObject(t *testing.T) {
 func TestS3ServerErrors(t *testing.T) {
 	s, fake := newFakeBackedS3(t, "")
 	ctx := context.Background()
-	fake.failNext(100, http.StatusInternalServerError, "InternalError")
+	fake.FailNext(100, http.StatusInternalServerError, "InternalError")
 	if _, err := s.Put(ctx, []byte("x")); err == nil {
 		t.Fatal("Put against a failing server: want error")
 	}
@@ -250,7 +259,7 @@ func TestS3ServerErrors(t *testing.T) {
 		t.Fatalf("Get against a failing server = %v, want a non-NotFound error", err)
 	}
 	// A transient failure is retried by the SDK.
-	fake.failNext(1, http.StatusServiceUnavailable, "SlowDown")
+	fake.FailNext(1, http.StatusServiceUnavailable, "SlowDown")
 	if _, err := s.Put(ctx, []byte("y")); err != nil {
 		t.Fatalf("Put after one 503: %v", err)
 	}
@@ -273,8 +282,11 @@ func TestS3Delete(t *testing.T) {
 	if _, err := s.Get(ctx, d); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get after Delete = %v, want ErrNotFound", err)
 	}
-	if _, ok := fake.object("mailroom/sha256/" + d.Hex()); ok {
+	if _, ok := fake.Object("mailroom/sha256/" + d.Hex()); ok {
 		t.Fatal("the object is still in the bucket")
+	}
+	if keys := fake.Keys(); !slices.Equal(keys, []string{"mailroom/sha256/" + kept.Hex()}) {
+		t.Fatalf("bucket holds %q, want only the other blob", keys)
 	}
 	// Deleting again, or a blob never stored, is not an error.
 	if err := s.Delete(ctx, d); err != nil {
@@ -286,11 +298,11 @@ func TestS3Delete(t *testing.T) {
 	if got, err := s.Get(ctx, kept); err != nil || string(got) != "another email's body" {
 		t.Fatalf("the other blob: %q, %v", got, err)
 	}
-	if n := countRequests(fake.log(), http.MethodDelete, http.StatusNoContent); n != 3 {
-		t.Errorf("%d DELETEs answered 204, want 3: %+v", n, fake.log())
+	if n := countRequests(fake.Requests(), http.MethodDelete, http.StatusNoContent); n != 3 {
+		t.Errorf("%d DELETEs answered 204, want 3: %+v", n, fake.Requests())
 	}
 	// A failing server is an error, not a deleted blob.
-	fake.failNext(100, http.StatusInternalServerError, "InternalError")
+	fake.FailNext(100, http.StatusInternalServerError, "InternalError")
 	if err := s.Delete(ctx, kept); err == nil {
 		t.Fatal("Delete against a failing server: want error")
 	}
@@ -301,7 +313,7 @@ func TestS3InvalidDigest(t *testing.T) {
 	if _, err := s.Get(context.Background(), "sha256:../../x"); err == nil {
 		t.Fatal("want error")
 	}
-	if n := len(fake.log()); n != 0 {
+	if n := len(fake.Requests()); n != 0 {
 		t.Errorf("malformed digest reached S3 (%d requests)", n)
 	}
 }

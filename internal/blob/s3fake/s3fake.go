@@ -1,9 +1,8 @@
-package blob
-
-// This file is a FAKE of Amazon S3, for tests only: an httptest server that
-// speaks the small part of the S3 REST protocol the SDK uses for blob
-// storage (path-style PUT, GET, HEAD and DELETE object), so the tests run the real
-// aws-sdk-go-v2 client end to end, signing and all, without AWS.
+// Package s3fake is a FAKE of Amazon S3, FOR TESTS ONLY; never use it in
+// production code. It is an httptest server that speaks the small part of the
+// S3 REST protocol the SDK uses for blob storage (path-style PUT, GET, HEAD
+// and DELETE object), so tests run the real aws-sdk-go-v2 client end to end,
+// signing and all, without AWS.
 //
 // It checks what a careful server would: a SigV4 Authorization header with
 // the expected access key and region, the declared payload hash
@@ -11,6 +10,12 @@ package blob
 // (as a header or as an aws-chunked trailer) and If-None-Match: "*". It does
 // not verify the signature itself, nor implement buckets, listing, multipart
 // or versioning.
+//
+// To point a client at it: endpoint URL() with path-style addressing, region
+// and bucket as given to New, and static credentials whose access key is the
+// one given to New (any secret), e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
+// and AWS_REGION set with t.Setenv, or config.WithCredentialsProvider.
+package s3fake
 
 import (
 	"bufio"
@@ -25,8 +30,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +41,8 @@ import (
 	"time"
 )
 
-type fakeS3 struct {
+// Server is a fake S3 serving one bucket from memory.
+type Server struct {
 	srv       *httptest.Server
 	accessKey string
 	region    string
@@ -42,23 +50,26 @@ type fakeS3 struct {
 
 	mu       sync.Mutex
 	objects  map[string][]byte // key → bytes
-	requests []fakeS3Request
+	requests []Request
 	// failN requests still to fail with failStatus and failCode.
 	failStatus int
 	failCode   string
 	failN      int
 }
 
-type fakeS3Request struct {
+// Request is one request the fake served: its method, object key and the
+// status it answered.
+type Request struct {
 	Method, Key string
 	Status      int
 }
 
-// newFakeS3 starts the fake on 127.0.0.1, over TLS when useTLS (then use
-// f.srv.Client(), which trusts its certificate).
-func newFakeS3(t *testing.T, accessKey, region, bucket string, useTLS bool) *fakeS3 {
+// New starts the fake on 127.0.0.1, over TLS when useTLS (then use
+// Client, which trusts its certificate), and stops it when the test ends.
+// Requests must be signed for accessKey and region.
+func New(t testing.TB, accessKey, region, bucket string, useTLS bool) *Server {
 	t.Helper()
-	f := &fakeS3{accessKey: accessKey, region: region, bucket: bucket, objects: map[string][]byte{}}
+	f := &Server{accessKey: accessKey, region: region, bucket: bucket, objects: map[string][]byte{}}
 	if useTLS {
 		f.srv = httptest.NewTLSServer(http.HandlerFunc(f.serve))
 	} else {
@@ -68,43 +79,54 @@ func newFakeS3(t *testing.T, accessKey, region, bucket string, useTLS bool) *fak
 	return f
 }
 
-func (f *fakeS3) URL() string { return f.srv.URL }
+// URL is the endpoint to give the S3 client.
+func (f *Server) URL() string { return f.srv.URL }
 
-// object returns a copy of the stored bytes of key.
-func (f *fakeS3) object(key string) ([]byte, bool) {
+// Client is an HTTP client that trusts the fake's TLS certificate.
+func (f *Server) Client() *http.Client { return f.srv.Client() }
+
+// Object returns a copy of the stored bytes of key.
+func (f *Server) Object(key string) ([]byte, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b, ok := f.objects[key]
 	return bytes.Clone(b), ok
 }
 
-// setObject stores bytes under key directly, bypassing the protocol (used to
+// SetObject stores bytes under key directly, bypassing the protocol (used to
 // simulate corruption at rest).
-func (f *fakeS3) setObject(key string, b []byte) {
+func (f *Server) SetObject(key string, b []byte) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.objects[key] = bytes.Clone(b)
 }
 
-// failNext makes the next n requests fail with an S3 error.
-func (f *fakeS3) failNext(n, status int, code string) {
+// Keys lists the keys of the stored objects, sorted.
+func (f *Server) Keys() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.objects))
+}
+
+// FailNext makes the next n requests fail with status and the S3 error code.
+func (f *Server) FailNext(n, status int, code string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.failN, f.failStatus, f.failCode = n, status, code
 }
 
-// log returns the requests served so far.
-func (f *fakeS3) log() []fakeS3Request {
+// Requests returns the requests served so far, in order.
+func (f *Server) Requests() []Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]fakeS3Request(nil), f.requests...)
+	return append([]Request(nil), f.requests...)
 }
 
-func (f *fakeS3) serve(w http.ResponseWriter, r *http.Request) {
+func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
 	key := f.handle(rec, r)
 	f.mu.Lock()
-	f.requests = append(f.requests, fakeS3Request{Method: r.Method, Key: key, Status: rec.status})
+	f.requests = append(f.requests, Request{Method: r.Method, Key: key, Status: rec.status})
 	f.mu.Unlock()
 }
 
@@ -127,7 +149,7 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 	return s.ResponseWriter.Write(b)
 }
 
-func (f *fakeS3) handle(w http.ResponseWriter, r *http.Request) (key string) {
+func (f *Server) handle(w http.ResponseWriter, r *http.Request) (key string) {
 	// Path style: /<bucket>/<key>.
 	bucket, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	if err := f.checkAuth(r); err != nil {
@@ -171,7 +193,7 @@ func (f *fakeS3) handle(w http.ResponseWriter, r *http.Request) (key string) {
 }
 
 // checkAuth checks the shape and credential scope of a SigV4 header.
-func (f *fakeS3) checkAuth(r *http.Request) error {
+func (f *Server) checkAuth(r *http.Request) error {
 	auth := r.Header.Get("Authorization")
 	rest, ok := strings.CutPrefix(auth, "AWS4-HMAC-SHA256 Credential=")
 	if !ok {
@@ -191,7 +213,7 @@ func (f *fakeS3) checkAuth(r *http.Request) error {
 	return nil
 }
 
-func (f *fakeS3) putObject(w http.ResponseWriter, r *http.Request, key string) {
+func (f *Server) putObject(w http.ResponseWriter, r *http.Request, key string) {
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
 		s3Error(w, r, http.StatusBadRequest, "IncompleteBody", err.Error())
@@ -256,7 +278,7 @@ func (f *fakeS3) putObject(w http.ResponseWriter, r *http.Request, key string) {
 	w.WriteHeader(http.StatusOK)
 }
 
-func (f *fakeS3) getObject(w http.ResponseWriter, r *http.Request, key string) {
+func (f *Server) getObject(w http.ResponseWriter, r *http.Request, key string) {
 	f.mu.Lock()
 	body, ok := f.objects[key]
 	f.mu.Unlock()
@@ -275,7 +297,7 @@ func (f *fakeS3) getObject(w http.ResponseWriter, r *http.Request, key string) {
 }
 
 // deleteObject removes key; as in S3, a missing key is deleted all the same.
-func (f *fakeS3) deleteObject(w http.ResponseWriter, key string) {
+func (f *Server) deleteObject(w http.ResponseWriter, key string) {
 	f.mu.Lock()
 	delete(f.objects, key)
 	f.mu.Unlock()
