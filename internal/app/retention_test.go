@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +19,9 @@ import (
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/internal/blob/s3fake"
 	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
@@ -100,13 +103,11 @@ func contentDigests(t *testing.T, s *apptest.Server, id string) []blob.Digest {
 	return out
 }
 
+// blobGone reports whether blob storage (the filesystem or S3, as
+// configured) no longer has d.
 func blobGone(t *testing.T, s *apptest.Server, d blob.Digest) bool {
 	t.Helper()
-	fs, err := blob.NewFS(s.Config.BlobDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = fs.Get(context.Background(), d)
+	_, err := s.Blobs.Get(context.Background(), d)
 	return errors.Is(err, blob.ErrNotFound)
 }
 
@@ -155,7 +156,28 @@ func dayCounts(t *testing.T, w *sendWorld, day time.Time) map[string]any {
 }
 
 func TestRetentionErasesOldEmailsEverywhere(t *testing.T) {
-	w := newSendWorld(t)
+	t.Run("filesystem", func(t *testing.T) { testRetention(t) })
+	t.Run("s3", func(t *testing.T) {
+		// The S3 protocol fake, reached as MAILROOM_BLOB_S3_ENDPOINT with
+		// credentials from the environment, as in production.
+		none := filepath.Join(t.TempDir(), "none")
+		for k, v := range map[string]string{"AWS_CONFIG_FILE": none, "AWS_SHARED_CREDENTIALS_FILE": none, "AWS_PROFILE": "",
+			"AWS_ACCESS_KEY_ID": "AKIDRETENTION", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_SESSION_TOKEN": "",
+			"AWS_ENDPOINT_URL": "", "AWS_ENDPOINT_URL_S3": "", "AWS_CA_BUNDLE": "", "AWS_EC2_METADATA_DISABLED": "true"} {
+			t.Setenv(k, v)
+		}
+		fake := s3fake.New(t, "AKIDRETENTION", "us-east-1", "mailroom-blobs", false)
+		testRetention(t, func(c *config.Config) {
+			c.BlobS3Bucket, c.BlobS3Endpoint, c.Region = "mailroom-blobs", fake.URL(), "us-east-1"
+		})
+		if keys := fake.Keys(); len(keys) != 3 { // html, text and attachment of the one email kept
+			t.Errorf("the bucket holds %d objects after retention, want the kept email's 3: %v", len(keys), keys)
+		}
+	})
+}
+
+func testRetention(t *testing.T, configure ...func(*config.Config)) {
+	w := newSendWorld(t, configure...)
 	ctx := context.Background()
 	sentDay := w.Clock.Now()
 	var old []string
