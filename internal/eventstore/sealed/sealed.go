@@ -10,6 +10,7 @@
 package sealed
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -182,17 +183,49 @@ func (s *Store) seal(ctx context.Context, ev eventstore.EventData, p codec.Perso
 	if err != nil {
 		return nil, err
 	}
-	fields[personalMember] = env
-	return json.Marshal(fields)
+	clear, err := json.Marshal(fields)
+	if err != nil {
+		return nil, err
+	}
+	// The sealed member goes last, so that opening is a splice of bytes
+	// rather than a decoding of the whole event (see split).
+	out := append(clear[:len(clear)-1:len(clear)-1], ',')
+	if len(fields) == 0 {
+		out = out[:len(out)-1]
+	}
+	out = append(append(append(out, personalKey...), env...), '}')
+	return out, nil
+}
+
+// personalKey starts the sealed member, always the last of an event.
+var personalKey = []byte(`"personal":`)
+
+// split cuts a sealed event's data into its clear part (without the
+// closing brace or the comma before the member) and its envelope. ok is
+// false for data that holds no sealed member.
+func split(data []byte) (clear []byte, env envelope, ok bool, err error) {
+	data = bytes.TrimRight(data, " \t\r\n")
+	i := bytes.LastIndex(data, personalKey)
+	if i < 1 || data[len(data)-1] != '}' {
+		return nil, envelope{}, false, nil
+	}
+	// A key inside a string would have its quotes escaped, so the member
+	// found is one of the object's, and the last.
+	if err := json.Unmarshal(data[i+len(personalKey):len(data)-1], &env); err != nil {
+		return nil, envelope{}, false, err
+	}
+	clear = bytes.TrimRight(data[:i], " \t\r\n")
+	clear = bytes.TrimSuffix(clear, []byte(","))
+	return clear, env, true, nil
 }
 
 // openAll replaces each sealed event's data with its opened form, looking
 // up every key the events need at once.
 func (s *Store) openAll(ctx context.Context, evs []eventstore.RecordedEvent) error {
 	type sealedEvent struct {
-		i      int
-		fields map[string]json.RawMessage
-		env    envelope
+		i     int
+		clear []byte
+		env   envelope
 	}
 	var todo []sealedEvent
 	var ids []string
@@ -200,20 +233,14 @@ func (s *Store) openAll(ctx context.Context, evs []eventstore.RecordedEvent) err
 		if _, ok := codec.PersonalOf(ev.Type); !ok {
 			continue
 		}
-		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(ev.Data, &fields); err != nil {
-			continue // the decoder reports malformed data
+		clear, env, ok, err := split(ev.Data)
+		if err != nil {
+			return fmt.Errorf("open %s %s: %w", ev.Type, ev.ID, err)
 		}
-		raw, ok := fields[personalMember]
 		if !ok {
 			continue // recorded before sealing, or nothing personal
 		}
-		var env envelope
-		if err := json.Unmarshal(raw, &env); err != nil {
-			return fmt.Errorf("open %s %s: %w", ev.Type, ev.ID, err)
-		}
-		delete(fields, personalMember)
-		todo = append(todo, sealedEvent{i: i, fields: fields, env: env})
+		todo = append(todo, sealedEvent{i: i, clear: clear, env: env})
 		ids = append(ids, env.Key)
 	}
 	if len(todo) == 0 {
@@ -228,28 +255,31 @@ func (s *Store) openAll(ctx context.Context, evs []eventstore.RecordedEvent) err
 		// A key that is missing was removed by hand: the data is as gone
 		// as if it had been destroyed.
 		key := keys[t.env.Key]
+		var private []byte
 		if key.Erased() {
-			t.fields["erased"] = json.RawMessage("true")
-		} else {
-			plain, err := key.Open(t.env.Sealed, bindTo(ev.ID.String()))
-			if err != nil {
-				return fmt.Errorf("open %s %s: %w", ev.Type, ev.ID, err)
-			}
-			var private map[string]json.RawMessage
-			if err := json.Unmarshal(plain, &private); err != nil {
-				return fmt.Errorf("open %s %s: %w", ev.Type, ev.ID, err)
-			}
-			for k, v := range private {
-				t.fields[k] = v
-			}
+			private = []byte(`{"erased":true}`)
+		} else if private, err = key.Open(t.env.Sealed, bindTo(ev.ID.String())); err != nil {
+			return fmt.Errorf("open %s %s: %w", ev.Type, ev.ID, err)
 		}
-		data, err := json.Marshal(t.fields)
-		if err != nil {
-			return err
-		}
-		ev.Data = data
+		ev.Data = join(t.clear, private)
 	}
 	return nil
+}
+
+// join merges the members of the JSON object private into the clear
+// part of an event (an object without its closing brace).
+func join(clear, private []byte) json.RawMessage {
+	inner := bytes.TrimSpace(private)
+	inner = bytes.TrimSpace(inner[1 : len(inner)-1]) // without its braces
+	out := make([]byte, 0, len(clear)+len(inner)+2)
+	out = append(out, clear...)
+	if len(inner) > 0 {
+		if !bytes.HasSuffix(bytes.TrimSpace(clear), []byte("{")) {
+			out = append(out, ',')
+		}
+		out = append(out, inner...)
+	}
+	return append(out, '}')
 }
 
 func stringField(fields map[string]json.RawMessage, name string) string {

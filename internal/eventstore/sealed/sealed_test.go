@@ -206,3 +206,15 @@ func TestEventsWithoutAnEmailOrRecordedBeforeSealingStayAsTheyAre(t *testing.T) 
 		t.Errorf("legacy EmailQueued = %+v", q)
 	}
 }
+
+// A clear field that quotes the sealed member's name cannot be mistaken
+// for it.
+func TestAClearFieldQuotingTheSealedMemberStaysText(t *testing.T) {
+	w := newWorld(t)
+	evil := `x","personal":{"key":"email-other","sealed":"AAAA"}`
+	w.append(t, email.Stream("e1"), queued("e1"), &email.Failed{EmailID: "e1", Reason: evil, Detail: "suppressed recipients: alice@example.org"})
+	f := decode(t, readStream(t, w.store, email.Stream("e1"))[1]).(*email.Failed)
+	if f.Reason != evil || f.Detail != "suppressed recipients: alice@example.org" || f.Erased {
+		t.Fatalf("opened EmailFailed = %+v", f)
+	}
+}
