@@ -313,11 +313,12 @@ func (s *Service) ExpireDelivery(ctx context.Context, id string, disabled bool, 
 }
 
 // DropDelivery ends a pending delivery, unattempted, when its stream reads
-// with its email erased; otherwise it does nothing. The endpoint's
-// failures are not counted: the receiver was never asked.
-func (s *Service) DropDelivery(ctx context.Context, id string, meta Meta) error {
+// with its email erased or, with emailErased, when the email's erasure is
+// recorded; otherwise it does nothing. The endpoint's failures are not
+// counted: the receiver was never asked.
+func (s *Service) DropDelivery(ctx context.Context, id string, emailErased bool, meta Meta) error {
 	_, err := execute(ctx, s, delivery.Stream(id), delivery.Evolve, func(st delivery.State) ([]domain.Event, error) {
-		return delivery.Drop(st, s.now()), nil
+		return delivery.Drop(st, emailErased, s.now()), nil
 	}, meta)
 	return err
 }

@@ -162,7 +162,18 @@ type ReleaseArgs struct {
 	Position   eventstore.Position `json:"position"`
 }
 
-func (ReleaseArgs) Kind() string                 { return "webhook_release" }
+func (ReleaseArgs) Kind() string { return "webhook_release" }
+
+// DropArgs ends the deliveries of an email whose erasure is recorded at
+// Position and that are still pending on their streams, held ones
+// included, which no attempt would reach.
+type DropArgs struct {
+	EmailID  string              `json:"email_id" river:"unique"`
+	Position eventstore.Position `json:"position"`
+}
+
+func (DropArgs) Kind() string                    { return "webhook_drop" }
+func (DropArgs) InsertOpts() river.InsertOpts    { return river.InsertOpts{Queue: WebhookQueue} }
 func (ReleaseArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: WebhookQueue} }
 
 // prepareWait bounds Prepare's wait for the webhooks read model.
@@ -341,6 +352,8 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 	case *email.Queued:
 		w.remember(emailID, e.AccountID, ev.Position)
 		return nil, nil
+	case *email.Erased:
+		args = DropArgs{EmailID: emailID, Position: ev.Position}
 	default:
 		typ, at, extra, ok := webhookEvent(e)
 		if !ok || readErased(e) {
@@ -359,6 +372,7 @@ func (w *Webhooks) Register(ws *river.Workers) {
 	river.AddWorker(ws, &fanoutWorker{w: w})
 	river.AddWorker(ws, &attemptWorker{w: w})
 	river.AddWorker(ws, &releaseWorker{w: w})
+	river.AddWorker(ws, &dropWorker{w: w})
 }
 
 // readErased reports whether e was read with its email's personal data
@@ -566,7 +580,7 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	if st.Created.Erased {
 		// Its email was erased: dropped, never sent, and no failure of
 		// the endpoint's.
-		return w.Commands.DropDelivery(ctx, a.DeliveryID, dispatchMeta)
+		return w.Commands.DropDelivery(ctx, a.DeliveryID, false, dispatchMeta)
 	}
 	ep, err := readapi.EndpointForAttempt(ctx, w.Pool, a.EndpointID)
 	if errors.Is(err, readapi.ErrNotFound) {
@@ -704,6 +718,30 @@ func (rw *releaseWorker) Work(ctx context.Context, job *river.Job[ReleaseArgs]) 
 			return err
 		}
 	}
+}
+
+type dropWorker struct {
+	river.WorkerDefaults[DropArgs]
+	w *Webhooks
+}
+
+// Work drops every delivery of the erased email, once the read model lists
+// the ones recorded before the erasure.
+func (dw *dropWorker) Work(ctx context.Context, job *river.Job[DropArgs]) error {
+	w, a := dw.w, job.Args
+	if w.Settle(ctx, a.Position, projections.WebhooksName) != nil {
+		return errors.New("the read model is behind the event")
+	}
+	ids, err := readapi.DeliveriesOfEmail(ctx, w.Pool, a.EmailID)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := w.Commands.DropDelivery(ctx, id, true, dispatchMeta); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // nextAttempts is the job of each delivery's next attempt.

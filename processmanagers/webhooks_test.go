@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/riverqueue/river"
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
@@ -124,11 +125,11 @@ func TestPlanForgetsOldestQueuedEmail(t *testing.T) {
 }
 
 // An email event read with its email erased becomes no fan-out, and the
-// erasure itself is no webhook.
+// erasure itself is no webhook: it drops the email's deliveries.
 func TestPlanSkipsErasedEvents(t *testing.T) {
 	id := uuid.NewString()
 	now := time.Now()
-	plan := func(e domain.Event) int {
+	planned := func(e domain.Event) []river.InsertManyParams {
 		d, err := codec.Encode(e, eventstore.Metadata{})
 		if err != nil {
 			t.Fatal(err)
@@ -137,8 +138,9 @@ func TestPlanSkipsErasedEvents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(jobs)
+		return jobs
 	}
+	plan := func(e domain.Event) int { return len(planned(e)) }
 	if n := plan(&email.Delivered{EmailID: id, OccurredAt: now}); n != 1 {
 		t.Fatalf("%d fan-outs of a delivery, want 1", n)
 	}
@@ -147,10 +149,13 @@ func TestPlanSkipsErasedEvents(t *testing.T) {
 		&email.Bounced{EmailID: id, BounceType: "Permanent", OccurredAt: now, Erased: true},
 		&email.Clicked{EmailID: id, OccurredAt: now, Erased: true},
 		&email.Failed{EmailID: id, Reason: email.ReasonSuppressed, FailedAt: now, Erased: true},
-		&email.Erased{EmailID: id, AccountID: "a", Reason: email.ErasedByRetention, ErasedAt: now},
 	} {
 		if n := plan(e); n != 0 {
 			t.Errorf("%d fan-outs of %T", n, e)
 		}
+	}
+	jobs := planned(&email.Erased{EmailID: id, AccountID: "a", Reason: email.ErasedByRetention, ErasedAt: now})
+	if len(jobs) != 1 || jobs[0].Args.Kind() != (DropArgs{}).Kind() || jobs[0].Args.(DropArgs).EmailID != id {
+		t.Errorf("jobs of an erasure: %+v, want one that drops its deliveries", jobs)
 	}
 }

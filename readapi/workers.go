@@ -205,3 +205,12 @@ func HeldSince(ctx context.Context, q Querier, before time.Time, limit int) ([]H
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[HeldDelivery])
 }
+
+// DeliveriesOfEmail lists the ids of every webhook delivery of an email.
+func DeliveriesOfEmail(ctx context.Context, q Querier, emailID string) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM webhook_deliveries WHERE email_id = $1 ORDER BY id`, emailID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

@@ -185,11 +185,12 @@ func Expire(s State, disabled bool, now time.Time) []domain.Event {
 }
 
 // Drop decides ending a pending delivery unattempted because its email's
-// personal data was erased: read with Erased, its payload is gone, and it
-// is never sent. One that is not pending, or whose email is not erased,
-// decides nothing.
-func Drop(s State, now time.Time) []domain.Event {
-	if s.Created == nil || s.Status != Pending || !s.Created.Erased {
+// personal data was erased: read with Erased (its payload is gone), or,
+// with emailErased, because the email's erasure is recorded (a process may
+// still hold the destroyed key for a while). It is never sent. One that is
+// not pending, or whose email is not erased, decides nothing.
+func Drop(s State, emailErased bool, now time.Time) []domain.Event {
+	if s.Created == nil || s.Status != Pending || !(s.Created.Erased || emailErased) {
 		return nil
 	}
 	return []domain.Event{&Dropped{DeliveryID: s.Created.DeliveryID, EndpointID: s.Created.EndpointID, Reason: ReasonEmailErased, At: now}}

@@ -142,12 +142,12 @@ func TestRetryAfterIsHonouredUpToTheLongestWait(t *testing.T) {
 func TestPendingDeliveryOfAnErasedEmailIsDropped(t *testing.T) {
 	c := delivery.Created{DeliveryID: "d1", EndpointID: "e1", CreatedAt: t0}
 	live := fold(delivery.State{}, delivery.Create(delivery.State{}, c))
-	if evs := delivery.Drop(live, t0); len(evs) != 0 {
+	if evs := delivery.Drop(live, false, t0); len(evs) != 0 {
 		t.Fatalf("dropped a delivery whose email is not erased: %+v", evs)
 	}
 	erased := live
 	erased.Created = &delivery.Created{DeliveryID: "d1", EndpointID: "e1", CreatedAt: t0, Erased: true}
-	evs := delivery.Drop(erased, t0.Add(time.Minute))
+	evs := delivery.Drop(erased, false, t0.Add(time.Minute))
 	d, ok := evs[0].(*delivery.Dropped)
 	if len(evs) != 1 || !ok || d.Reason != delivery.ReasonEmailErased || d.DeliveryID != "d1" || d.EndpointID != "e1" {
 		t.Fatalf("events %+v", evs)
@@ -156,13 +156,13 @@ func TestPendingDeliveryOfAnErasedEmailIsDropped(t *testing.T) {
 	if s.Status != delivery.Failed || s.Attempts != 0 || s.Due(t0.Add(time.Hour)) {
 		t.Fatalf("dropped delivery %+v", s)
 	}
-	if again := delivery.Drop(s, t0); len(again) != 0 {
+	if again := delivery.Drop(s, false, t0); len(again) != 0 {
 		t.Fatal("dropped twice")
 	}
 	ok200 := 200
 	done := fold(live, delivery.RecordAttempt(live, delivery.Outcome{ResponseStatus: &ok200}, delivery.DefaultSchedule, 0, t0))
 	done.Created = erased.Created
-	if evs := delivery.Drop(done, t0); len(evs) != 0 {
+	if evs := delivery.Drop(done, false, t0); len(evs) != 0 {
 		t.Fatal("a delivered delivery was dropped")
 	}
 }

@@ -53,6 +53,23 @@ func TestErasedEmailsHeldDeliveriesAreNeverSent(t *testing.T) {
 	if ds := w.deliveries(t, id, "?status=pending"); len(ds) != 0 {
 		t.Fatalf("pending after erasure: %v", ds)
 	}
+	// Each delivery's own stream ends too, though no attempt reaches it.
+	for _, d := range w.deliveries(t, id, "") {
+		did := d["id"].(string)
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			st, _, err := w.Commands.Delivery(t.Context(), did)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Status == delivery.Failed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("delivery %s is still %s on its stream", did, st.Status)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	w.patch(t, id, map[string]any{"is_active": true})
 	time.Sleep(300 * time.Millisecond) // a stray attempt would have come by now
 	if n := len(rcv.requests()); n != 0 {
