@@ -70,6 +70,22 @@ func readStream(t *testing.T, s eventstore.Store, stream string) []eventstore.Re
 	return evs
 }
 
+// readAll reads the log once its first n events are visible to readers
+// of $all, which trail appends by a moment.
+func readAll(t *testing.T, s eventstore.Store, n int) []eventstore.RecordedEvent {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		evs, err := s.ReadAll(context.Background(), eventstore.Start, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) >= n || time.Now().After(deadline) {
+			return evs
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func decode(t *testing.T, ev eventstore.RecordedEvent) domain.Event {
 	t.Helper()
 	e, err := codec.Decode(ev)
@@ -126,10 +142,7 @@ func TestDestroyedKeyReadsAsErasedAndTheChainStillVerifies(t *testing.T) {
 	// A fresh keyring, as another process would have, reads the same.
 	box, _ := secretbox.New(bytes.Repeat([]byte{7}, 32))
 	for name, s := range map[string]eventstore.Store{"this process": w.store, "another process": sealed.New(w.raw, datakeys.New(w.pool, box))} {
-		evs, err := s.ReadAll(ctx, eventstore.Start, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
+		evs := readAll(t, s, 3)
 		var erased, open int
 		for _, ev := range evs {
 			q, ok := decode(t, ev).(*email.Queued)
