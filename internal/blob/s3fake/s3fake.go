@@ -205,7 +205,7 @@ func (f *Server) checkAuth(r *http.Request) error {
 		return fmt.Errorf("unexpected credential scope %q", cred)
 	}
 	if !strings.Contains(auth, "SignedHeaders=") || !strings.Contains(auth, "Signature=") {
-		return errors.New("Authorization header lacks SignedHeaders or Signature")
+		return errors.New("the Authorization header lacks SignedHeaders or Signature")
 	}
 	if r.Header.Get("X-Amz-Date") == "" {
 		return errors.New("missing X-Amz-Date")

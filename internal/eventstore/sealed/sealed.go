@@ -35,9 +35,6 @@ type Store struct {
 // New wraps inner.
 func New(inner eventstore.Store, keys Keys) *Store { return &Store{Store: inner, keys: keys} }
 
-// personalMember is the member that replaces the personal fields.
-const personalMember = "personal"
-
 type envelope struct {
 	Key    string `json:"key"`    // the data key's id
 	Sealed []byte `json:"sealed"` // the personal fields as one JSON object, encrypted
@@ -197,7 +194,8 @@ func (s *Store) seal(ctx context.Context, ev eventstore.EventData, p codec.Perso
 	return out, nil
 }
 
-// personalKey starts the sealed member, always the last of an event.
+// personalKey starts the member that replaces the personal fields, always
+// the last of an event.
 var personalKey = []byte(`"personal":`)
 
 // split cuts a sealed event's data into its clear part (without the
