@@ -356,7 +356,7 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 		args = DropArgs{EmailID: emailID, Position: ev.Position}
 	default:
 		typ, at, extra, ok := webhookEvent(e)
-		if !ok || readErased(e) {
+		if !ok || email.DataErased(e) {
 			return nil, nil
 		}
 		if w.unheard(emailID, typ) {
@@ -373,26 +373,6 @@ func (w *Webhooks) Register(ws *river.Workers) {
 	river.AddWorker(ws, &attemptWorker{w: w})
 	river.AddWorker(ws, &releaseWorker{w: w})
 	river.AddWorker(ws, &dropWorker{w: w})
-}
-
-// readErased reports whether e was read with its email's personal data
-// erased: it is never a webhook.
-func readErased(e domain.Event) bool {
-	switch e := e.(type) {
-	case *email.Delivered:
-		return e.Erased
-	case *email.Bounced:
-		return e.Erased
-	case *email.Complained:
-		return e.Erased
-	case *email.Opened:
-		return e.Erased
-	case *email.Clicked:
-		return e.Erased
-	case *email.Failed:
-		return e.Erased
-	}
-	return false
 }
 
 // webhookEvent maps a timeline event to its webhook type, time and the

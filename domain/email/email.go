@@ -209,3 +209,27 @@ func Events() []domain.Event {
 // Permanent reports whether a bounce type ends the email (and suppresses
 // the recipients).
 func Permanent(bounceType string) bool { return bounceType == "Permanent" }
+
+// DataErased reports whether e was read with the email's personal data
+// erased (its data key destroyed): its personal fields are empty.
+func DataErased(e domain.Event) bool {
+	switch e := e.(type) {
+	case *Queued:
+		return e.Erased
+	case *Scanned:
+		return e.Erased
+	case *Failed:
+		return e.Erased
+	case *Delivered:
+		return e.Erased
+	case *Bounced:
+		return e.Erased
+	case *Complained:
+		return e.Erased
+	case *Opened:
+		return e.Erased
+	case *Clicked:
+		return e.Erased
+	}
+	return false
+}
