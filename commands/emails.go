@@ -43,6 +43,35 @@ func (s *Service) EmailSince(ctx context.Context, id string) (email.State, event
 	return st, first, err
 }
 
+// ClickedLink is the link of the email's EmailClicked eventID, read from
+// its stream: a link is personal data, kept sealed in the log only.
+func (s *Service) ClickedLink(ctx context.Context, emailID, eventID string) (string, error) {
+	for from := uint64(0); ; {
+		evs, err := s.store.ReadStream(ctx, email.Stream(emailID), from, 256)
+		if err != nil {
+			return "", err
+		}
+		if len(evs) == 0 {
+			return "", fmt.Errorf("email %s has no event %s", emailID, eventID)
+		}
+		for _, ev := range evs {
+			if ev.ID.String() != eventID {
+				continue
+			}
+			e, err := codec.Decode(ev)
+			if err != nil {
+				return "", err
+			}
+			c, ok := e.(*email.Clicked)
+			if !ok {
+				return "", fmt.Errorf("event %s of email %s is %s, not a click", eventID, emailID, ev.Type)
+			}
+			return c.Link, nil
+		}
+		from = evs[len(evs)-1].StreamRevision + 1
+	}
+}
+
 // The pipeline's commands: they record what the content gateway, the
 // provider and its feedback did. Each is a no-op when the email has moved
 // past it, so redelivered events change nothing.

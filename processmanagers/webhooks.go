@@ -122,7 +122,6 @@ type FanoutArgs struct {
 type Details struct {
 	BounceType    string `json:"bounce_type,omitempty"`
 	BounceSubtype string `json:"bounce_subtype,omitempty"`
-	Link          string `json:"link,omitempty"`
 	Reason        string `json:"reason,omitempty"`
 }
 
@@ -390,7 +389,7 @@ func webhookEvent(e domain.Event) (typ string, at time.Time, extra *Details, ok 
 	case *email.Opened:
 		return whsig.TypeEmailOpened, e.OccurredAt, nil, true
 	case *email.Clicked:
-		return whsig.TypeEmailClicked, e.OccurredAt, &Details{Link: e.Link}, true
+		return whsig.TypeEmailClicked, e.OccurredAt, nil, true // its link is read from the stream
 	case *email.Failed:
 		return whsig.TypeEmailFailed, e.FailedAt, &Details{Reason: e.Reason}, true
 	}
@@ -429,7 +428,13 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	}
 	data := whsig.EventData{EmailID: q.EmailID, From: q.From, To: strings.Join(q.To, ", "), Subject: q.Subject, Tags: tags}
 	if x := a.Extra; x != nil {
-		data.BounceType, data.BounceSubtype, data.Link, data.Reason = x.BounceType, x.BounceSubtype, x.Link, x.Reason
+		data.BounceType, data.BounceSubtype, data.Reason = x.BounceType, x.BounceSubtype, x.Reason
+	}
+	if a.Type == whsig.TypeEmailClicked {
+		// A link is personal: it stays sealed in the log, never in a job.
+		if data.Link, err = w.Commands.ClickedLink(ctx, a.EmailID, a.EventID); err != nil {
+			return err
+		}
 	}
 	payload, err := json.Marshal(whsig.Event{Type: a.Type, CreatedAt: a.At, Data: data})
 	if err != nil {

@@ -1,9 +1,12 @@
 package app_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/delivery"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/codec"
@@ -77,5 +80,34 @@ func TestErasedEmailsHeldDeliveriesAreNeverSent(t *testing.T) {
 	}
 	if n := w.failures(t, id); n != 0 {
 		t.Fatalf("the endpoint counts %v failures", n)
+	}
+}
+
+// A clicked link reaches the receiver, read from the sealed log: no job of
+// the queue holds it in the clear.
+func TestClickedLinkTravelsOnlySealed(t *testing.T) {
+	w := newHookWorld(t)
+	rcv := newReceiver(t, always(200))
+	w.endpoint(t, map[string]any{"url": rcv.URL, "event_types": []string{"email.clicked"}})
+	emailID := w.send(t, map[string]any{"from": "a@acme.test", "to": "ann@example.org", "subject": "Links", "text": "t"})["id"].(string)
+	w.waitFor(t, emailID, status("delivered"))
+	link := "https://acme.test/track?who=ann-7731"
+	click := &email.Clicked{EmailID: emailID, FeedbackID: "click-1", Link: link, OccurredAt: time.Now()}
+	if err := w.Commands.RecordEmailFeedback(t.Context(), emailID, []domain.Event{click}, nil, commands.Meta{Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	got := rcv.waitFor(t, 1)
+	var env struct {
+		Type string `json:"type"`
+		Data struct {
+			Link string `json:"link"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(got[0].body, &env); err != nil || env.Type != "email.clicked" || env.Data.Link != link {
+		t.Fatalf("click webhook %s (%v)", got[0].body, err)
+	}
+	var jobs int
+	if err := w.Pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE args::text LIKE '%ann-7731%'`).Scan(&jobs); err != nil || jobs != 0 {
+		t.Fatalf("%d jobs hold the link (%v)", jobs, err)
 	}
 }
