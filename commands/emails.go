@@ -12,7 +12,6 @@ import (
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
-	"github.com/mailroom/mailroom/internal/mailmsg"
 )
 
 // Email returns an email's current state from its stream.
@@ -184,25 +183,12 @@ func (s *Service) keyRecipients(st email.State, fb domain.Event) domain.Event {
 	switch e := fb.(type) {
 	case *email.Bounced:
 		c := *e
-		c.RecipientKeys = s.recipientKeys(st.Queued.AccountID, e.Recipients)
+		c.RecipientKeys = s.address.OfRecipients(st.Queued.AccountID, e.Recipients)
 		return &c
 	case *email.Complained:
 		c := *e
-		c.RecipientKeys = s.recipientKeys(st.Queued.AccountID, e.Recipients)
+		c.RecipientKeys = s.address.OfRecipients(st.Queued.AccountID, e.Recipients)
 		return &c
 	}
 	return fb
-}
-
-// recipientKeys is the keyed hash of each recipient's address, one for one:
-// a recipient that does not parse is hashed as given.
-func (s *Service) recipientKeys(accountID string, recipients []string) []string {
-	out := make([]string, len(recipients))
-	for i, r := range recipients {
-		if a, err := mailmsg.ParseAddress(r); err == nil {
-			r = a.Email
-		}
-		out[i] = s.address.Of(accountID, r)
-	}
-	return out
 }

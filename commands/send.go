@@ -107,7 +107,7 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 		EmailID: id, AccountID: accountID, DomainID: checked.domainID, From: strings.TrimSpace(req.From),
 		FromEmail: checked.from, To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo, Subject: req.Subject,
 		Tags: req.Tags, RequestHash: requestHash(body), QueuedAt: now,
-		RecipientKeys: s.recipientKeys(accountID, slices.Concat(req.To, req.Cc, req.Bcc)),
+		RecipientKeys: s.address.OfRecipients(accountID, slices.Concat(req.To, req.Cc, req.Bcc)),
 	})
 	if errors.Is(err, datakeys.ErrErased) {
 		return Accepted{}, errKeyErased

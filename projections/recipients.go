@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -21,13 +21,11 @@ func (p Emails) queuedKeys(q *email.Queued) (keys []string, keyOf string) {
 	if len(q.RecipientKeys) > 0 || q.Erased {
 		return nonNil(q.RecipientKeys), ""
 	}
-	var all []string
-	all = append(append(append(all, q.To...), q.Cc...), q.Bcc...)
-	addresses := mailmsg.Addresses(all)
-	keys = p.Keys.All(q.AccountID, addresses)
+	all := slices.Concat(q.To, q.Cc, q.Bcc)
+	keys = p.Keys.OfRecipients(q.AccountID, all)
 	of := make(map[string]string, len(keys))
-	for i, a := range addresses {
-		of[digest(a)] = keys[i]
+	for i, r := range all {
+		of[digest(mailmsg.AddressOf(r))] = keys[i]
 	}
 	raw, _ := json.Marshal(of)
 	return keys, string(raw)
@@ -37,14 +35,6 @@ func (p Emails) queuedKeys(q *email.Queued) (keys []string, keyOf string) {
 func digest(address string) string {
 	sum := sha256.Sum256([]byte(address))
 	return hex.EncodeToString(sum[:])
-}
-
-// addressOf is a recipient's address alone, lower case.
-func addressOf(recipient string) string {
-	if a, err := mailmsg.ParseAddress(recipient); err == nil {
-		return strings.ToLower(a.Email)
-	}
-	return strings.ToLower(strings.TrimSpace(recipient))
 }
 
 // suppressed is one recipient a bounce or complaint suppresses: its key,
@@ -63,7 +53,7 @@ func suppressedBy(recipients, keys []string) []suppressed {
 			out[i].key = &keys[i]
 		}
 		if i < len(recipients) {
-			a := addressOf(recipients[i])
+			a := mailmsg.AddressOf(recipients[i])
 			out[i].address = &a
 			if out[i].key == nil {
 				d := digest(a)

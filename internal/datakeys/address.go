@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+
+	"github.com/mailroom/mailroom/internal/mailmsg"
 )
 
 // AddressKeys turns an address into a keyed hash: the same address of the
@@ -38,6 +40,16 @@ func (a AddressKeys) All(accountID string, addresses []string) []string {
 	out := make([]string, len(addresses))
 	for i, addr := range addresses {
 		out[i] = a.Of(accountID, addr)
+	}
+	return out
+}
+
+// OfRecipients is the key of each recipient's address (mailmsg.AddressOf),
+// one for one.
+func (a AddressKeys) OfRecipients(accountID string, recipients []string) []string {
+	out := make([]string, len(recipients))
+	for i, r := range recipients {
+		out[i] = a.Of(accountID, mailmsg.AddressOf(r))
 	}
 	return out
 }

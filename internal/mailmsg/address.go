@@ -224,6 +224,16 @@ func isDotAtom(s string) bool {
 	return true
 }
 
+// AddressOf is a recipient ("Name <addr>" or a bare address) reduced to its
+// address alone, lower case; one that does not parse is taken as given,
+// trimmed and lower case.
+func AddressOf(recipient string) string {
+	if a, err := ParseAddress(recipient); err == nil {
+		return strings.ToLower(a.Email)
+	}
+	return strings.ToLower(strings.TrimSpace(recipient))
+}
+
 // Addresses reduces recipients (each "Name <addr>" or a bare address) to
 // their lower-case addresses, leaving out any that does not parse.
 func Addresses(recipients []string) []string {
