@@ -52,14 +52,29 @@ func TestInflightBytesCap(t *testing.T) {
 	send := `{"from":"a@acme.test","to":"x@example.org","subject":"s","text":"t"}`
 
 	// A slow upload of unknown length: it counts as 45 MiB while it lasts.
-	pr, pw := io.Pipe()
-	slow := make(chan int, 1)
-	go func() { slow <- post(pr, true).StatusCode }()
-	pw.Write([]byte(send[:20]))
+	upload := func() (*io.PipeWriter, chan int) {
+		pr, pw := io.Pipe()
+		done := make(chan int, 1)
+		go func() { done <- post(pr, true).StatusCode }()
+		pw.Write([]byte(send[:20]))
+		return pw, done
+	}
+	pw, slow := upload()
 
 	// Another body of unknown length no longer fits.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		select {
+		case code := <-slow:
+			// The upload arrived while a probe held the room, and was
+			// refused in its turn: start it again.
+			if code != 503 {
+				t.Fatalf("the slow upload ended early: %d", code)
+			}
+			pw.Close()
+			pw, slow = upload()
+		default:
+		}
 		resp := post(strings.NewReader("{}"), true)
 		if resp.StatusCode == 503 {
 			if resp.Header.Get("Retry-After") != "1" || resp.Header.Get("Content-Type") != "application/problem+json" {
