@@ -48,7 +48,8 @@ CREATE INDEX IF NOT EXISTS held_emails_account_idx ON held_emails (account_id);`
 
 // heldTypes are the events of other streams this projector reads; it skips
 // the rest without decoding them.
-var heldTypes = map[string]bool{(&email.Held{}).EventType(): true, (&email.Released{}).EventType(): true}
+var heldTypes = map[string]bool{(&email.Held{}).EventType(): true, (&email.Released{}).EventType(): true,
+	(&email.Erased{}).EventType(): true}
 
 func (Accounts) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	if _, ok := account.IDFromStream(ev.StreamID); !ok && !heldTypes[ev.Type] {
@@ -77,6 +78,9 @@ func (Accounts) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 		b.Queue(`INSERT INTO held_emails (email_id, account_id, held_at) VALUES ($1, $2, $3)
 			ON CONFLICT (email_id) DO NOTHING`, e.EmailID, e.AccountID, e.HeldAt)
 	case *email.Released:
+		b.Queue(`DELETE FROM held_emails WHERE email_id = $1`, e.EmailID)
+	case *email.Erased:
+		// Erased while held: there is nothing left to release.
 		b.Queue(`DELETE FROM held_emails WHERE email_id = $1`, e.EmailID)
 	}
 	return nil

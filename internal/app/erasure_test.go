@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/account"
+	"github.com/mailroom/mailroom/internal/config"
 )
 
 func TestErasureOfOneRecipientAcrossFiftyEmails(t *testing.T) {
@@ -125,4 +127,49 @@ func TestARepeatAfterErasureIsAConflict(t *testing.T) {
 	if r := w.DoHeader("POST", "/v1/emails/send", w.key, http.Header{"Idempotency-Key": {"order-2"}}, body); r.Status != http.StatusAccepted {
 		t.Fatalf("a send with a new key: %d %s", r.Status, r.Body)
 	}
+}
+
+// An email erased while its suspended account holds it is not held any
+// more, and reinstating the account sends nothing of it.
+func TestAnEmailErasedWhileHeld(t *testing.T) {
+	// No workers yet: the email waits, queued, until the pipeline would
+	// hold it for the suspension.
+	w := newSendWorld(t, func(c *config.Config) { c.Roles = []string{"api", "projections"} })
+	ctx := context.Background()
+	meta := commands.Meta{Actor: "operator"}
+	id := w.send(t, map[string]any{"from": "billing@acme.test", "to": "ann@example.org", "subject": "held", "text": "held"})["id"].(string)
+	if err := w.Commands.SuspendAccount(ctx, w.account, meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commands.HoldEmail(ctx, id, commands.Meta{Actor: "system:email-pipeline"}); err != nil {
+		t.Fatal(err)
+	}
+	held := func() int {
+		var n int
+		if err := w.Pool.QueryRow(ctx, `SELECT count(*) FROM held_emails WHERE email_id = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for deadline := time.Now().Add(10 * time.Second); held() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the email was never held")
+		}
+	}
+	er, err := w.Commands.EraseRecipient(ctx, w.account, "ann@example.org", meta)
+	if err != nil || len(er.EmailIDs) != 1 {
+		t.Fatalf("erasure: %+v %v", er, err)
+	}
+	if n := held(); n != 0 {
+		t.Fatalf("an erased email is still held (%d)", n)
+	}
+	if err := w.Commands.ReinstateAccount(ctx, w.account, meta); err != nil {
+		t.Fatal(err)
+	}
+	runWorkers(t, w.Server)
+	time.Sleep(time.Second) // a release would have sent it by now
+	if _, err := os.Stat(w.outbox(id)); !os.IsNotExist(err) {
+		t.Fatalf("an erased email was sent after reinstatement (%v)", err)
+	}
+	w.waitGone(t, id)
 }
