@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -108,5 +109,6 @@ func (s *Service) deleteContent(ctx context.Context, st email.State) error {
 			}
 		}
 	}
-	return s.content.Delete(ctx, digests...)
+	slices.Sort(digests) // inline attachments are listed again once scanned
+	return s.content.Delete(ctx, slices.Compact(digests)...)
 }

@@ -37,7 +37,7 @@ func EmailChecks(ctx context.Context, q Querier, keys datakeys.AddressKeys, acco
 		ARRAY(SELECT DISTINCT r.address FROM unnest($3::text[], $4::text[]) AS r(address, key)
 			WHERE EXISTS (SELECT 1 FROM suppressions s WHERE s.account_id = $1 AND s.address_key = r.key)
 			ORDER BY r.address)`,
-		accountID, domainName, lower, keys.All(accountID, lower), string(sendingdomain.StatusVerified))
+		accountID, domainName, lower, keys.OfRecipients(accountID, lower), string(sendingdomain.StatusVerified))
 	if err != nil {
 		return SendChecks{}, err
 	}

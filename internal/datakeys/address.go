@@ -35,15 +35,6 @@ func (a AddressKeys) Of(accountID, address string) string {
 	return "ak1:" + hex.EncodeToString(m.Sum(nil))
 }
 
-// All is the key of each address.
-func (a AddressKeys) All(accountID string, addresses []string) []string {
-	out := make([]string, len(addresses))
-	for i, addr := range addresses {
-		out[i] = a.Of(accountID, addr)
-	}
-	return out
-}
-
 // OfRecipients is the key of each recipient's address (mailmsg.AddressOf),
 // one for one.
 func (a AddressKeys) OfRecipients(accountID string, recipients []string) []string {
