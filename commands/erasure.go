@@ -87,7 +87,7 @@ func (s *Service) EraseRecipient(ctx context.Context, accountID, address string,
 	}
 	_, err = executeConfirmed(ctx, s, account.Stream(accountID), account.Evolve, func(st account.State) ([]domain.Event, error) {
 		return account.CompleteErasure(st, er.ID, key, ids, er.CreatedAt)
-	}, meta, projections.EmailsName)
+	}, meta, projections.EmailsName, projections.AccountsName) // the held list drops erased emails too
 	return er, err
 }
 
