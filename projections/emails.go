@@ -27,7 +27,7 @@ type Emails struct {
 }
 
 func (Emails) Name() Name   { return EmailsName }
-func (Emails) Version() int { return 4 }
+func (Emails) Version() int { return 5 }
 func (Emails) Tables() []string {
 	return []string{"emails", "email_events", "suppressions", "email_daily_stats"}
 }
@@ -59,16 +59,17 @@ CREATE TABLE IF NOT EXISTS emails (
     recipient_keys      text[] NOT NULL DEFAULT '{}', -- the address keys of to, cc and bcc
     recipient_key_of    jsonb -- computed keys by address digest, for feedback recorded without keys
 );
+-- Keyed by email first: the timeline is read, and erased, by its email,
+-- and one index serves that and each event's uniqueness.
 CREATE TABLE IF NOT EXISTS email_events (
-    event_id    uuid PRIMARY KEY,
     email_id    text NOT NULL,
+    event_id    uuid NOT NULL,
     event_type  text NOT NULL,
     metadata    jsonb NOT NULL,
     occurred_at timestamptz NOT NULL,
-    position    numeric NOT NULL
+    position    numeric NOT NULL,
+    PRIMARY KEY (email_id, event_id)
 );
--- Erasure deletes an email's timeline by it.
-CREATE INDEX IF NOT EXISTS email_events_email_idx ON email_events (email_id, occurred_at, position);
 CREATE TABLE IF NOT EXISTS suppressions (
     account_id  text NOT NULL,
     address_key text NOT NULL,
@@ -132,14 +133,17 @@ const moveProgress = `WITH o AS (
 
 // Statements shared by Apply and ApplyBatch.
 const (
-	// addDayCounts adds counts to the day of the account of each email
-	// ($1..$8: arrays of email id, day and the six counts).
+	// addDayCounts adds counts to the day of each account ($1..$9: arrays
+	// of account id, email id, day and the six counts). A row without its
+	// account takes its email's, with one key probe.
 	addDayCounts = `INSERT INTO email_daily_stats (account_id, day, sent, delivered, bounced, complained, opened, clicked)
-		SELECT e.account_id, c.day::date, sum(c.sent), sum(c.delivered), sum(c.bounced), sum(c.complained), sum(c.opened), sum(c.clicked)
-		FROM unnest($1::text[], $2::text[], $3::integer[], $4::integer[], $5::integer[], $6::integer[], $7::integer[], $8::integer[])
-			AS c(email_id, day, sent, delivered, bounced, complained, opened, clicked)
-		CROSS JOIN LATERAL (SELECT account_id FROM emails WHERE id = c.email_id OFFSET 0) e
-		GROUP BY e.account_id, c.day
+		SELECT coalesce(c.account_id, e.account_id), c.day::date,
+			sum(c.sent), sum(c.delivered), sum(c.bounced), sum(c.complained), sum(c.opened), sum(c.clicked)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::integer[], $6::integer[], $7::integer[], $8::integer[], $9::integer[])
+			AS c(account_id, email_id, day, sent, delivered, bounced, complained, opened, clicked)
+		LEFT JOIN LATERAL (SELECT account_id FROM emails WHERE c.account_id IS NULL AND id = c.email_id OFFSET 0) e ON true
+		WHERE coalesce(c.account_id, e.account_id) IS NOT NULL
+		GROUP BY 1, 2
 		ON CONFLICT (account_id, day) DO UPDATE SET sent = email_daily_stats.sent + excluded.sent,
 			delivered = email_daily_stats.delivered + excluded.delivered, bounced = email_daily_stats.bounced + excluded.bounced,
 			complained = email_daily_stats.complained + excluded.complained, opened = email_daily_stats.opened + excluded.opened,
@@ -162,7 +166,7 @@ func (p Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 		}
 		raw, _ := json.Marshal(meta)
 		b.Queue(`INSERT INTO email_events (event_id, email_id, event_type, metadata, occurred_at, position)
-			VALUES ($1, $2, $3, $4, $5, $6::numeric * 1e19 + $7::numeric) ON CONFLICT (event_id) DO NOTHING`,
+			VALUES ($1, $2, $3, $4, $5, $6::numeric * 1e19 + $7::numeric) ON CONFLICT (email_id, event_id) DO NOTHING`,
 			ev.ID, id, typ, raw, at, int64(ev.Position.Commit), int64(ev.Position.Prepare))
 	}
 	// An event with an effect on the status moves the row's Progress and
@@ -187,7 +191,7 @@ func (p Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	}
 	if c, ok := countsOf(e); ok {
 		var one dayCountRows
-		one.add(c)
+		one.add(c, "")
 		b.Queue(addDayCounts, one.args()...)
 	}
 	switch e := e.(type) {

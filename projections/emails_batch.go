@@ -79,7 +79,12 @@ func (p Emails) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) erro
 			f.moved = f.moved.With(ef)
 		}
 		if c, ok := countsOf(e); ok {
-			counts.add(c)
+			// An email queued earlier in the batch names its account.
+			var account string
+			if f := folds[c.emailID]; f != nil && f.queued != nil {
+				account = f.queued.AccountID
+			}
+			counts.add(c, account)
 		}
 		switch e := e.(type) {
 		case *email.Queued:
@@ -453,7 +458,7 @@ const insertTimeline = `INSERT INTO email_events (event_id, email_id, event_type
 	SELECT event_id, email_id, event_type, metadata::jsonb, occurred_at, c::numeric * 1e19 + p::numeric
 	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::bigint[])
 		AS t(event_id, email_id, event_type, metadata, occurred_at, c, p)
-	WHERE NOT EXISTS (SELECT 1 FROM email_events e WHERE e.event_id = t.event_id OFFSET 0)`
+	WHERE NOT EXISTS (SELECT 1 FROM email_events e WHERE e.email_id = t.email_id AND e.event_id = t.event_id OFFSET 0)`
 
 // suppressionRows are a batch's suppressions, in event order: the first
 // for an address key wins, as with Apply.

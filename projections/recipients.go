@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/mailmsg"
@@ -113,14 +115,38 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// dayCountRows are a batch's contributions to the daily stats, one per
-// event: addDayCounts sums them.
+// dayCountRows are a batch's contributions to the daily stats: one per
+// event whose email's account the batch does not know (addDayCounts finds
+// it), and one per account and day for the others, summed here.
 type dayCountRows struct {
+	account                                               []pgtype.Text
 	emailID, day                                          []string
 	sent, delivered, bounced, complained, opened, clicked []int32
+	byDay                                                 map[accountDay]int // row of each summed account and day
 }
 
-func (r *dayCountRows) add(c dayCounts) {
+type accountDay struct{ account, day string }
+
+// add adds c, whose email's account is account when known ("" if not).
+func (r *dayCountRows) add(c dayCounts, account string) {
+	if account != "" {
+		k := accountDay{account, c.day}
+		if i, ok := r.byDay[k]; ok {
+			r.sent[i] += c.sent
+			r.delivered[i] += c.delivered
+			r.bounced[i] += c.bounced
+			r.complained[i] += c.complained
+			r.opened[i] += c.opened
+			r.clicked[i] += c.clicked
+			return
+		}
+		if r.byDay == nil {
+			r.byDay = map[accountDay]int{}
+		}
+		r.byDay[k] = len(r.day)
+		c.emailID = ""
+	}
+	r.account = append(r.account, pgtype.Text{String: account, Valid: account != ""})
 	r.emailID = append(r.emailID, c.emailID)
 	r.day = append(r.day, c.day)
 	r.sent = append(r.sent, c.sent)
@@ -132,5 +158,5 @@ func (r *dayCountRows) add(c dayCounts) {
 }
 
 func (r *dayCountRows) args() []any {
-	return []any{r.emailID, r.day, r.sent, r.delivered, r.bounced, r.complained, r.opened, r.clicked}
+	return []any{r.account, r.emailID, r.day, r.sent, r.delivered, r.bounced, r.complained, r.opened, r.clicked}
 }

@@ -12,6 +12,7 @@ package sealed
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 
@@ -209,12 +210,41 @@ func split(data []byte) (clear []byte, env envelope, ok bool, err error) {
 	}
 	// A key inside a string would have its quotes escaped, so the member
 	// found is one of the object's, and the last.
-	if err := json.Unmarshal(data[i+len(personalKey):len(data)-1], &env); err != nil {
-		return nil, envelope{}, false, err
+	member := data[i+len(personalKey) : len(data)-1]
+	if env, ok = parseEnvelope(member); !ok {
+		if err := json.Unmarshal(member, &env); err != nil {
+			return nil, envelope{}, false, err
+		}
 	}
 	clear = bytes.TrimRight(data[:i], " \t\r\n")
 	clear = bytes.TrimSuffix(clear, []byte(","))
 	return clear, env, true, nil
+}
+
+// parseEnvelope reads an envelope in the exact form seal writes it,
+// {"key":"…","sealed":"<base64>"}, without a JSON decoder: every event of
+// every reader of the log passes here. ok is false for any other form,
+// which json.Unmarshal then reads.
+func parseEnvelope(b []byte) (env envelope, ok bool) {
+	const keyStart, sealedStart = `{"key":"`, `","sealed":"`
+	rest, found := bytes.CutPrefix(b, []byte(keyStart))
+	if !found {
+		return envelope{}, false
+	}
+	key, rest, found := bytes.Cut(rest, []byte(sealedStart))
+	if !found || bytes.ContainsAny(key, `"\`) {
+		return envelope{}, false
+	}
+	enc, found := bytes.CutSuffix(rest, []byte(`"}`))
+	if !found {
+		return envelope{}, false
+	}
+	sealed := make([]byte, base64.StdEncoding.DecodedLen(len(enc)))
+	n, err := base64.StdEncoding.Decode(sealed, enc)
+	if err != nil {
+		return envelope{}, false
+	}
+	return envelope{Key: string(key), Sealed: sealed[:n]}, true
 }
 
 // openAll replaces each sealed event's data with its opened form, looking
