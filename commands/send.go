@@ -167,23 +167,24 @@ func (s *Service) checkSend(ctx context.Context, accountID string, req SendEmail
 // sealed for the email, and completes q with their digests and the
 // attachments' descriptions.
 func (s *Service) stage(ctx context.Context, req SendEmail, checked checkedSend, q email.Queued) (email.Queued, error) {
-	put := func(b []byte) (string, error) {
-		d, err := s.content.Put(ctx, q.EmailID, q.AccountID, b)
-		return string(d), err
+	// Every part goes to storage at once; each digest lands where the
+	// part's description wants it.
+	var parts [][]byte
+	var digests []*string
+	put := func(b []byte, digest *string) {
+		parts = append(parts, b)
+		digests = append(digests, digest)
 	}
-	var err error
 	if req.HTML != "" {
-		if q.HTMLDigest, err = put([]byte(req.HTML)); err != nil {
-			return q, err
-		}
+		put([]byte(req.HTML), &q.HTMLDigest)
 	}
 	if req.Text != "" {
-		if q.TextDigest, err = put([]byte(req.Text)); err != nil {
-			return q, err
-		}
+		put([]byte(req.Text), &q.TextDigest)
 	}
+	q.Attachments = make([]email.Attachment, len(req.Attachments))
 	for i, a := range req.Attachments {
-		att := email.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: strings.Trim(a.ContentID, "<>")}
+		att := &q.Attachments[i]
+		*att = email.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: strings.Trim(a.ContentID, "<>")}
 		if a.Path != "" {
 			// A presigned URL is a credential: only the pipeline reads it.
 			att.Path, att.SealedPath = withoutQuery(a.Path), s.box.Seal([]byte(a.Path), PathContext(q.EmailID))
@@ -196,11 +197,18 @@ func (s *Service) stage(ctx context.Context, req SendEmail, checked checkedSend,
 		}
 		if a.Path == "" {
 			att.SizeBytes = int64(len(checked.decoded[i]))
-			if att.Digest, err = put(checked.decoded[i]); err != nil {
-				return q, err
-			}
+			put(checked.decoded[i], &att.Digest)
 		}
-		q.Attachments = append(q.Attachments, att)
+	}
+	if len(q.Attachments) == 0 {
+		q.Attachments = nil
+	}
+	stored, err := s.content.Put(ctx, q.EmailID, q.AccountID, parts...)
+	if err != nil {
+		return q, err
+	}
+	for i, d := range stored {
+		*digests[i] = string(d)
 	}
 	return q, nil
 }

@@ -76,7 +76,7 @@ type IdentityCheck func(ctx context.Context, domainID, domain string) (dkimOK, m
 // sealed with its email's data key (datakeys.Blobs), so that erasing an
 // email erases its content and deleting it touches no other email's.
 type Content interface {
-	Put(ctx context.Context, emailID, accountID string, data []byte) (blob.Digest, error)
+	Put(ctx context.Context, emailID, accountID string, parts ...[]byte) ([]blob.Digest, error)
 	Delete(ctx context.Context, digests ...blob.Digest) error
 }
 

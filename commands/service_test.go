@@ -132,8 +132,8 @@ func newHarness(t *testing.T, change ...func(*commands.Deps)) *harness {
 // contentOnUse is sealed content opened when first used.
 type contentOnUse func() *datakeys.Blobs
 
-func (c contentOnUse) Put(ctx context.Context, emailID, accountID string, data []byte) (blob.Digest, error) {
-	return c().Put(ctx, emailID, accountID, data)
+func (c contentOnUse) Put(ctx context.Context, emailID, accountID string, parts ...[]byte) ([]blob.Digest, error) {
+	return c().Put(ctx, emailID, accountID, parts...)
 }
 
 func (c contentOnUse) Delete(ctx context.Context, digests ...blob.Digest) error {

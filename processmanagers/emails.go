@@ -219,7 +219,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks) (
 			if err != nil {
 				return "", "", nil, err
 			}
-			a.Digest, a.SizeBytes = string(d), int64(len(content))
+			a.Digest, a.SizeBytes = string(d[0]), int64(len(content))
 		} else if content, err = p.Content.Get(ctx, q.EmailID, blob.Digest(a.Digest)); err != nil {
 			return "", "", nil, err
 		}

@@ -108,7 +108,7 @@ func (r *pipelineRig) queue(t *testing.T, html string, to []string, attachments 
 		t.Fatal(err)
 	}
 	q := &email.Queued{EmailID: id, AccountID: "acct-1", DomainID: "dom-1", From: "Acme <news@example.com>",
-		FromEmail: "news@example.com", To: to, Subject: "Your receipt", HTMLDigest: string(d), QueuedAt: queuedAt}
+		FromEmail: "news@example.com", To: to, Subject: "Your receipt", HTMLDigest: string(d[0]), QueuedAt: queuedAt}
 	for _, name := range attachments {
 		content := []byte("content of " + name)
 		ad, err := r.content.Put(ctx, id, "acct-1", content)
@@ -116,7 +116,7 @@ func (r *pipelineRig) queue(t *testing.T, html string, to []string, attachments 
 			t.Fatal(err)
 		}
 		q.Attachments = append(q.Attachments, email.Attachment{Filename: name, ContentType: "application/octet-stream",
-			SizeBytes: int64(len(content)), Digest: string(ad)})
+			SizeBytes: int64(len(content)), Digest: string(ad[0])})
 	}
 	data, err := codec.Encode(q, eventstore.Metadata{Actor: "apikey:k_test"})
 	if err != nil {

@@ -53,7 +53,7 @@ type App struct {
 	Log           *slog.Logger
 	Pool          *pgxpool.Pool
 	Store         eventstore.Store // personal data opened on the way out, sealed on the way in
-	Ledger        eventstore.Store // the log byte for byte as recorded, personal data sealed: for auditing
+	Ledger        eventstore.Store // the log byte for byte as recorded, personal data sealed: for auditing, and for readers of clear fields only
 	Keys          *datakeys.Keyring
 	AddressKeys   datakeys.AddressKeys
 	Runner        *projections.Runner
@@ -127,7 +127,11 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 		return nil, err
 	}
 	metrics := httpserver.NewMetrics()
-	keys := datakeys.New(pool, box)
+	var keyOpts []datakeys.Option
+	if _, inDatabase := store.(*postgres.Store); inDatabase {
+		keyOpts = append(keyOpts, datakeys.SharesLog())
+	}
+	keys := datakeys.New(pool, box, keyOpts...)
 	a := &App{Config: cfg, Log: log, Pool: pool, Ledger: store, Keys: keys, AddressKeys: addressKeys, Box: box,
 		Store: meter(sealed.New(store, keys), metrics.Registry()), Now: time.Now, Metrics: metrics}
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
@@ -480,7 +484,10 @@ func runClient(ctx context.Context, client *river.Client[pgx.Tx]) error {
 // RunWorkers runs the process managers, the job queue and the domain
 // poller until ctx ends.
 func (a *App) RunWorkers(ctx context.Context) error {
-	router, err := processmanagers.NewRouter(a.Pool, a.Store, a.Log)
+	// The router's handlers and the send planner go by clear fields only
+	// (ids, accounts, types), so they read the log as recorded and open
+	// no personal data they would not use.
+	router, err := processmanagers.NewRouter(a.Pool, a.Ledger, a.Log)
 	if err != nil {
 		return err
 	}
@@ -512,7 +519,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("job queue: %w", err)
 	}
-	sends := jobs.NewReader(processmanagers.EmailReaderName, a.Pool, a.Store, processmanagers.PlanSends, a.Log)
+	sends := jobs.NewReader(processmanagers.EmailReaderName, a.Pool, a.Ledger, processmanagers.PlanSends, a.Log)
 	sends.Inherit = processmanagers.EmailShardCheckpoints
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return router.Run(ctx) })

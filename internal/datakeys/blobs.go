@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/codec"
 )
@@ -30,18 +32,34 @@ var sealedMagic = []byte("\x00mrsealed1\x00")
 // off as another email's.
 func bindBlob(emailID string) string { return "blob:" + emailID }
 
-// Put seals data with the email's key, created for accountID when the email
-// has none yet, and stores it. The digest names the sealed bytes.
-func (b *Blobs) Put(ctx context.Context, emailID, accountID string, data []byte) (blob.Digest, error) {
+// Put seals each of parts with the email's key, created for accountID
+// when the email has none yet, and stores them side by side: each write
+// waits for the disk, and an email's parts need not wait for each other.
+// The digests name the sealed bytes, one for one with parts.
+func (b *Blobs) Put(ctx context.Context, emailID, accountID string, parts ...[]byte) ([]blob.Digest, error) {
+	if len(parts) == 0 {
+		return nil, nil
+	}
 	key, err := b.keys.Ensure(ctx, codec.KeyID(emailID), accountID)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	sealed, err := key.Seal(data, bindBlob(emailID))
-	if err != nil {
-		return "", err
+	digests := make([]blob.Digest, len(parts))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, data := range parts {
+		g.Go(func() error {
+			sealed, err := key.Seal(data, bindBlob(emailID))
+			if err != nil {
+				return err
+			}
+			digests[i], err = b.store.Put(gctx, append(bytes.Clone(sealedMagic), sealed...))
+			return err
+		})
 	}
-	return b.store.Put(ctx, append(bytes.Clone(sealedMagic), sealed...))
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return digests, nil
 }
 
 // Get returns the email's content stored under d, opened with the email's

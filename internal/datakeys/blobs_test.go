@@ -33,13 +33,22 @@ func TestBlobsAreSealedPerEmail(t *testing.T) {
 	ctx := context.Background()
 	blobs, _, store := newBlobs(t)
 	body := []byte("<p>Dear Ada, your invoice is attached.</p>")
-	d1, err := blobs.Put(ctx, "e1", "acct-1", body)
+	text := []byte("Dear Ada, your invoice is attached.")
+	first, err := blobs.Put(ctx, "e1", "acct-1", body, text)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d2, err := blobs.Put(ctx, "e2", "acct-1", body)
+	second, err := blobs.Put(ctx, "e2", "acct-1", body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(first) != 2 || len(second) != 1 {
+		t.Fatalf("Put gave %d and %d digests, want one for each part", len(first), len(second))
+	}
+	d1, d2 := first[0], second[0]
+	// The parts of one Put come back one for one.
+	if got, err := blobs.Get(ctx, "e1", first[1]); err != nil || !bytes.Equal(got, text) {
+		t.Fatalf("Get of e1's second part = %q, %v; want %q", got, err, text)
 	}
 	if d1 == d2 {
 		t.Fatal("two emails with the same body share a blob")
@@ -78,10 +87,11 @@ func TestBlobsAreSealedPerEmail(t *testing.T) {
 func TestBlobsOfAnErasedEmail(t *testing.T) {
 	ctx := context.Background()
 	blobs, keys, store := newBlobs(t)
-	d, err := blobs.Put(ctx, "e1", "acct-1", []byte("attachment"))
+	stored, err := blobs.Put(ctx, "e1", "acct-1", []byte("attachment"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	d := stored[0]
 	if err := keys.Destroy(ctx, codec.KeyID("e1"), "acct-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -120,10 +130,11 @@ func TestBlobsWrittenBeforeSealingStillRead(t *testing.T) {
 func TestSealedBlobWithoutItsKey(t *testing.T) {
 	ctx := context.Background()
 	blobs, _, store := newBlobs(t)
-	d, err := blobs.Put(ctx, "e1", "acct-1", []byte("body"))
+	stored, err := blobs.Put(ctx, "e1", "acct-1", []byte("body"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	d := stored[0]
 	box, err := secretbox.New(bytes.Repeat([]byte{7}, 32))
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +153,7 @@ func TestConcurrentPutsOfOneEmail(t *testing.T) {
 	const emails, writers = 50, 8
 	for e := range emails {
 		id := fmt.Sprintf("e%d", e)
-		digests := make([]blob.Digest, writers)
+		digests := make([][]blob.Digest, writers)
 		errs := make([]error, writers)
 		var wg sync.WaitGroup
 		for i := range writers {
@@ -153,7 +164,7 @@ func TestConcurrentPutsOfOneEmail(t *testing.T) {
 			if errs[i] != nil {
 				t.Fatalf("email %s, put %d: %v", id, i, errs[i])
 			}
-			if got, err := blobs.Get(ctx, id, digests[i]); err != nil || string(got) != "body" {
+			if got, err := blobs.Get(ctx, id, digests[i][0]); err != nil || string(got) != "body" {
 				t.Fatalf("email %s, blob %d: %q, %v", id, i, got, err)
 			}
 		}

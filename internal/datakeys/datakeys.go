@@ -33,48 +33,62 @@ var ErrErased = errors.New("datakeys: the data key was destroyed")
 var ErrNoKey = errors.New("datakeys: no data key")
 
 // Key seals and opens one owner's data. The zero Key is an erased one.
-type Key struct{ aead cipher.AEAD }
+//
+// A Key holds its 32 raw bytes and builds its cipher on each use: that
+// costs well under a microsecond, while a built AES-GCM cipher is several
+// times the key's size, and a process keeps tens of thousands of keys.
+type Key struct{ raw []byte }
 
 // Erased reports whether the key was destroyed.
-func (k Key) Erased() bool { return k.aead == nil }
+func (k Key) Erased() bool { return k.raw == nil }
+
+func (k Key) aead() (cipher.AEAD, error) {
+	if k.raw == nil {
+		return nil, ErrErased
+	}
+	block, err := aes.NewCipher(k.raw)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
 
 // Seal encrypts plain, bound to context (what the data is, e.g. the event
 // type), so that a ciphertext cannot be moved elsewhere.
 func (k Key) Seal(plain []byte, context string) ([]byte, error) {
-	if k.aead == nil {
-		return nil, ErrErased
+	aead, err := k.aead()
+	if err != nil {
+		return nil, err
 	}
-	nonce := make([]byte, k.aead.NonceSize(), k.aead.NonceSize()+len(plain)+k.aead.Overhead())
+	nonce := make([]byte, aead.NonceSize(), aead.NonceSize()+len(plain)+aead.Overhead())
 	rand.Read(nonce)
-	return k.aead.Seal(nonce, nonce, plain, []byte(context)), nil
+	return aead.Seal(nonce, nonce, plain, []byte(context)), nil
 }
 
 // Open decrypts what Seal returned for the same context.
 func (k Key) Open(sealed []byte, context string) ([]byte, error) {
-	if k.aead == nil {
-		return nil, ErrErased
+	aead, err := k.aead()
+	if err != nil {
+		return nil, err
 	}
-	n := k.aead.NonceSize()
+	n := aead.NonceSize()
 	if len(sealed) < n {
 		return nil, errors.New("datakeys: sealed data is too short")
 	}
-	plain, err := k.aead.Open(nil, sealed[:n], sealed[n:], []byte(context))
+	plain, err := aead.Open(nil, sealed[:n], sealed[n:], []byte(context))
 	if err != nil {
 		return nil, errors.New("datakeys: cannot open sealed data (wrong key or context)")
 	}
 	return plain, nil
 }
 
+// newKey checks raw is a usable key.
 func newKey(raw []byte) (Key, error) {
-	block, err := aes.NewCipher(raw)
-	if err != nil {
+	k := Key{raw: raw}
+	if _, err := k.aead(); err != nil {
 		return Key{}, err
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return Key{}, err
-	}
-	return Key{aead: aead}, nil
+	return k, nil
 }
 
 // How long a process keeps a live key in memory: a key destroyed by
@@ -86,8 +100,9 @@ const cacheSize = 65536
 
 // Keyring is the data_keys table, with the keys this process used lately.
 type Keyring struct {
-	pool *pgxpool.Pool
-	box  *secretbox.Box
+	pool      *pgxpool.Pool
+	box       *secretbox.Box
+	sharesLog bool // the event log is in the same database
 
 	mu    sync.Mutex
 	cache map[string]cached
@@ -100,9 +115,21 @@ type cached struct {
 
 // New returns the keyring of the database pool, whose keys are wrapped
 // under box's master key.
-func New(pool *pgxpool.Pool, box *secretbox.Box) *Keyring {
-	return &Keyring{pool: pool, box: box, cache: map[string]cached{}}
+func New(pool *pgxpool.Pool, box *secretbox.Box, opts ...Option) *Keyring {
+	r := &Keyring{pool: pool, box: box, cache: map[string]cached{}}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
+
+// Option configures a Keyring.
+type Option func(*Keyring)
+
+// SharesLog says the event log is kept in the keyring's own PostgreSQL
+// database, so that a new key need not wait for its own flush (see
+// ensureKeyUnflushed).
+func SharesLog() Option { return func(r *Keyring) { r.sharesLog = true } }
 
 func wrapContext(id string) string { return "datakey:" + id }
 
@@ -123,14 +150,15 @@ func (r *Keyring) Ensure(ctx context.Context, id, accountID string) (Key, error)
 	// transaction inserted the key after this statement's snapshot was
 	// taken: the insert waited for it and did nothing, and the SELECT
 	// cannot see it. The row is committed by then, so asking again finds it.
+	//
+	insert := ensureKey
+	if r.sharesLog {
+		insert = ensureKeyUnflushed
+	}
 	var wrapped *string
 	var err error
 	for range 3 {
-		err = r.pool.QueryRow(ctx, `WITH ins AS (
-				INSERT INTO data_keys (id, account_id, wrapped) VALUES ($1, $2, $3)
-				ON CONFLICT (id) DO NOTHING RETURNING wrapped)
-			SELECT wrapped FROM ins UNION ALL SELECT wrapped FROM data_keys WHERE id = $1 LIMIT 1`,
-			id, account, r.box.Seal(raw, wrapContext(id))).Scan(&wrapped)
+		err = r.pool.QueryRow(ctx, insert, id, account, r.box.Seal(raw, wrapContext(id))).Scan(&wrapped)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			break
 		}
@@ -146,6 +174,25 @@ func (r *Keyring) Ensure(ctx context.Context, id, accountID string) (Key, error)
 	return orErased(k)
 }
 
+// ensureKey inserts key $1 unless it exists, and answers the one stored.
+const ensureKey = `WITH ins AS (
+		INSERT INTO data_keys (id, account_id, wrapped) VALUES ($1, $2, $3)
+		ON CONFLICT (id) DO NOTHING RETURNING wrapped)
+	SELECT wrapped FROM ins UNION ALL SELECT wrapped FROM data_keys WHERE id = $1 LIMIT 1`
+
+// ensureKeyUnflushed is ensureKey without waiting for the commit to reach
+// the disk, for a keyring whose database also holds the event log: what a
+// key seals becomes durable only with a later commit there (the event
+// that holds the sealed data, or that names the sealed blobs), and that
+// commit's flush takes this earlier one's WAL with it. A crash before then
+// loses only a key that nothing recorded uses. With the log elsewhere the
+// event could outlive the key, so there the insert waits.
+const ensureKeyUnflushed = `WITH ins AS (
+		INSERT INTO data_keys (id, account_id, wrapped)
+		SELECT $1, $2, $3 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed
+		ON CONFLICT (id) DO NOTHING RETURNING wrapped)
+	SELECT wrapped FROM ins UNION ALL SELECT wrapped FROM data_keys WHERE id = $1 LIMIT 1`
+
 func orErased(k Key) (Key, error) {
 	if k.Erased() {
 		return Key{}, ErrErased
@@ -158,10 +205,15 @@ func orErased(k Key) (Key, error) {
 func (r *Keyring) Lookup(ctx context.Context, ids ...string) (map[string]Key, error) {
 	out := make(map[string]Key, len(ids))
 	var missing []string
+	asked := make(map[string]bool, len(ids))
 	for _, id := range ids {
+		if asked[id] {
+			continue
+		}
+		asked[id] = true
 		if k, ok := r.cached(id); ok {
 			out[id] = k
-		} else if _, dup := out[id]; !dup {
+		} else {
 			missing = append(missing, id)
 		}
 	}
