@@ -285,6 +285,14 @@ func (s *Service) CreateDeliveries(ctx context.Context, ds []NewDelivery, meta M
 	return fresh, pos, nil
 }
 
+// Created is a delivery's state and stream version as CreateDeliveries
+// leaves one it recorded fresh and unskipped, so that its first attempt
+// need not read the stream back.
+func Created(c delivery.Created) (delivery.State, eventstore.ExpectedVersion) {
+	evs := delivery.Create(delivery.State{}, c)
+	return fold(delivery.State{}, delivery.Evolve, evs), eventstore.Exact(uint64(len(evs) - 1))
+}
+
 func decideNew(st delivery.State, d NewDelivery, now time.Time) []domain.Event {
 	if d.Skipped {
 		return delivery.CreateSkipped(st, d.Created, now)

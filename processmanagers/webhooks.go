@@ -447,23 +447,39 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 		ds[i] = commands.NewDelivery{Created: delivery.Created{DeliveryID: id, EndpointID: ep.ID, AccountID: q.AccountID,
 			EmailID: q.EmailID, Type: a.Type, Payload: string(payload), CreatedAt: a.At}, Skipped: ep.Disabled}
 	}
-	_, last, err := w.Commands.CreateDeliveries(ctx, ds, fanoutMeta)
+	fresh, last, err := w.Commands.CreateDeliveries(ctx, ds, fanoutMeta)
 	if err != nil {
 		return err
 	}
-	// The attempts, not the fan-out, wait for the read model to list the
-	// deliveries: the fan-out's slot is free at once, and an attempt reads
-	// its endpoint meanwhile.
+	// The first attempts wait for the read model to list the deliveries,
+	// and read their endpoints meanwhile.
 	var jobs []river.InsertManyParams
-	for _, d := range ds {
+	var only *commands.NewDelivery
+	for i, d := range ds {
 		if d.Skipped {
 			continue
 		}
 		args := AttemptArgs{DeliveryID: d.DeliveryID, Attempt: 1, AccountID: d.AccountID, EndpointID: d.EndpointID, Listed: &last}
 		jobs = append(jobs, river.InsertManyParams{Args: args})
+		if fresh[i] {
+			only = &ds[i]
+		}
 	}
 	if len(jobs) == 0 {
 		return nil
+	}
+	// The one delivery of an event, just recorded by this first run, is
+	// attempted here: a job of its own would cost an insert, a claim and
+	// a completion for the same work. A delivery that must wait (its
+	// endpoint's or account's share is taken, or a retry is due later)
+	// goes to its own job after all, as does anything a rerun finds.
+	if len(jobs) == 1 && only != nil && job.Attempt == 1 {
+		st, expected := commands.Created(only.Created)
+		err := w.attempt(ctx, jobs[0].Args.(AttemptArgs), st, expected)
+		var wait *river.JobSnoozeError
+		if !errors.As(err, &wait) {
+			return err
+		}
 	}
 	_, err = river.ClientFromContext[pgx.Tx](ctx).InsertMany(ctx, jobs)
 	return err
@@ -559,6 +575,12 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	if err != nil {
 		return err
 	}
+	return w.attempt(ctx, a, st, expected)
+}
+
+// attempt is a's work on the delivery as its stream stands (st, read at
+// expected). A river.JobSnoozeError asks for the attempt again later.
+func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State, expected eventstore.ExpectedVersion) error {
 	if st.Created == nil || st.Status != delivery.Pending || st.Attempts >= a.Attempt+1 {
 		return nil // ended, or its next attempt is under way
 	}
@@ -693,17 +715,37 @@ func (rw *releaseWorker) Work(ctx context.Context, job *river.Job[ReleaseArgs]) 
 		return errors.New("the read model is behind the event")
 	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
+	again := false
 	for after := ""; ; {
 		list, err := readapi.PendingOf(ctx, w.Pool, a.EndpointID, a.AccountID, after, 1000)
-		if err != nil || len(list) == 0 {
+		if err != nil {
 			return err
+		}
+		if len(list) == 0 {
+			break
 		}
 		after = list[len(list)-1].ID
-		if err := insertDue(ctx, client, nextAttempts(list)); err != nil {
+		running, err := insertDue(ctx, client, nextAttempts(list))
+		if err != nil {
 			return err
 		}
+		again = again || running
 	}
+	if again && job.Attempt < releaseLooks {
+		// An attempt that saw the endpoint or account still held may be
+		// ending without sending: look again once it has. Attempts that
+		// keep running are a busy receiver's; the sweep covers any left.
+		return river.JobSnooze(releaseAgainAfter)
+	}
+	return nil
 }
+
+// A release looks again every releaseAgainAfter, releaseLooks times at
+// most, at deliveries whose attempt was running when it queued them.
+const (
+	releaseAgainAfter = 500 * time.Millisecond
+	releaseLooks      = 20
+)
 
 type dropWorker struct {
 	river.WorkerDefaults[DropArgs]
@@ -741,20 +783,29 @@ func nextAttempts(list []readapi.DueDelivery) []river.InsertManyParams {
 // insertDue queues attempts that are due now. One whose job exists already
 // but waits in the queue for later (a retry River scheduled before the
 // delivery was held, by a clock that has since moved) is made available:
-// its job snoozes again if it is not due yet.
-func insertDue(ctx context.Context, client *river.Client[pgx.Tx], jobs []river.InsertManyParams) error {
+// its job snoozes again if it is not due yet. running reports that some
+// attempt's job was still running: it may be one that found the delivery
+// held an instant ago and is about to end without attempting, so the
+// caller must queue again once it has ended.
+func insertDue(ctx context.Context, client *river.Client[pgx.Tx], jobs []river.InsertManyParams) (running bool, err error) {
 	res, err := client.InsertMany(ctx, jobs)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, r := range res {
-		if r.UniqueSkippedAsDuplicate && r.Job.State == rivertype.JobStateScheduled {
+		if !r.UniqueSkippedAsDuplicate {
+			continue
+		}
+		switch r.Job.State {
+		case rivertype.JobStateScheduled:
 			if _, err := client.JobRetry(ctx, r.Job.ID); err != nil {
-				return err
+				return false, err
 			}
+		case rivertype.JobStateRunning:
+			running = true
 		}
 	}
-	return nil
+	return running, nil
 }
 
 // RunSweep sweeps the read model every w.Sweep while this process holds
@@ -791,7 +842,9 @@ func (w *Webhooks) requeue(ctx context.Context, client *river.Client[pgx.Tx]) er
 	if err != nil || len(list) == 0 {
 		return err
 	}
-	return insertDue(ctx, client, nextAttempts(list))
+	// A running job is the delivery's own, under way: nothing to add.
+	_, err = insertDue(ctx, client, nextAttempts(list))
+	return err
 }
 
 // sweepEvery is how often held deliveries are looked at for expiry; one

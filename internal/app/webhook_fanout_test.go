@@ -84,3 +84,37 @@ func TestNoFanoutNoEndpointCanHear(t *testing.T) {
 		}
 	}
 }
+
+// An event with one endpoint to hear it is posted by its fan-out, without
+// an attempt job of its own; with two endpoints, each delivery gets its
+// job. Every delivery arrives once either way.
+func TestFanoutPostsALoneDeliveryItself(t *testing.T) {
+	w := newHookWorld(t)
+	first := newReceiver(t, always(204))
+	w.endpoint(t, map[string]any{"url": first.URL, "event_types": []string{"email.delivered"}})
+	attemptJobs := func() (n int) {
+		t.Helper()
+		if err := w.Pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE kind = 'webhook_attempt'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	w.send(t, map[string]any{"from": "a@acme.test", "to": "ann@example.org", "subject": "s", "text": "t"})
+	first.waitFor(t, 1)
+	if n := attemptJobs(); n != 0 {
+		t.Fatalf("a lone delivery made %d attempt jobs, want none", n)
+	}
+
+	second := newReceiver(t, always(204))
+	w.endpoint(t, map[string]any{"url": second.URL, "event_types": []string{"email.delivered"}})
+	w.send(t, map[string]any{"from": "a@acme.test", "to": "bob@example.org", "subject": "s", "text": "t"})
+	first.waitFor(t, 2)
+	second.waitFor(t, 1)
+	if n := attemptJobs(); n != 2 {
+		t.Fatalf("two deliveries of one event made %d attempt jobs, want 2", n)
+	}
+	time.Sleep(300 * time.Millisecond) // a second post of either would have come by now
+	if a, b := len(first.requests()), len(second.requests()); a != 2 || b != 1 {
+		t.Fatalf("the endpoints got %d and %d requests, want 2 and 1", a, b)
+	}
+}
