@@ -201,6 +201,22 @@ func TestNewFSEmptyDir(t *testing.T) {
 
 func TestFSDelete(t *testing.T) {
 	s, dir := newTestFS(t)
+	checkDelete(t, s, func(kept Digest) {
+		if got := files(t, dir); len(got) != 1 || !strings.HasSuffix(got[0], kept.Hex()) {
+			t.Fatalf("files after Delete: %v (want only the other blob)", got)
+		}
+	})
+	if err := s.Delete(context.Background(), "sha256:../../../etc/passwd"); err == nil {
+		t.Fatal("Delete of a malformed digest: want error")
+	}
+}
+
+// checkDelete holds a store to Delete's contract: a deleted blob is gone,
+// and only it (stored checks the backend holds only kept); deleting it
+// again, or a blob never stored, is not an error. It returns the kept
+// blob's digest.
+func checkDelete(t *testing.T, s Store, stored func(kept Digest)) Digest {
+	t.Helper()
 	ctx := context.Background()
 	kept, err := s.Put(ctx, []byte("another email's body"))
 	if err != nil {
@@ -216,10 +232,7 @@ func TestFSDelete(t *testing.T) {
 	if _, err := s.Get(ctx, d); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get after Delete = %v, want ErrNotFound", err)
 	}
-	if got := files(t, dir); len(got) != 1 || !strings.HasSuffix(got[0], kept.Hex()) {
-		t.Fatalf("files after Delete: %v (want only the other blob)", got)
-	}
-	// Deleting again, or a blob never stored, is not an error.
+	stored(kept)
 	if err := s.Delete(ctx, d); err != nil {
 		t.Fatalf("second Delete: %v", err)
 	}
@@ -229,7 +242,5 @@ func TestFSDelete(t *testing.T) {
 	if got, err := s.Get(ctx, kept); err != nil || string(got) != "another email's body" {
 		t.Fatalf("the other blob: %q, %v", got, err)
 	}
-	if err := s.Delete(ctx, "sha256:../../../etc/passwd"); err == nil {
-		t.Fatal("Delete of a malformed digest: want error")
-	}
+	return kept
 }

@@ -268,36 +268,11 @@ func TestS3ServerErrors(t *testing.T) {
 func TestS3Delete(t *testing.T) {
 	s, fake := newFakeBackedS3(t, "mailroom/")
 	ctx := context.Background()
-	kept, err := s.Put(ctx, []byte("another email's body"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := s.Put(ctx, []byte("erased body"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Delete(ctx, d); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Get(ctx, d); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Get after Delete = %v, want ErrNotFound", err)
-	}
-	if _, ok := fake.Object("mailroom/sha256/" + d.Hex()); ok {
-		t.Fatal("the object is still in the bucket")
-	}
-	if keys := fake.Keys(); !slices.Equal(keys, []string{"mailroom/sha256/" + kept.Hex()}) {
-		t.Fatalf("bucket holds %q, want only the other blob", keys)
-	}
-	// Deleting again, or a blob never stored, is not an error.
-	if err := s.Delete(ctx, d); err != nil {
-		t.Fatalf("second Delete: %v", err)
-	}
-	if err := s.Delete(ctx, DigestOf([]byte("never stored"))); err != nil {
-		t.Fatalf("Delete of a missing blob: %v", err)
-	}
-	if got, err := s.Get(ctx, kept); err != nil || string(got) != "another email's body" {
-		t.Fatalf("the other blob: %q, %v", got, err)
-	}
+	kept := checkDelete(t, s, func(kept Digest) {
+		if keys := fake.Keys(); !slices.Equal(keys, []string{"mailroom/sha256/" + kept.Hex()}) {
+			t.Fatalf("bucket holds %q, want only the other blob", keys)
+		}
+	})
 	if n := countRequests(fake.Requests(), http.MethodDelete, http.StatusNoContent); n != 3 {
 		t.Errorf("%d DELETEs answered 204, want 3: %+v", n, fake.Requests())
 	}
