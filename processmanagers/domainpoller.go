@@ -60,9 +60,9 @@ func (p *DomainPoller) poll(ctx context.Context, _ *pglock.Conn) error {
 		return err
 	}
 
-	meta := commands.Meta{Actor: "system:domain-poller"}
 	now := p.Now()
 	for _, d := range work {
+		meta := commands.Started("system:domain-poller") // each domain's check is its own story
 		var err error
 		t := d.State.Transition
 		switch {

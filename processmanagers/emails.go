@@ -67,6 +67,7 @@ type Checks struct {
 // instead of holding a worker.
 const PrepareDeadline = 2 * time.Minute
 
+// pipelineMeta is the pipeline's actor; each email's work adds its cause.
 var pipelineMeta = commands.Meta{Actor: "system:email-pipeline"}
 
 // Process takes the email id on from where its stream shows it: the work
@@ -78,12 +79,13 @@ func (p *Pipeline) Process(ctx context.Context, id string, pos eventstore.Positi
 	if err != nil {
 		return Transient(err)
 	}
-	return p.process(ctx, st, ver, pos)
+	return p.process(ctx, st, ver, pos, pipelineMeta)
 }
 
 // process works the email from st, read at version ver, which lets the
-// outcome be appended without reading the stream again.
-func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position) error {
+// outcome be appended without reading the stream again; meta names the
+// event that asked for the work.
+func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position, meta commands.Meta) error {
 	if !st.Exists() || st.Sent != nil || st.Failed != nil || st.Held || st.Erased != nil || st.Queued.Erased {
 		return nil // done already, waiting for its release, or erased
 	}
@@ -99,11 +101,11 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	if checks.Suspended {
 		// The email waits, without holding up other emails; a
 		// reinstatement releases it (Releaser).
-		return Transient(p.Commands.HoldEmail(ctx, q.EmailID, pipelineMeta))
+		return Transient(p.Commands.HoldEmail(ctx, q.EmailID, meta))
 	}
 	// A resumed email may have waited: its domain is checked again too.
 	if !checks.CanSend {
-		return p.fail(ctx, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
+		return p.fail(ctx, meta, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
 	}
 	atts := st.Attachments()
 	if st.Scanned == nil {
@@ -116,18 +118,18 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 			return Transient(err)
 		}
 		if reason != "" {
-			return p.fail(ctx, q.EmailID, reason, detail)
+			return p.fail(ctx, meta, q.EmailID, reason, detail)
 		}
 	}
-	err = p.send(ctx, st, ver, atts)
+	err = p.send(ctx, st, ver, atts, meta)
 	if errors.Is(err, datakeys.ErrErased) {
 		return nil // erased meanwhile: nothing happens to it any more
 	}
 	return err
 }
 
-func (p *Pipeline) fail(ctx context.Context, id, reason, detail string) error {
-	if err := p.Commands.FailEmail(ctx, id, reason, detail, pipelineMeta); err != nil {
+func (p *Pipeline) fail(ctx context.Context, meta commands.Meta, id, reason, detail string) error {
+	if err := p.Commands.FailEmail(ctx, id, reason, detail, meta); err != nil {
 		return Transient(err)
 	}
 	return nil
@@ -244,7 +246,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks) (
 
 // send renders the message, hands it to the provider and records the
 // outcome.
-func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, atts []email.Attachment) error {
+func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, atts []email.Attachment, meta commands.Meta) error {
 	q := st.Queued
 	raw, err := p.render(ctx, st, atts)
 	if IsTransient(err) {
@@ -252,7 +254,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 	}
 	if err != nil { // the message cannot be rendered: it never leaves
 		p.logFailure(q.EmailID, "rendering failed", err)
-		return p.fail(ctx, q.EmailID, email.ReasonRenderingFailed, "the message could not be built from the email's fields")
+		return p.fail(ctx, meta, q.EmailID, email.ReasonRenderingFailed, "the message could not be built from the email's fields")
 	}
 	recipients := mailmsg.Addresses(st.Recipients())
 	var key *provider.DKIMKey
@@ -277,18 +279,18 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		if rejected.Code != "" {
 			detail += " (" + rejected.Code + ")"
 		}
-		return p.fail(ctx, q.EmailID, email.ReasonProviderRejected, detail)
+		return p.fail(ctx, meta, q.EmailID, email.ReasonProviderRejected, detail)
 	case err != nil && p.Now().Sub(q.QueuedAt) > p.MaxAge:
 		p.Outcomes.Send("failed", err, p.Now())
 		p.logFailure(q.EmailID, "provider unavailable", err)
-		return p.fail(ctx, q.EmailID, email.ReasonProviderUnavailable,
+		return p.fail(ctx, meta, q.EmailID, email.ReasonProviderUnavailable,
 			fmt.Sprintf("the provider did not accept the message within %s", p.MaxAge))
 	case err != nil:
 		p.Outcomes.Send("retrying", err, p.Now())
 		return Transient(err)
 	}
 	p.Outcomes.Send("sent", nil, p.Now())
-	if err := p.Commands.RecordEmailSentAt(ctx, st, ver, atts, msgID, p.Feedback, pipelineMeta); err != nil {
+	if err := p.Commands.RecordEmailSentAt(ctx, st, ver, atts, msgID, p.Feedback, meta); err != nil {
 		return Transient(err)
 	}
 	return nil

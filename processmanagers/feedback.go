@@ -16,7 +16,6 @@ import (
 // feedback lock, recording each feedback event once on its email. A message
 // is deleted from the queue only after its events are recorded.
 func SESFeedback(ctx context.Context, p *ses.Provider, cmds *commands.Service, pool *pgxpool.Pool, log *slog.Logger) {
-	meta := commands.Meta{Actor: "system:ses-feedback"}
 	pglock.Lead(ctx, pool.Config().ConnConfig, pglock.SESFeedback, log, "ses-feedback", func(ctx context.Context) {
 		err := p.PollFeedback(ctx, func(ctx context.Context, fbs []ses.Feedback) error {
 			for _, fb := range fbs {
@@ -27,6 +26,7 @@ func SESFeedback(ctx context.Context, p *ses.Provider, cmds *commands.Service, p
 				if fb.Event != nil {
 					evs = append(evs, fb.Event)
 				}
+				meta := commands.Started("system:ses-feedback") // one run per notification
 				if err := cmds.RecordEmailFeedback(ctx, fb.EmailID, evs, fb.Reject, meta); err != nil {
 					return err // kept in the queue; SQS redelivers it
 				}

@@ -59,7 +59,7 @@ func (r *Releaser) Handle(ctx context.Context, ev eventstore.RecordedEvent) erro
 		}
 	}
 	for _, id := range ids {
-		if err := r.Commands.ReleaseEmail(ctx, id, releaseMeta); err != nil {
+		if err := r.Commands.ReleaseEmail(ctx, id, releaseMeta.CausedBy(ev)); err != nil {
 			return Transient(err)
 		}
 	}

@@ -62,7 +62,7 @@ func (r *Retention) Tick(ctx context.Context) (ran bool, erased int, err error) 
 
 // pass erases every email past retention; the caller holds the lock.
 func (r *Retention) pass(ctx context.Context) (int, error) {
-	meta := commands.Meta{Actor: "system:retention"}
+	meta := commands.Started("system:retention") // one run per pass
 	erased := 0
 	for {
 		due, err := readapi.New(r.Pool, r.Now).EmailsPastRetention(ctx, r.DefaultDays, r.Now(), retentionBatch)

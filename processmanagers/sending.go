@@ -37,6 +37,8 @@ type SendArgs struct {
 	AccountID string `json:"account_id,omitempty"`
 	EventID   string `json:"event_id" river:"unique"`
 	Position  string `json:"position"` // of the event, for read-your-writes
+	// CorrelationID is the event's: the email's events keep its story.
+	CorrelationID string `json:"correlation_id,omitempty"`
 }
 
 // Kind implements river.JobArgs.
@@ -62,7 +64,8 @@ func PlanSends(_ context.Context, ev eventstore.RecordedEvent) ([]river.InsertMa
 		return nil, jobs.Malformed(fmt.Errorf("%s without an email id: %v", ev.Type, err))
 	}
 	return []river.InsertManyParams{{
-		Args: SendArgs{EmailID: e.EmailID, AccountID: e.AccountID, EventID: ev.ID.String(), Position: ev.Position.String()},
+		Args: SendArgs{EmailID: e.EmailID, AccountID: e.AccountID, EventID: ev.ID.String(), Position: ev.Position.String(),
+			CorrelationID: ev.Metadata.CorrelationID},
 		InsertOpts: &river.InsertOpts{
 			Queue: jobs.EmailQueue, MaxAttempts: sendMaxAttempts,
 			UniqueOpts: river.UniqueOpts{ByArgs: true},
@@ -109,7 +112,7 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 		}
 		defer w.Accounts.Release(st.Queued.AccountID)
 	}
-	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, ver, pos))
+	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, ver, pos, pipelineMeta.Following(job.Args.EventID, job.Args.CorrelationID)))
 }
 
 // overCapWait is how long a job of an account that has its share in flight

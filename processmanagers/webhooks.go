@@ -116,6 +116,8 @@ type FanoutArgs struct {
 	Type    string    `json:"type"` // the webhook's, e.g. email.delivered
 	At      time.Time `json:"at"`
 	Extra   *Details  `json:"extra,omitempty"`
+	// CorrelationID is the event's: its deliveries keep the email's story.
+	CorrelationID string `json:"correlation_id,omitempty"`
 }
 
 // Details are the envelope data's fields that only some types carry.
@@ -145,6 +147,18 @@ type AttemptArgs struct {
 	// attempt waits for the read model to show it, so a receiver that
 	// hears of a delivery finds it listed.
 	Listed *eventstore.Position `json:"listed,omitempty"`
+	// Cause is the email event the delivery carries, and CorrelationID
+	// its story; an attempt queued by a release or a sweep has neither.
+	Cause         string `json:"cause,omitempty"`
+	CorrelationID string `json:"correlation_id,omitempty"`
+}
+
+// meta is the metadata of what the attempt records.
+func (a AttemptArgs) meta() commands.Meta {
+	if a.Cause == "" {
+		return commands.Started(dispatchMeta.Actor)
+	}
+	return dispatchMeta.Following(a.Cause, a.CorrelationID)
 }
 
 func (AttemptArgs) Kind() string { return "webhook_attempt" }
@@ -169,6 +183,9 @@ func (ReleaseArgs) Kind() string { return "webhook_release" }
 type DropArgs struct {
 	EmailID  string              `json:"email_id" river:"unique"`
 	Position eventstore.Position `json:"position"`
+	// Erasure is the EmailErased event, and CorrelationID its story.
+	Erasure       string `json:"erasure,omitempty"`
+	CorrelationID string `json:"correlation_id,omitempty"`
 }
 
 func (DropArgs) Kind() string                    { return "webhook_drop" }
@@ -343,7 +360,12 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 	case *delivery.Created:
 		// Without the delivery: a redelivered event must find the attempt
 		// made, on the stream.
-		args = AttemptArgs{DeliveryID: e.DeliveryID, Attempt: 1, AccountID: e.AccountID, EndpointID: e.EndpointID}
+		cause := ev.Metadata.CausationID // the email event, when the fan-out recorded it
+		if cause == "" {
+			cause = ev.ID.String()
+		}
+		args = AttemptArgs{DeliveryID: e.DeliveryID, Attempt: 1, AccountID: e.AccountID, EndpointID: e.EndpointID,
+			Cause: cause, CorrelationID: ev.Metadata.CorrelationID}
 	case *webhook.Resumed:
 		args = ReleaseArgs{EndpointID: e.EndpointID, Position: ev.Position}
 	case *account.Reinstated:
@@ -352,7 +374,7 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 		w.remember(emailID, e.AccountID, ev.Position)
 		return nil, nil
 	case *email.Erased:
-		args = DropArgs{EmailID: emailID, Position: ev.Position}
+		args = DropArgs{EmailID: emailID, Position: ev.Position, Erasure: ev.ID.String(), CorrelationID: ev.Metadata.CorrelationID}
 	default:
 		typ, at, extra, ok := webhookEvent(e)
 		if !ok || email.DataErased(e) {
@@ -361,7 +383,8 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 		if w.unheard(emailID, typ) {
 			return nil, nil
 		}
-		args = FanoutArgs{EventID: ev.ID.String(), EmailID: emailID, Type: typ, At: at, Extra: extra}
+		args = FanoutArgs{EventID: ev.ID.String(), EmailID: emailID, Type: typ, At: at, Extra: extra,
+			CorrelationID: ev.Metadata.CorrelationID}
 	}
 	return []river.InsertManyParams{{Args: args}}, nil
 }
@@ -447,7 +470,7 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 		ds[i] = commands.NewDelivery{Created: delivery.Created{DeliveryID: id, EndpointID: ep.ID, AccountID: q.AccountID,
 			EmailID: q.EmailID, Type: a.Type, Payload: string(payload), CreatedAt: a.At}, Skipped: ep.Disabled}
 	}
-	fresh, last, err := w.Commands.CreateDeliveries(ctx, ds, fanoutMeta)
+	fresh, last, err := w.Commands.CreateDeliveries(ctx, ds, fanoutMeta.Following(a.EventID, a.CorrelationID))
 	if err != nil {
 		return err
 	}
@@ -459,7 +482,8 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 		if d.Skipped {
 			continue
 		}
-		args := AttemptArgs{DeliveryID: d.DeliveryID, Attempt: 1, AccountID: d.AccountID, EndpointID: d.EndpointID, Listed: &last}
+		args := AttemptArgs{DeliveryID: d.DeliveryID, Attempt: 1, AccountID: d.AccountID, EndpointID: d.EndpointID, Listed: &last,
+			Cause: a.EventID, CorrelationID: a.CorrelationID}
 		jobs = append(jobs, river.InsertManyParams{Args: args})
 		if fresh[i] {
 			only = &ds[i]
@@ -587,7 +611,7 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 	if st.Created.Erased {
 		// Its email was erased: dropped, never sent, and no failure of
 		// the endpoint's.
-		return w.Commands.DropDelivery(ctx, a.DeliveryID, false, dispatchMeta)
+		return w.Commands.DropDelivery(ctx, a.DeliveryID, false, a.meta())
 	}
 	ep, err := readapi.EndpointForAttempt(ctx, w.Pool, a.EndpointID)
 	if errors.Is(err, readapi.ErrNotFound) {
@@ -626,7 +650,7 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 		return err
 	}
 	w.Outcomes.Attempt(o.Succeeded())
-	final, err := w.Commands.RecordAttempt(ctx, st, expected, o, w.Schedule, rand.Float64()*2-1, ep.Clean, dispatchMeta)
+	final, err := w.Commands.RecordAttempt(ctx, st, expected, o, w.Schedule, rand.Float64()*2-1, ep.Clean, a.meta())
 	if err != nil {
 		return err
 	}
@@ -638,7 +662,8 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 
 // queueNext queues the attempt after a's, due at (by the domain's clock).
 func (w *Webhooks) queueNext(ctx context.Context, a AttemptArgs, at time.Time) error {
-	next := AttemptArgs{DeliveryID: a.DeliveryID, Attempt: a.Attempt + 1, AccountID: a.AccountID, EndpointID: a.EndpointID, NotBefore: at}
+	next := AttemptArgs{DeliveryID: a.DeliveryID, Attempt: a.Attempt + 1, AccountID: a.AccountID, EndpointID: a.EndpointID, NotBefore: at,
+		Cause: a.Cause, CorrelationID: a.CorrelationID}
 	var opts river.InsertOpts
 	if wait := at.Sub(w.Now()); wait > scheduleAfter {
 		opts.ScheduledAt = time.Now().Add(wait)
@@ -763,8 +788,12 @@ func (dw *dropWorker) Work(ctx context.Context, job *river.Job[DropArgs]) error 
 	if err != nil {
 		return err
 	}
+	meta := dispatchMeta.Following(a.Erasure, a.CorrelationID)
+	if a.Erasure == "" {
+		meta = commands.Started(dispatchMeta.Actor)
+	}
 	for _, id := range ids {
-		if err := w.Commands.DropDelivery(ctx, id, true, dispatchMeta); err != nil {
+		if err := w.Commands.DropDelivery(ctx, id, true, meta); err != nil {
 			return err
 		}
 	}
@@ -863,8 +892,9 @@ func (w *Webhooks) expireHeld(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	meta := commands.Started(dispatchMeta.Actor)
 	for _, h := range list {
-		if err := w.Commands.ExpireDelivery(ctx, h.ID, h.Disabled, dispatchMeta); err != nil {
+		if err := w.Commands.ExpireDelivery(ctx, h.ID, h.Disabled, meta); err != nil {
 			return err
 		}
 	}

@@ -25,7 +25,7 @@ func accountsCmd(cfg *config.Config) *cobra.Command {
 		Short: "Create an account and print its first org:admin token",
 		Args:  cobra.NoArgs,
 		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
-			acct, err := a.Commands.CreateAccount(cmd.Context(), name, operator)
+			acct, err := a.Commands.CreateAccount(cmd.Context(), name, operator())
 			if err != nil {
 				return err
 			}
@@ -60,7 +60,7 @@ func tokensCmd(cfg *config.Config) *cobra.Command {
 		Short: "Issue a management token with a role on an account",
 		Args:  cobra.NoArgs,
 		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
-			tok, err := a.Commands.IssueExpiringToken(cmd.Context(), accountID, account.Role(role), expiresIn, operator)
+			tok, err := a.Commands.IssueExpiringToken(cmd.Context(), accountID, account.Role(role), expiresIn, operator())
 			if err != nil {
 				return describe(err, "account", accountID)
 			}
@@ -95,7 +95,7 @@ func tokensCmd(cfg *config.Config) *cobra.Command {
 			if err != nil {
 				return describe(err, "token", id)
 			}
-			if err := a.Commands.RevokeToken(cmd.Context(), acct, id, operator); err != nil {
+			if err := a.Commands.RevokeToken(cmd.Context(), acct, id, operator()); err != nil {
 				return describe(err, "token", id)
 			}
 			if revokeJSON {
@@ -117,7 +117,7 @@ func accountChange(cfg *config.Config, verb, short, done string, op func(*app.Ap
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, args []string) error {
-			if err := op(a)(cmd.Context(), args[0], operator); err != nil {
+			if err := op(a)(cmd.Context(), args[0], operator()); err != nil {
 				return describe(err, "account", args[0])
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "account %s %s\n", args[0], done)

@@ -21,7 +21,7 @@ func domainsCmd(cfg *config.Config) *cobra.Command {
 POST /api/domains/:id/upgrade then moves it to a Mailroom-held key.`,
 		Args: cobra.NoArgs,
 		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
-			st, err := a.Commands.ImportLegacyDomain(cmd.Context(), accountID, legacy, operator)
+			st, err := a.Commands.ImportLegacyDomain(cmd.Context(), accountID, legacy, operator())
 			if err != nil {
 				return describe(err, "account", accountID)
 			}

@@ -31,8 +31,9 @@ func main() {
 	}
 }
 
-// operator is the actor recorded for operator commands.
-var operator = commands.Meta{Actor: "operator"}
+// operator is the metadata of an operator command: each command is a run
+// of its own.
+func operator() commands.Meta { return commands.Started("operator") }
 
 func root() *cobra.Command {
 	var cfg config.Config

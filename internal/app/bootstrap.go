@@ -30,7 +30,7 @@ func (a *App) Bootstrap(ctx context.Context) (*FirstRun, error) {
 	if n > 0 {
 		return nil, nil
 	}
-	meta := commands.Meta{Actor: "system:bootstrap"}
+	meta := commands.Started("system:bootstrap")
 	// The projection runner is not running yet: settle inline.
 	cmds := a.inlineCommands()
 	acct, err := cmds.CreateAccount(ctx, "Development", meta)
@@ -48,7 +48,7 @@ func (a *App) Bootstrap(ctx context.Context) (*FirstRun, error) {
 			return nil, err
 		}
 		// An explicit operator event, visible in the history like any other.
-		if err := cmds.VerifyDomainBySandbox(ctx, d.ID, commands.Meta{Actor: "operator"}); err != nil {
+		if err := cmds.VerifyDomainBySandbox(ctx, d.ID, commands.Started("operator")); err != nil {
 			return nil, err
 		}
 		first.Domain = d.Name

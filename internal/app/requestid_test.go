@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/app/apptest"
@@ -88,5 +89,104 @@ func TestClientRequestIDMarkedInEvents(t *testing.T) {
 	n, err := eventstore.Verify(context.Background(), s.Ledger, func(b eventstore.Break) { breaks = append(breaks, b) })
 	if err != nil || len(breaks) > 0 || n == 0 {
 		t.Fatalf("verify: %d events checked, breaks %v, err %v", n, breaks, err)
+	}
+}
+
+// Every event names who recorded it, the request or run that began its
+// story, and its cause, so an auditor can follow an email from the send
+// request through the workers to the last webhook attempt.
+func TestEveryEventTellsItsStory(t *testing.T) {
+	w := newHookWorld(t)
+	rcv := newReceiver(t, always(200))
+	w.endpoint(t, map[string]any{"url": rcv.URL})
+	r := w.Do("POST", "/v1/emails/send", w.key, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("send: %d %s", r.Status, r.Body)
+	}
+	request, emailID := r.Header.Get("X-Request-Id"), r.JSON(t)["id"].(string)
+	rcv.waitFor(t, 2) // email.sent and email.delivered
+	w.waitFor(t, emailID, status("delivered"))
+
+	type line struct {
+		Stream   string            `json:"stream"`
+		EventID  string            `json:"event_id"`
+		Type     string            `json:"type"`
+		Data     json.RawMessage   `json:"data"`
+		Metadata map[string]string `json:"metadata"`
+	}
+	var all []line
+	deadline := time.Now().Add(10 * time.Second)
+	for attempts := 0; ; {
+		var buf bytes.Buffer
+		if _, err := eventstore.Export(context.Background(), w.Ledger, eventstore.Start, "", &buf); err != nil {
+			t.Fatal(err)
+		}
+		all = all[:0]
+		for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+			var e line
+			if err := json.Unmarshal(l, &e); err != nil {
+				t.Fatalf("export line %s: %v", l, err)
+			}
+			all = append(all, e)
+		}
+		for _, e := range all {
+			if e.Type == "WebhookAttemptSucceeded" {
+				attempts++
+			}
+		}
+		if attempts >= 2 || time.Now().After(deadline) {
+			break
+		}
+		attempts = 0
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	ids := map[string]string{} // event type of the email's stream -> event id
+	for _, e := range all {
+		for _, field := range []string{"actor", "request_id", "correlation_id", "causation_id"} {
+			if e.Metadata[field] == "" {
+				t.Errorf("%s on %s has no %s: %v", e.Type, e.Stream, field, e.Metadata)
+			}
+		}
+		if e.Stream == email.Stream(emailID) {
+			ids[e.Type] = e.EventID
+		}
+	}
+	deliveries := map[string]bool{} // the streams of the email's deliveries
+	for _, e := range all {
+		if e.Type == "WebhookDeliveryCreated" && strings.Contains(string(e.Data), emailID) {
+			deliveries[e.Stream] = true
+		}
+	}
+	mine := 0
+	for _, e := range all {
+		if e.Stream != email.Stream(emailID) && !deliveries[e.Stream] {
+			continue // another story: the account, the key, the domain, the endpoint
+		}
+		mine++
+		if e.Metadata["correlation_id"] != request || e.Metadata["request_id"] != request {
+			t.Errorf("%s on %s belongs to %q, want the send request %q", e.Type, e.Stream, e.Metadata["correlation_id"], request)
+		}
+		var cause string
+		switch e.Type {
+		case "EmailQueued":
+			cause = request
+		case "EmailSent", "EmailDelivered", "EmailScanned":
+			cause = ids["EmailQueued"] // the pipeline's work on the queued email
+		case "WebhookDeliveryCreated", "WebhookAttemptSucceeded":
+			if e.Metadata["causation_id"] != ids["EmailSent"] && e.Metadata["causation_id"] != ids["EmailDelivered"] {
+				t.Errorf("%s on %s caused by %q, want the email event it delivers", e.Type, e.Stream, e.Metadata["causation_id"])
+			}
+			continue
+		default:
+			t.Errorf("unexpected %s on %s", e.Type, e.Stream)
+			continue
+		}
+		if e.Metadata["causation_id"] != cause {
+			t.Errorf("%s caused by %q, want %q", e.Type, e.Metadata["causation_id"], cause)
+		}
+	}
+	if mine < 7 { // queued, sent, delivered; two deliveries and their attempts
+		t.Errorf("the email's story has %d events", mine)
 	}
 }
