@@ -439,8 +439,14 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	// Endpoints created before the email was sent must be seen. (Waiting
 	// for this event's own position would hold every event up for a
 	// projection cycle; an endpoint created while the email is under way
-	// gets its later events only.)
-	_ = w.Settle(ctx, queuedAt, projections.WebhooksName)
+	// gets its later events only.) A read model still behind that is no
+	// answer: the event waits for it rather than reach nobody.
+	if err := w.Settle(ctx, queuedAt, projections.WebhooksName); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return river.JobSnooze(time.Second)
+	}
 	endpoints, err := w.Endpoints(ctx, q.AccountID, a.Type, a.At)
 	if err != nil || len(endpoints) == 0 {
 		return err

@@ -2,16 +2,20 @@ package processmanagers
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
+	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/eventstore/memory"
 	"github.com/mailroom/mailroom/internal/pgtest"
 	"github.com/mailroom/mailroom/projections"
 )
@@ -157,5 +161,47 @@ func TestPlanSkipsErasedEvents(t *testing.T) {
 	jobs := planned(&email.Erased{EmailID: id, AccountID: "a", Reason: email.ErasedByRetention, ErasedAt: now})
 	if len(jobs) != 1 || jobs[0].Args.Kind() != (DropArgs{}).Kind() || jobs[0].Args.(DropArgs).EmailID != id {
 		t.Errorf("jobs of an erasure: %+v, want one that drops its deliveries", jobs)
+	}
+}
+
+// The fan-out reads the endpoints only once the read model shows the
+// email's queueing: behind that, it would find none and the event would
+// reach nobody, so it waits and tries again.
+func TestFanoutWaitsForTheEndpointsReadModel(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	t.Cleanup(func() { store.Close() })
+	id := uuid.NewString()
+	data, err := codec.Encode(&email.Queued{EmailID: id, AccountID: "acct", To: []string{"ann@example.org"}, QueuedAt: time.Now()}, eventstore.Metadata{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, email.Stream(id), eventstore.NoStream, data); err != nil {
+		t.Fatal(err)
+	}
+	behind := true
+	asked := 0
+	w := &Webhooks{
+		Commands: commands.New(commands.Deps{Store: store}),
+		Settle: func(context.Context, eventstore.Position, ...projections.Name) error {
+			if behind {
+				return &projections.LagError{Behind: []projections.Name{projections.WebhooksName}, Timeout: time.Millisecond}
+			}
+			return nil
+		},
+		Endpoints: func(context.Context, string, string, time.Time) ([]Target, error) {
+			asked++
+			return nil, nil
+		},
+	}
+	job := &river.Job[FanoutArgs]{JobRow: &rivertype.JobRow{Attempt: 1},
+		Args: FanoutArgs{EventID: uuid.NewString(), EmailID: id, Type: "email.delivered", At: time.Now()}}
+	var snooze *river.JobSnoozeError
+	if err := (&fanoutWorker{w: w}).Work(ctx, job); !errors.As(err, &snooze) || asked != 0 {
+		t.Fatalf("behind the read model: %v, endpoints read %d times; want a snooze and no read", err, asked)
+	}
+	behind = false
+	if err := (&fanoutWorker{w: w}).Work(ctx, job); err != nil || asked != 1 {
+		t.Fatalf("caught up: %v, endpoints read %d times", err, asked)
 	}
 }
