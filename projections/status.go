@@ -18,7 +18,7 @@ type Status struct {
 	Version     int                 `json:"version"`
 	Position    eventstore.Position `json:"position"`
 	Lag         int64               `json:"lag"` // events not yet applied; -1 when the store cannot count
-	UpdatedAt   time.Time           `json:"updated_at"`
+	UpdatedAt   apitime.Time        `json:"updated_at"`
 	Failing     *Failure            `json:"failing"`     // nil unless its last batch failed
 	Quarantined []Quarantine        `json:"quarantined"` // streams it passes over
 }
@@ -52,7 +52,7 @@ func (r *Runner) Status(ctx context.Context, lagCap int64) ([]Status, error) {
 		var lastError *string
 		var failures int
 		var since *time.Time
-		if err := rows.Scan(&s.Name, &c, &pr, &s.Version, &s.UpdatedAt, &lastError, &failures, &since); err != nil {
+		if err := rows.Scan(&s.Name, &c, &pr, &s.Version, &s.UpdatedAt.Time, &lastError, &failures, &since); err != nil {
 			rows.Close()
 			return nil, err
 		}

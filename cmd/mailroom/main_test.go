@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,9 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
+
+// apiTimestamp is the one timestamp format of the API and the CLI's --json.
+var apiTimestamp = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)
 
 // run executes the mailroom command line in-process.
 func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
@@ -106,8 +110,9 @@ func TestOperatorCommands(t *testing.T) {
 		}
 		var st struct {
 			Projections []struct {
-				Name string
-				Lag  int64
+				Name      string
+				Lag       int64
+				UpdatedAt string `json:"updated_at"`
 			}
 		}
 		if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Projections) < 5 {
@@ -115,6 +120,9 @@ func TestOperatorCommands(t *testing.T) {
 		}
 		lagging := ""
 		for _, p := range st.Projections {
+			if !apiTimestamp.MatchString(p.UpdatedAt) {
+				t.Fatalf("%s updated_at %q is not an API timestamp", p.Name, p.UpdatedAt)
+			}
 			if p.Lag != 0 {
 				lagging += fmt.Sprintf(" %s:%d", p.Name, p.Lag)
 			}

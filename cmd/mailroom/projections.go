@@ -173,7 +173,7 @@ func printStatus(out io.Writer, st []projections.Status) error {
 			state = fmt.Sprintf("%d quarantined", len(s.Quarantined))
 		}
 		quarantined = append(quarantined, s.Quarantined...)
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\n", s.Name, s.Version, s.Position, s.Lag, apitime.Format(s.UpdatedAt), state)
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\n", s.Name, s.Version, s.Position, s.Lag, apitime.Format(s.UpdatedAt.Time), state)
 	}
 	if err := w.Flush(); err != nil {
 		return err
