@@ -75,6 +75,11 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, BadRequest("invalid_json", "the request body is empty; expected a JSON document")
 	}
+	if string(bytes.TrimSpace(data)) == "null" {
+		// encoding/json takes a root null as "nothing to do"; every body
+		// of the API is an object, so it is the wrong type like [] is.
+		return nil, BadRequest("invalid_type", "the request body must be an object")
+	}
 	// json.Unmarshal validates the whole input first, so syntax errors and
 	// trailing garbage are reported before any type mismatch.
 	err = json.Unmarshal(data, v)

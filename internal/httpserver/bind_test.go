@@ -104,9 +104,11 @@ func TestBindJSONInvalidType(t *testing.T) {
 	}
 
 	// A root of the wrong type has no field path.
-	res = s.post(t, "/bind", `["a"]`)
-	if p := res.problem(t); res.status != 400 || p.Code != "invalid_type" || p.Detail != "the request body must be an object" {
-		t.Errorf("root: %d %s", res.status, res.body)
+	for _, body := range []string{`["a"]`, ` null `} {
+		res = s.post(t, "/bind", body)
+		if p := res.problem(t); res.status != 400 || p.Code != "invalid_type" || p.Detail != "the request body must be an object" {
+			t.Errorf("root %s: %d %s", body, res.status, res.body)
+		}
 	}
 }
 
