@@ -93,7 +93,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.HTTPAddr, "http-addr", "MAILROOM_HTTP_ADDR", "127.0.0.1:8080", "address the HTTP API listens on")
 	str(fs, &c.OpsAddr, "ops-addr", "MAILROOM_OPS_ADDR", "", "operator listener for /metrics and the detail of /readyz (which the HTTP address then no longer serves); empty: all on the HTTP address")
 	str(fs, &c.MasterKey, "master-key", "MAILROOM_MASTER_KEY", "", "32-byte key as 64 hex characters that encrypts stored secrets; generated into <data-dir>/master.key in development"+secretNote)
-	str(fs, &c.DataDir, "data-dir", "MAILROOM_DATA_DIR", "./.mailroom", "local state for development: master key, outbox, blobs")
+	str(fs, &c.DataDir, "data-dir", "MAILROOM_DATA_DIR", "./.mailroom", "where development keeps its generated master key (the outbox and blobs have their own settings)")
 	str(fs, &c.Environment, "env", "MAILROOM_ENV", "development", `"development" or "production" (production requires an explicit master key)`)
 	str(fs, &c.Provider, "provider", "MAILROOM_PROVIDER", "sandbox", "mail provider: sandbox, ses or smtp")
 	str(fs, &c.SandboxOutbox, "sandbox-outbox", "MAILROOM_SANDBOX_OUTBOX", "./.mailroom/outbox", "where the sandbox provider writes <email_id>.eml")

@@ -99,6 +99,12 @@ func Simulate(recipient string) Outcome {
 	if i := strings.LastIndex(addr, "<"); i >= 0 {
 		addr = strings.TrimSuffix(addr[i+1:], ">")
 	}
+	// As with SES, a label after "+" tells test sends apart and changes
+	// nothing: bounce+order-7@ bounces.
+	if local, domain, ok := strings.Cut(addr, "@"); ok && domain == "simulator.amazonses.com" {
+		local, _, _ = strings.Cut(local, "+")
+		addr = local + "@" + domain
+	}
 	switch addr {
 	case "bounce@simulator.amazonses.com":
 		return Outcome{Bounced: true, BounceType: "Permanent", BounceSubtype: "General"}

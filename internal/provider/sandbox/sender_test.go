@@ -96,3 +96,20 @@ func TestNegativeLatencyRefused(t *testing.T) {
 		t.Fatal("a negative latency was accepted")
 	}
 }
+
+func TestSimulateAnswersLikeTheSESMailboxSimulator(t *testing.T) {
+	for addr, want := range map[string]sandbox.Outcome{
+		"success@simulator.amazonses.com":                 {Delivered: true},
+		"ooto@simulator.amazonses.com":                    {Delivered: true},
+		"Bounce@Simulator.AmazonSES.com":                  {Bounced: true, BounceType: "Permanent", BounceSubtype: "General"},
+		"Tester <bounce+order-7@simulator.amazonses.com>": {Bounced: true, BounceType: "Permanent", BounceSubtype: "General"},
+		"complaint+x@simulator.amazonses.com":             {Delivered: true, Complained: true},
+		"suppressionlist+a+b@simulator.amazonses.com":     {Bounced: true, BounceType: "Permanent", BounceSubtype: "OnAccountSuppressionList"},
+		"bounce+label@example.org":                        {Delivered: true},
+		"bounce@simulator.amazonses.com.example.org":      {Delivered: true},
+	} {
+		if got := sandbox.Simulate(addr); got != want {
+			t.Errorf("Simulate(%q) = %+v, want %+v", addr, got, want)
+		}
+	}
+}
