@@ -60,6 +60,7 @@ func startServe(t *testing.T, bin, addr, db, dataDir string, extra ...string) *p
 	// command line is visible to every user of the machine.
 	cmd.Env = append(os.Environ(), "MAILROOM_DATABASE_URL="+db+"&pool_max_conns=12")
 	cmd.Stderr = os.Stderr
+	dieWithTest(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

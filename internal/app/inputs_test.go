@@ -62,7 +62,7 @@ func TestInflightBytesCap(t *testing.T) {
 	pw, slow := upload()
 
 	// Another body of unknown length no longer fits.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		select {
 		case code := <-slow:

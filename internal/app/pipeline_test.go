@@ -187,6 +187,16 @@ func TestTwoWorkersShareSending(t *testing.T) {
 	// worker can drain the queue before the other claims some.
 	relayA.Delay(50 * time.Millisecond)
 	relayB.Delay(50 * time.Millisecond)
+	// However slowly worker B starts, A cannot drain the queue alone: its
+	// relay answers nothing until B's has taken a message.
+	bSent := make(chan struct{})
+	relayA.HoldUntil(bSent)
+	go func() {
+		defer close(bSent)
+		for deadline := time.Now().Add(30 * time.Second); len(relayB.Messages()) == 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
 	url := pgtest.NewURL(t) + "&pool_max_conns=10"
 	shared := t.TempDir() // one master key and blob store, as in production
 	cfgFor := func(relay *smtptest.Relay) config.Config {

@@ -108,11 +108,10 @@ func TestTwoWorkerProcessesShareAttempts(t *testing.T) {
 	for range 4 {
 		ids = append(ids, w.test(t, id))
 	}
+	// A process slow to start costs the first attempts their 10 s time-out
+	// and a retry; either way, four at once need both processes.
 	for _, did := range ids {
-		d := w.waitDelivery(t, id, did, "delivered")
-		if d["attempts"] != 1.0 {
-			t.Fatalf("delivery %v", d)
-		}
+		w.waitDelivery(t, id, did, "delivered")
 	}
 	for i, s := range []*apptest.Server{w.Server, other} {
 		if n := testutil.ToFloat64(s.Outcomes.Attempts.WithLabelValues("success")); n == 0 {

@@ -28,6 +28,7 @@ type Relay struct {
 	msgs   []Message
 	reject *gosmtp.SMTPError
 	delay  time.Duration
+	gate   <-chan struct{}
 	datas  int // DATA commands answered, accepted or not
 }
 
@@ -45,6 +46,14 @@ func (r *Relay) Delay(d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.delay = d
+}
+
+// HoldUntil makes the relay answer no DATA until gate is closed (or for at
+// most 30 s), as a relay that has stalled does.
+func (r *Relay) HoldUntil(gate <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gate = gate
 }
 
 // RejectData makes the relay answer every DATA with reply from now on
@@ -99,9 +108,15 @@ func (s *session) Data(rd io.Reader) error {
 		return err
 	}
 	s.r.mu.Lock()
-	delay := s.r.delay
+	delay, gate := s.r.delay, s.r.gate
 	s.r.mu.Unlock()
 	time.Sleep(delay)
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-time.After(30 * time.Second):
+		}
+	}
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
 	s.r.datas++
