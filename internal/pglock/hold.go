@@ -73,7 +73,7 @@ func (c *Conn) ping() error {
 // Hold takes key on a connection of its own, opened from cfg, waiting as
 // o.Wait says, and runs f while it holds it. f's context ends when ctx does
 // or, with a cause wrapping ErrLost, when the connection fails a check.
-// Closing the connection at the end releases the lock.
+// At the end the lock is released, then the connection closed.
 //
 // Hold returns f's error; or, when the connection was lost and f reports
 // nothing else, that cause; or why it never held the lock (ErrHeld, a
@@ -86,14 +86,22 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 	if err != nil {
 		return fmt.Errorf("lock connection: %w", err)
 	}
+	held := false
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
 		defer cancel()
+		if held {
+			// The server drops a closed session's locks in its own time:
+			// unlocked here, the lock is free for the next holder once
+			// Hold returns.
+			pc.Exec(cctx, "SELECT pg_advisory_unlock($1)", int64(key))
+		}
 		pc.Close(cctx)
 	}()
 	if err := acquire(ctx, pc, key, o); err != nil {
 		return err
 	}
+	held = true
 	conn := &Conn{conn: pc}
 	lctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
