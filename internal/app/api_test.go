@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
@@ -344,4 +346,29 @@ func TestFirstRunBootstrap(t *testing.T) {
 	if again, err := s.Bootstrap(ctx); err != nil || again != nil {
 		t.Fatalf("second bootstrap: %v %v", again, err)
 	}
+}
+
+// A method a route does not take is 405 with the methods it does take,
+// after authentication; a path that is no route is 404.
+func TestWrongMethodIs405(t *testing.T) {
+	s := apptest.Start(t)
+	_, admin, key := s.Sender("example.test")
+	for _, c := range []struct {
+		method, path, cred, allow string
+	}{
+		{"PUT", "/v1/webhooks/" + uuid.NewString(), key, "GET, PATCH, DELETE"},
+		{"DELETE", "/v1/emails/" + uuid.NewString(), key, "GET"},
+		{"PATCH", "/v1/emails/send", key, "GET, POST"}, // GET takes it as an email id
+		{"PUT", "/api/domains", admin, "GET, POST"},
+		{"GET", "/api/erasures", admin, "POST"},
+	} {
+		r := s.Do(c.method, c.path, c.cred, nil)
+		wantProblem(t, r, http.StatusMethodNotAllowed, "method_not_allowed")
+		if got := r.Header.Get("Allow"); got != c.allow {
+			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
+		}
+	}
+	wantProblem(t, s.Do("GET", "/v1/nothing-here", key, nil), http.StatusNotFound, "not_found")
+	wantProblem(t, s.Do("PUT", "/api/nothing/here", admin, nil), http.StatusNotFound, "not_found")
+	wantProblem(t, s.Do("PUT", "/v1/webhooks/x", "", nil), http.StatusUnauthorized, "")
 }

@@ -209,6 +209,9 @@ func (a *App) Handler() http.Handler {
 	v1 := e.Group("/v1", perIP, auth.APIKeys(), perCredential, perAccount)
 	httpapi.Routes(httpapi.Deps{Commands: a.Commands, Reads: readapi.New(a.Pool, a.clock), RenderDomain: a.RenderDomain, Now: a.clock,
 		DefaultRetentionDays: a.Config.RetentionDays}, api, v1)
+	unmatched := httpserver.Unmatched(e)
+	api.RouteNotFound("/*", unmatched)
+	v1.RouteNotFound("/*", unmatched)
 	return e
 }
 

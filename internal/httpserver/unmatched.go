@@ -1,0 +1,46 @@
+package httpserver
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Unmatched answers a request under a group that none of its routes took:
+// 405 with Allow when the path is a route for other methods, else 404.
+//
+// A group with middleware sends every path it does not route to a
+// catch-all, so that its middleware (authentication first) runs; that
+// catch-all would answer 404 where echo alone answers 405. Register it
+// with g.RouteNotFound("/*", Unmatched(e)) once the routes are added.
+func Unmatched(e *echo.Echo) echo.HandlerFunc {
+	var once sync.Once
+	var routes map[string]bool // "METHOD path pattern"
+	return func(c echo.Context) error {
+		once.Do(func() {
+			routes = map[string]bool{}
+			for _, r := range e.Routes() {
+				routes[r.Method+" "+r.Path] = true
+			}
+		})
+		req := c.Request()
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if m == req.Method {
+				continue
+			}
+			probe := e.NewContext(req, nil)
+			e.Router().Find(m, echo.GetPath(req), probe)
+			if routes[m+" "+probe.Path()] {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) == 0 {
+			return echo.ErrNotFound
+		}
+		c.Response().Header().Set("Allow", strings.Join(allow, ", "))
+		return echo.ErrMethodNotAllowed
+	}
+}
