@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -112,8 +113,8 @@ func TestAPIKeysEndToEnd(t *testing.T) {
 		t.Fatal("list item carries key")
 	}
 	if lu, ok := listed["last_used"].(string); !ok || !timestamp.MatchString(lu) {
-		// last_used is written asynchronously; poll briefly.
-		for i := 0; i < 50 && !ok; i++ {
+		// last_used is written asynchronously.
+		for deadline := time.Now().Add(10 * time.Second); !ok && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			for _, k := range s.Do("GET", "/api/auth/api-keys", admin, nil).JSON(t)["data"].([]any) {
 				if k.(map[string]any)["id"] == keyID {
 					lu, ok = k.(map[string]any)["last_used"].(string)
