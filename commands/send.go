@@ -24,6 +24,7 @@ import (
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/datakeys"
+	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/mailmsg"
 	"github.com/mailroom/mailroom/projections"
@@ -187,7 +188,7 @@ func (s *Service) stage(ctx context.Context, req SendEmail, checked checkedSend,
 		*att = email.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: strings.Trim(a.ContentID, "<>")}
 		if a.Path != "" {
 			// A presigned URL is a credential: only the pipeline reads it.
-			att.Path, att.SealedPath = withoutQuery(a.Path), s.box.Seal([]byte(a.Path), PathContext(q.EmailID))
+			att.Path, att.SealedPath = egress.Redact(a.Path), s.box.Seal([]byte(a.Path), PathContext(q.EmailID))
 		}
 		if att.Filename == "" {
 			att.Filename = filenameOf(a.Path)
@@ -350,16 +351,6 @@ func (s *Service) AttachmentURL(emailID string, a email.Attachment) (string, err
 	return string(b), err
 }
 
-// withoutQuery is a URL without its query and fragment, which may carry
-// signatures and tokens.
-func withoutQuery(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return ""
-	}
-	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
-	return u.String()
-}
 
 // validateSend checks a request field by field and decodes attachment
 // contents. A list over its limit is reported once, not item by item.

@@ -747,7 +747,9 @@ func (rw *releaseWorker) Work(ctx context.Context, job *river.Job[ReleaseArgs]) 
 	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	again := false
-	for after := ""; ; {
+	// Oldest first: River starts jobs queued together in the order of
+	// their ids.
+	for after := (readapi.PendingDelivery{}); ; {
 		list, err := readapi.PendingOf(ctx, w.Pool, a.EndpointID, a.AccountID, after, 1000)
 		if err != nil {
 			return err
@@ -755,8 +757,12 @@ func (rw *releaseWorker) Work(ctx context.Context, job *river.Job[ReleaseArgs]) 
 		if len(list) == 0 {
 			break
 		}
-		after = list[len(list)-1].ID
-		running, err := insertDue(ctx, client, nextAttempts(list))
+		after = list[len(list)-1]
+		due := make([]readapi.DueDelivery, len(list))
+		for i, d := range list {
+			due[i] = d.DueDelivery
+		}
+		running, err := insertDue(ctx, client, nextAttempts(due))
 		if err != nil {
 			return err
 		}

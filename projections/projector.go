@@ -31,6 +31,9 @@ const (
 	WebhooksName Name = "webhooks"
 )
 
+// Names lists every projector's name.
+var Names = []Name{AccountsName, APIKeysName, DomainsName, EmailsName, WebhooksName}
+
 // Projector turns events into read-model rows.
 type Projector interface {
 	// Name identifies the projector and its checkpoint.

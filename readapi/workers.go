@@ -157,21 +157,29 @@ type DueDelivery struct {
 	Attempts   int // made so far
 }
 
+// PendingDelivery is a pending delivery with its place in PendingOf's order.
+type PendingDelivery struct {
+	DueDelivery
+	CreatedAt time.Time
+}
+
 // PendingOf lists the pending deliveries of active endpoints, of one
-// endpoint or, when accountID is given, of one account, in id order after
-// the id after, limit at a time.
-func PendingOf(ctx context.Context, q Querier, endpointID, accountID, after string, limit int) ([]DueDelivery, error) {
+// endpoint or, when accountID is given, of one account, oldest event first
+// (then by id), after the delivery after (the zero value: from the start),
+// limit at a time.
+func PendingOf(ctx context.Context, q Querier, endpointID, accountID string, after PendingDelivery, limit int) ([]PendingDelivery, error) {
 	match, key := "d.endpoint_id = $1", endpointID
 	if accountID != "" {
 		match, key = "d.account_id = $1", accountID
 	}
-	rows, err := q.Query(ctx, `SELECT d.id, d.account_id, d.endpoint_id, d.attempts FROM webhook_deliveries d
+	rows, err := q.Query(ctx, `SELECT d.id, d.account_id, d.endpoint_id, d.attempts, d.created_at FROM webhook_deliveries d
 		JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		WHERE `+match+` AND d.status = 'pending' AND e.is_active AND d.id > $2 ORDER BY d.id LIMIT $3`, key, after, limit)
+		WHERE `+match+` AND d.status = 'pending' AND e.is_active AND (d.created_at, d.id) > ($2, $3)
+		ORDER BY d.created_at, d.id LIMIT $4`, key, after.CreatedAt, after.ID, limit)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[DueDelivery])
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[PendingDelivery])
 }
 
 // Overdue lists the deliveries due before before that may be attempted

@@ -111,6 +111,15 @@ func TestSettingsFromEnvironment(t *testing.T) {
 		t.Errorf("accounts in the database: %q", got)
 	}
 
+	// An empty variable leaves the default in place, whatever its type.
+	t.Setenv("MAILROOM_DATABASE_URL", db)
+	t.Setenv("MAILROOM_BOOTSTRAP", "")
+	t.Setenv("MAILROOM_RATE_LIMIT", "")
+	t.Setenv("MAILROOM_REGION", "")
+	if _, _, err := run(t, "accounts", "create", "--name", "Empty vars"); err != nil {
+		t.Fatalf("accounts create with empty variables: %v", err)
+	}
+
 	// A variable that does not parse is reported by name.
 	t.Setenv("MAILROOM_DATABASE_URL", db)
 	t.Setenv("MAILROOM_RATE_LIMIT", "fast")

@@ -1,16 +1,23 @@
 package sendingdomain
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 
 	"golang.org/x/net/idna"
 )
 
+// MaxNameLength is the longest domain name Mailroom takes: every record it
+// asks the owner to publish must have a name DNS allows (253 characters),
+// and the longest of them, the DKIM key's "<selector>._domainkey.<domain>"
+// with an 8-character selector, adds 20.
+const MaxNameLength = 253 - len("mr000000._domainkey.")
+
 // NormalizeName validates a domain name and returns its canonical form:
 // lower case, no trailing dot, internationalised labels in punycode. It
-// refuses IP literals, single labels, labels over 63 and names over 253
-// characters.
+// refuses IP literals, single labels, labels over 63 and names over
+// MaxNameLength characters.
 func NormalizeName(raw string) (string, string) {
 	name := strings.TrimSuffix(strings.TrimSpace(raw), ".")
 	if name == "" {
@@ -24,8 +31,8 @@ func NormalizeName(raw string) (string, string) {
 		return "", "is not a valid domain name"
 	}
 	ascii = strings.ToLower(ascii)
-	if len(ascii) > 253 {
-		return "", "must be at most 253 characters"
+	if len(ascii) > MaxNameLength {
+		return "", fmt.Sprintf("must be at most %d characters, so that its DKIM record's name (selector._domainkey.<domain>) fits in DNS's 253", MaxNameLength)
 	}
 	labels := strings.Split(ascii, ".")
 	if len(labels) < 2 {

@@ -54,6 +54,27 @@ func TestNormalizeName(t *testing.T) {
 	}
 }
 
+// A name is taken only if every record Mailroom derives from it has a
+// name DNS allows.
+func TestNormalizeNameFitsRecords(t *testing.T) {
+	// 58 + 1 + 58 + 1 + 58 + 1 + 52 + 4 = 233
+	name := strings.Join([]string{strings.Repeat("a", 58), strings.Repeat("b", 58), strings.Repeat("c", 58), strings.Repeat("d", 52)}, ".") + ".com"
+	got, problem := sd.NormalizeName(name)
+	if problem != "" || len(got) != 233 {
+		t.Fatalf("233-character name: %q, %q", got, problem)
+	}
+	k := key("mrabc123", t0)
+	s := apply(sd.State{})(sd.Add(sd.State{}, "d1", "a1", got, "eu-west-1", &k, nil, t0))
+	for _, r := range s.Records() {
+		if len(r.Name) > 253 {
+			t.Errorf("record %s %s is %d characters", r.Type, r.Name, len(r.Name))
+		}
+	}
+	if got, problem := sd.NormalizeName("e" + name); problem == "" || !strings.Contains(problem, "233") {
+		t.Errorf("234-character name: %q, %q", got, problem)
+	}
+}
+
 func TestRecords(t *testing.T) {
 	s := added()
 	recs := s.Records()

@@ -33,5 +33,9 @@ func newLateCounter(reg prometheus.Registerer) func(projections.Name) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_read_model_wait_timeouts_total",
 		Help: "Waits for a read model to show a write that ran out of time, by projector."}, []string{"projector"})
 	reg.MustRegister(c)
+	// Every series exists from the start, so an alert on it sees 0, not nothing.
+	for _, n := range projections.Names {
+		c.WithLabelValues(string(n))
+	}
 	return func(n projections.Name) { c.WithLabelValues(string(n)).Inc() }
 }

@@ -38,7 +38,11 @@ func TestLateReadModelIsLoggedAndCounted(t *testing.T) {
 	}
 	want := `# HELP mailroom_read_model_wait_timeouts_total Waits for a read model to show a write that ran out of time, by projector.
 # TYPE mailroom_read_model_wait_timeouts_total counter
+mailroom_read_model_wait_timeouts_total{projector="accounts"} 0
+mailroom_read_model_wait_timeouts_total{projector="api_keys"} 0
+mailroom_read_model_wait_timeouts_total{projector="domains"} 0
 mailroom_read_model_wait_timeouts_total{projector="emails"} 1
+mailroom_read_model_wait_timeouts_total{projector="webhooks"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "mailroom_read_model_wait_timeouts_total"); err != nil {
 		t.Fatal(err)

@@ -309,7 +309,8 @@ func list(fs *pflag.FlagSet, p *[]string, name, env string, def []string, text s
 // ApplyEnv sets every flag of fs that the command line left unset from its
 // MAILROOM_* variable, so a flag given on the command line wins. A value
 // that does not parse leaves the default in place and is reported by
-// Validate. An empty list variable counts as unset.
+// Validate. An empty variable counts as unset, as env files write one
+// (`MAILROOM_BOOTSTRAP=`) to leave the default in place.
 func (c *Config) ApplyEnv(fs *pflag.FlagSet) {
 	c.envErrors = nil
 	fs.VisitAll(func(f *pflag.Flag) {
@@ -318,7 +319,7 @@ func (c *Config) ApplyEnv(fs *pflag.FlagSet) {
 			return
 		}
 		v, ok := os.LookupEnv(names[0])
-		if !ok || (v == "" && f.Value.Type() == "stringSlice") {
+		if !ok || v == "" {
 			return
 		}
 		// Value.Set, not fs.Set: the flag stays "not given on the command line".

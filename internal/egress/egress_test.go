@@ -469,6 +469,35 @@ func TestClientTimeout(t *testing.T) {
 	if got := Describe(err); got != "timeout after 50ms" {
 		t.Errorf("Describe(Fetch) = %q (err %v)", got, err)
 	}
+
+	// A presigned URL's query is a credential: the error, which is logged,
+	// names the URL without it.
+	u := srv.URL + "/headers?X-Amz-Signature=s3cr3t#frag"
+	_, err = p.Fetch(context.Background(), c, u, 1<<20)
+	if err == nil || !strings.Contains(err.Error(), "/headers") {
+		t.Fatalf("Fetch(%s) = %v, want an error naming the path", u, err)
+	}
+	for _, secret := range []string{"s3cr3t", "frag"} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("Fetch error %q shows %q", err, secret)
+		}
+	}
+	if got := Describe(err); got != "timeout after 50ms" {
+		t.Errorf("Describe(redacted Fetch error) = %q", got)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://files.example/a%20b.pdf?sig=1#x": "https://files.example/a%20b.pdf",
+		"https://u:p@files.example/a.pdf":         "https://u@files.example/a.pdf",
+		"https://files.example/a.pdf?":            "https://files.example/a.pdf",
+		"://bad":                                  "(invalid URL)",
+	} {
+		if got := Redact(raw); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
+		}
+	}
 }
 
 func TestFetch(t *testing.T) {

@@ -50,8 +50,33 @@ const defaultFetchTimeout = 30 * time.Second
 // client (nil means p.Client(30s)), which should come from the same Policy.
 // Only 2xx is accepted (a 3xx gives "redirect 302 not followed", since
 // redirects are never followed), and a body over maxBytes gives "larger than
-// N bytes". Errors are for Describe.
+// N bytes". Errors are for Describe; those that name the URL name it without
+// its query, fragment or password, which may be credentials (a presigned
+// URL's signature), so they can be logged.
 func (p Policy) Fetch(ctx context.Context, client *http.Client, raw string, maxBytes int64) (Download, error) {
+	d, err := p.fetch(ctx, client, raw, maxBytes)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = Redact(ue.URL)
+	}
+	return d, err
+}
+
+// Redact returns raw without its query, fragment and password: what of a
+// URL can be shown or logged. A URL that does not parse gives "(invalid URL)".
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(invalid URL)"
+	}
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
+	if u.User != nil {
+		u.User = url.User(u.User.Username())
+	}
+	return u.String()
+}
+
+func (p Policy) fetch(ctx context.Context, client *http.Client, raw string, maxBytes int64) (Download, error) {
 	if maxBytes <= 0 {
 		return Download{}, errors.New("egress: Fetch needs a positive maxBytes")
 	}

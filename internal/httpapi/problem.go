@@ -14,10 +14,10 @@ import (
 )
 
 // answering applies problemOf to whatever a handler returns.
-func answering(h echo.HandlerFunc) echo.HandlerFunc {
+func answering(h echo.HandlerFunc, resource string) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if err := h(c); err != nil {
-			return problemOf(err)
+			return problemOf(err, resource)
 		}
 		return nil
 	}
@@ -26,7 +26,7 @@ func answering(h echo.HandlerFunc) echo.HandlerFunc {
 // problemOf translates a refusal of the domain, the commands or the read
 // side into its problem. Any other error (problems the handlers built
 // themselves included) passes unchanged to the server's error handler.
-func problemOf(err error) error {
+func problemOf(err error, resource string) error {
 	var v *domain.ValidationError
 	var conflict *domain.ConflictError
 	var forbidden *domain.ForbiddenError
@@ -46,7 +46,7 @@ func problemOf(err error) error {
 	case errors.As(err, &missing): // before ErrNotFound, which it also is
 		return httpserver.NotFound("no such " + missing.Resource)
 	case errors.Is(err, domain.ErrNotFound):
-		return httpserver.NotFound("no such resource")
+		return httpserver.NotFound("no such " + resource)
 	case errors.As(err, &limit):
 		return httpserver.LimitExceeded(limit.Detail)
 	case errors.Is(err, commands.ErrNotVisible):

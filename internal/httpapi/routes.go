@@ -7,6 +7,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -85,8 +86,25 @@ func Routes(d Deps, api, v1 *echo.Group) {
 		if r.require != nil {
 			mw = append(mw, r.require)
 		}
-		r.group.Add(r.method, r.path, answering(r.handler), mw...)
+		r.group.Add(r.method, r.path, answering(r.handler, resourceOf(r.path)), mw...)
 	}
+}
+
+// resourceOf names what a route's :id is, for its 404s: every route of one
+// resource says "no such webhook endpoint", whichever layer found nothing.
+func resourceOf(path string) string {
+	for prefix, name := range map[string]string{
+		"/auth/api-keys/": "API key",
+		"/auth/tokens/":   "management token",
+		"/domains/":       "domain",
+		"/emails/":        "email",
+		"/webhooks/":      "webhook endpoint",
+	} {
+		if strings.HasPrefix(path, prefix+":id") {
+			return name
+		}
+	}
+	return "resource"
 }
 
 type handlers struct {

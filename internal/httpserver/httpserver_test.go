@@ -29,7 +29,7 @@ func TestProblemConstructors(t *testing.T) {
 		{"forbidden", Forbidden("domain_not_verified", "verify it"), 403, "domain_not_verified", "verify it", 0, ""},
 		{"not found", NotFound("no such email"), 404, "not_found", "no such email", 0, ""},
 		{"conflict", Conflict("idempotency_key_reused", "different body"), 409, "idempotency_key_reused", "different body", 0, ""},
-		{"validation one", Validation(FieldError{"subject", "must not be empty"}), 422, "validation_failed", "subject must not be empty", 1, ""},
+		{"validation one", Validation(FieldError{"subject", "must not be empty"}), 422, "validation_failed", "subject: must not be empty", 1, ""},
 		{"validation many", Validation(FieldError{"subject", "too long"}, FieldError{"to", "required"}), 422, "validation_failed", "2 fields are invalid: subject, to", 2, ""},
 		{"limit", LimitExceeded("at most 10 endpoints"), 422, "limit_exceeded", "at most 10 endpoints", 0, ""},
 		{"too large", TooLarge("too big"), 413, "payload_too_large", "too big", 0, ""},

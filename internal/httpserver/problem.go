@@ -103,7 +103,9 @@ func Validation(errs ...FieldError) *Problem {
 	case 0:
 		detail = "the request is invalid"
 	case 1:
-		detail = errs[0].Field + " " + errs[0].Message
+		// The colon keeps a message that names its field ("html or text
+		// is required") from reading as a stutter.
+		detail = errs[0].Field + ": " + errs[0].Message
 	default:
 		names := make([]string, len(errs))
 		for i, e := range errs {

@@ -31,6 +31,13 @@ func New(reg prometheus.Registerer) *Recorder {
 			Help: "Webhook delivery attempts, by outcome (success, failure)."}, []string{"outcome"}),
 	}
 	reg.MustRegister(o.Sends, o.Attempts)
+	// Every series exists from the start, so an alert on it sees 0, not nothing.
+	for _, outcome := range []string{"sent", "failed", "retrying", "throttled"} {
+		o.Sends.WithLabelValues(outcome)
+	}
+	for _, outcome := range []string{"success", "failure"} {
+		o.Attempts.WithLabelValues(outcome)
+	}
 	return o
 }
 

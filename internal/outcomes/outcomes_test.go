@@ -40,3 +40,24 @@ func TestANilRecorderRecordsNothing(t *testing.T) {
 	r.Send("sent", nil, time.Now())
 	r.Attempt(true)
 }
+
+// Every outcome's series is there before anything happens, so alerts and
+// dashboards see a 0 rather than no data.
+func TestEveryOutcomeIsExportedFromTheStart(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	outcomes.New(reg)
+	want := `# HELP mailroom_emails_sent_total Emails handed to the provider or failed, by outcome (sent, failed, retrying, throttled).
+# TYPE mailroom_emails_sent_total counter
+mailroom_emails_sent_total{outcome="failed"} 0
+mailroom_emails_sent_total{outcome="retrying"} 0
+mailroom_emails_sent_total{outcome="sent"} 0
+mailroom_emails_sent_total{outcome="throttled"} 0
+# HELP mailroom_webhook_attempts_total Webhook delivery attempts, by outcome (success, failure).
+# TYPE mailroom_webhook_attempts_total counter
+mailroom_webhook_attempts_total{outcome="failure"} 0
+mailroom_webhook_attempts_total{outcome="success"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+}
