@@ -351,7 +351,6 @@ func (s *Service) AttachmentURL(emailID string, a email.Attachment) (string, err
 	return string(b), err
 }
 
-
 // validateSend checks a request field by field and decodes attachment
 // contents. A list over its limit is reported once, not item by item.
 func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
