@@ -38,19 +38,7 @@ func TestErasedEmailsPendingDeliveriesLeaveTheDueSet(t *testing.T) {
 	keys := datakeys.New(pool, box)
 	store := sealed.New(postgres.New(pool), keys)
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	var last eventstore.Position
-	put := func(stream string, events ...domain.Event) {
-		t.Helper()
-		data, err := codec.EncodeAll(events, eventstore.Metadata{Actor: "test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := store.Append(ctx, stream, eventstore.Any, data...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = res.Position
-	}
+	put, last := appender(t, store)
 	ep := uuid.NewString()
 	put(webhook.Stream(ep), &webhook.Created{EndpointID: ep, AccountID: "acct", URL: "https://x.test", EventTypes: []string{"email.sent"},
 		SealedSecret: "s", CreatedAt: t0})
@@ -72,7 +60,7 @@ func TestErasedEmailsPendingDeliveriesLeaveTheDueSet(t *testing.T) {
 	if err := r.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	catchUpTo(t, r, projections.Webhooks{}, last)
+	catchUpTo(t, r, projections.Webhooks{}, *last)
 	if due := dueIDs(t, pool); len(due) != 3 {
 		t.Fatalf("due before erasure: %v", due)
 	}
@@ -81,7 +69,7 @@ func TestErasedEmailsPendingDeliveriesLeaveTheDueSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(email.Stream(erased), &email.Erased{EmailID: erased, AccountID: "acct", Reason: email.ErasedOnRequest, ErasedAt: t0.Add(time.Hour)})
-	catchUpTo(t, r, projections.Webhooks{}, last)
+	catchUpTo(t, r, projections.Webhooks{}, *last)
 	if due := dueIDs(t, pool); len(due) != 1 || !due[other.DeliveryID] {
 		t.Fatalf("due after erasure: %v, want only %s", due, other.DeliveryID)
 	}
@@ -103,7 +91,7 @@ func TestErasedEmailsPendingDeliveriesLeaveTheDueSet(t *testing.T) {
 
 	// The worker's drop of one of them changes nothing more.
 	put(delivery.Stream(first.DeliveryID), &delivery.Dropped{DeliveryID: first.DeliveryID, EndpointID: ep, Reason: delivery.ReasonEmailErased, At: t0.Add(2 * time.Hour)})
-	catchUpTo(t, r, projections.Webhooks{}, last)
+	catchUpTo(t, r, projections.Webhooks{}, *last)
 	afterDrop := tablesJSON(t, pool, tables)
 	if afterDrop[1] != live[1] {
 		t.Errorf("a drop changed the rows:\n%s\nwant\n%s", afterDrop[1], live[1])
@@ -113,10 +101,28 @@ func TestErasedEmailsPendingDeliveriesLeaveTheDueSet(t *testing.T) {
 	if err := r.Rebuild(ctx, projections.Webhooks{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	catchUpTo(t, r, projections.Webhooks{}, last)
+	catchUpTo(t, r, projections.Webhooks{}, *last)
 	if rebuilt := tablesJSON(t, pool, tables); rebuilt[1] != afterDrop[1] {
 		t.Errorf("rebuilt rows differ:\n%s\nwant\n%s", rebuilt[1], afterDrop[1])
 	}
+}
+
+// appender returns put, which appends events to a stream of store, and
+// where the last event put is.
+func appender(t *testing.T, store eventstore.Store) (put func(stream string, events ...domain.Event), last *eventstore.Position) {
+	last = new(eventstore.Position)
+	return func(stream string, events ...domain.Event) {
+		t.Helper()
+		data, err := codec.EncodeAll(events, eventstore.Metadata{Actor: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := store.Append(context.Background(), stream, eventstore.Any, data...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*last = res.Position
+	}, last
 }
 
 // dueIDs are the deliveries a worker would pick, however late.

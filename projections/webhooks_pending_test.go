@@ -7,11 +7,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/delivery"
 	"github.com/mailroom/mailroom/domain/webhook"
-	"github.com/mailroom/mailroom/internal/codec"
-	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
 	"github.com/mailroom/mailroom/internal/pgtest"
 	"github.com/mailroom/mailroom/projections"
@@ -27,19 +24,7 @@ func TestPendingDeliveriesAreListedOldestFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := postgres.New(pool)
-	var last eventstore.Position
-	put := func(stream string, events ...domain.Event) {
-		t.Helper()
-		data, err := codec.EncodeAll(events, eventstore.Metadata{Actor: "test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := store.Append(ctx, stream, eventstore.Any, data...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = res.Position
-	}
+	put, last := appender(t, store)
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	ep := uuid.NewString()
 	put(webhook.Stream(ep), &webhook.Created{EndpointID: ep, AccountID: "acct", URL: "https://x.test", EventTypes: []string{"email.sent"},
@@ -55,7 +40,7 @@ func TestPendingDeliveriesAreListedOldestFirst(t *testing.T) {
 	if err := r.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	catchUpTo(t, r, projections.Webhooks{}, last)
+	catchUpTo(t, r, projections.Webhooks{}, *last)
 
 	var got []readapi.PendingDelivery
 	for after := (readapi.PendingDelivery{}); ; {
