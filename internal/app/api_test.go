@@ -139,7 +139,7 @@ func TestAPIKeysEndToEnd(t *testing.T) {
 	if got := s.Do("GET", "/v1/emails?per_page=500", key, nil).JSON(t)["pagination"].(map[string]any)["per_page"]; got != 100.0 {
 		t.Fatalf("per_page=500 clamped to %v, want 100", got)
 	}
-	for _, q := range []string{"page=0", "per_page=-1", "page=abc", "date_from=yesterday"} {
+	for _, q := range []string{"page=0", "per_page=-1", "page=abc", "date_from=yesterday", "date_from=0001-01-01", "date_to=1969-12-31T23:59:59Z"} {
 		wantProblem(t, s.Do("GET", "/v1/emails?"+q, key, nil), 422, "validation_failed")
 	}
 

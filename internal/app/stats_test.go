@@ -53,6 +53,10 @@ func TestDailyStats(t *testing.T) {
 	if other := dailyStats(t, w, otherAdmin, "?from="+today+"&to="+today); len(other) != 1 || other[0] != (dayStats{Date: today}) {
 		t.Fatalf("another account's today %+v, want zeros", other)
 	}
+	// The last day there is: the days after it are not counted.
+	if end := dailyStats(t, w, w.admin, "?from=9999-12-30"); len(end) != 2 || end[1].Date != "9999-12-31" {
+		t.Fatalf("from the second to last day: %+v", end)
+	}
 	if year := dailyStats(t, w, w.admin, "?from=2024-01-01&to=2024-12-31"); len(year) != 366 || year[365].Date != "2024-12-31" {
 		t.Fatalf("a leap year gives %d days", len(year))
 	}
@@ -65,6 +69,9 @@ func TestDailyStatsRefusesBadRanges(t *testing.T) {
 		{"?to=yesterday", "to"},
 		{"?from=2024-01-01&to=2025-01-01", "to"},
 		{"?from=2026-02-02&to=2026-02-01", "to"},
+		{"?from=0001-01-01&to=0001-01-02", "from"},
+		{"?to=0001-01-20", "to"},
+		{"?from=1969-12-31", "from"},
 	} {
 		r := w.Do("GET", "/api/stats/daily"+c.query, w.admin, nil)
 		wantProblem(t, r, 422, "validation_failed")

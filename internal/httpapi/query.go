@@ -8,6 +8,22 @@ import (
 	"github.com/mailroom/mailroom/internal/httpserver"
 )
 
+// The dates a query may name. Nothing Mailroom holds is older than the
+// first, a bound outside them is a mistake, and the zero time.Time (year 1)
+// stays free to mean "not given".
+var (
+	firstQueryDay = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	lastQueryDay  = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+)
+
+// outOfRange refuses a date or time outside firstQueryDay..lastQueryDay.
+func outOfRange(name string, t time.Time) *httpserver.FieldError {
+	if t.Before(firstQueryDay) || !t.Before(lastQueryDay.AddDate(0, 0, 1)) {
+		return &httpserver.FieldError{Field: name, Message: "must be between 1970-01-01 and 9999-12-31"}
+	}
+	return nil
+}
+
 // queryDate reads an ISO date (YYYY-MM-DD) or timestamp. A bare date_to
 // includes its whole day.
 func queryDate(c echo.Context, name string, endOfDay bool) (time.Time, *httpserver.FieldError) {
@@ -16,12 +32,18 @@ func queryDate(c echo.Context, name string, endOfDay bool) (time.Time, *httpserv
 		return time.Time{}, nil
 	}
 	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		if bad := outOfRange(name, t); bad != nil {
+			return time.Time{}, bad
+		}
 		if endOfDay {
 			t = t.AddDate(0, 0, 1)
 		}
 		return t, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		if bad := outOfRange(name, t); bad != nil {
+			return time.Time{}, bad
+		}
 		if endOfDay {
 			t = t.Add(time.Millisecond)
 		}

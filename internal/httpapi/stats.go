@@ -45,6 +45,9 @@ func (h handlers) statsDays(c echo.Context) (from, to time.Time, err error) {
 		from = to.AddDate(0, 0, 1-statsDefaultDays)
 	case to.IsZero():
 		to = from.AddDate(0, 0, statsDefaultDays-1)
+		if to.After(lastQueryDay) {
+			to = lastQueryDay
+		}
 	}
 	if to.Before(from) {
 		return from, to, validationOf(&httpserver.FieldError{Field: "to", Message: "must not be before from"})
@@ -65,5 +68,5 @@ func queryDay(c echo.Context, name string) (time.Time, *httpserver.FieldError) {
 	if err != nil {
 		return time.Time{}, &httpserver.FieldError{Field: name, Message: "must be a date (YYYY-MM-DD)"}
 	}
-	return t, nil
+	return t, outOfRange(name, t)
 }
