@@ -268,8 +268,17 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 	// Provider answers may name relay hosts, addresses or provider
 	// accounts: the customer's timeline gets their codes, the log the rest.
 	switch {
+	case provider.IsThrottled(err) && p.Now().Sub(q.QueuedAt) > p.MaxAge:
+		// An answer to slow down that lasts this long is no longer about
+		// the pace (a full mailbox answers 452 for days): the email
+		// fails as on any transient error, so none waits for ever.
+		p.Outcomes.Send("failed", err, p.Now())
+		p.logFailure(q.EmailID, "provider kept throttling the message", err)
+		return p.fail(ctx, meta, q.EmailID, email.ReasonProviderUnavailable,
+			fmt.Sprintf("the provider did not accept the message within %s", p.MaxAge))
 	case provider.IsThrottled(err):
-		// Slowing down is not failing: no age limit, no provider_unavailable.
+		// Slowing down is not failing: it does not count towards the
+		// provider being unavailable.
 		p.Outcomes.Send("throttled", nil, p.Now())
 		return err
 	case errors.As(err, &rejected):

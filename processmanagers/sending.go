@@ -133,7 +133,7 @@ func (w *SendWorker) outcome(ctx context.Context, job *river.Job[SendArgs], err 
 	case ctx.Err() != nil:
 		return river.JobSnooze(0) // stopping: the next worker takes it at once
 	case provider.IsThrottled(err):
-		return river.JobSnooze(throttleWait(err))
+		return river.JobSnooze(throttleWait(err, snoozes(job.Metadata)+1))
 	case IsTransient(err):
 		n := snoozes(job.Metadata) + 1
 		d := w.Retry.Delay(n)
@@ -198,12 +198,19 @@ func (s *AccountSlots) Release(account string) {
 	}
 }
 
-// throttleWait is how long a throttled send waits: the provider's word, or
-// about a second, spread so throttled sends do not return together.
-func throttleWait(err error) time.Duration {
+// throttleBackoff paces the retries of a throttled send: about a second
+// at first, so a provider's brief push-back costs little, doubling to a
+// minute for an answer that lasts (a recipient's full mailbox answers 452
+// on every try).
+var throttleBackoff = jobs.Backoff{Min: time.Second, Max: time.Minute}
+
+// throttleWait is how long a throttled send waits before its try number
+// try: the provider's word, or throttleBackoff's, spread so throttled sends
+// do not return together.
+func throttleWait(err error, try int) time.Duration {
 	var t *provider.ThrottledError
 	if errors.As(err, &t) && t.RetryAfter > 0 {
 		return t.RetryAfter
 	}
-	return time.Duration(500+rand.IntN(1000)) * time.Millisecond
+	return throttleBackoff.Delay(try)
 }

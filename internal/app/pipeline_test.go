@@ -220,27 +220,26 @@ func TestTwoWorkersShareSending(t *testing.T) {
 	b.Stop()
 }
 
-// A relay asking to slow down (421) delays an email without failing it,
-// even past the age at which failures give up, and without making the
-// provider count as failing; once the relay accepts again the email goes.
+// A relay asking to slow down (421) delays an email without failing it
+// and without making the provider count as failing; once the relay
+// accepts again the email goes.
 func TestThrottledSendWaitsAndGoesOut(t *testing.T) {
 	relay := smtptest.Start(t)
 	relay.RejectData(&gosmtp.SMTPError{Code: 421, EnhancedCode: gosmtp.EnhancedCode{4, 7, 0}, Message: "too many messages, slow down"})
 	w := newSendWorld(t, func(c *config.Config) {
 		c.Provider, c.SMTPURL = "smtp", "smtp://"+relay.Addr
-		c.SendMaxAge = time.Second
 	})
 	id := w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})["id"].(string)
 	deadline := time.Now().Add(30 * time.Second)
-	for relay.Attempts() < 4 {
+	for relay.Attempts() < 3 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the relay was offered the message %d times", relay.Attempts())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	e := w.Do("GET", "/v1/emails/"+id, w.key, nil).JSON(t)
-	if e["status"] == "failed" {
-		t.Fatalf("a throttled email failed: %v", e["events"])
+	if e["status"] != "queued" {
+		t.Fatalf("a throttled email is %v: %v", e["status"], e["events"])
 	}
 	if r := w.Do("GET", "/readyz", "", nil); r.Status != 200 {
 		t.Fatalf("/readyz while throttled: %d %s", r.Status, r.Body)
@@ -248,6 +247,30 @@ func TestThrottledSendWaitsAndGoesOut(t *testing.T) {
 	relay.RejectData(nil)
 	w.waitFor(t, id, status("delivered"))
 	checkOnce(t, relayCounts(t, relay), []string{id})
+}
+
+// An answer to slow down that never ends (a recipient's full mailbox
+// answers 452 on every try) fails the email once MAILROOM_SEND_MAX_AGE has
+// passed, as any transient failure does: no email stays queued for ever.
+// The provider still does not count as failing.
+func TestLastingThrottleFailsTheEmail(t *testing.T) {
+	relay := smtptest.Start(t)
+	relay.RejectData(&gosmtp.SMTPError{Code: 452, EnhancedCode: gosmtp.EnhancedCode{4, 2, 2}, Message: "mailbox full"})
+	w := newSendWorld(t, func(c *config.Config) {
+		c.Provider, c.SMTPURL = "smtp", "smtp://"+relay.Addr
+		c.SendMaxAge = 2 * time.Second
+	})
+	id := w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})["id"].(string)
+	e := w.waitFor(t, id, status("failed"))
+	if r := e["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)["reason"]; r != "provider_unavailable" {
+		t.Fatalf("reason %v", r)
+	}
+	if n := relay.Attempts(); n < 2 {
+		t.Fatalf("the relay was offered the message %d times before it failed, want it retried", n)
+	}
+	if r := w.Do("GET", "/readyz", "", nil); r.Status != 200 {
+		t.Fatalf("/readyz after throttling alone: %d %s", r.Status, r.Body)
+	}
 }
 
 // One account's emails whose attachments trickle in a byte a second take

@@ -50,7 +50,8 @@ func TestSMTPProviderSignsWithDKIM(t *testing.T) {
 		return vs
 	}
 	sendAndReceive := func(n int) []byte {
-		r := w.Do("POST", "/v1/emails/send", key, map[string]any{"from": "Billing <billing@signed.example>", "to": "ann@example.org", "bcc": "audit@example.org", "subject": "Signed", "text": "hello"})
+		r := w.Do("POST", "/v1/emails/send", key, map[string]any{"from": "Billing <billing@signed.example>", "to": "ann@example.org",
+			"cc": "Ann <ANN@example.org>", "bcc": []string{"audit@example.org", "audit@example.org"}, "subject": "Signed", "text": "hello"})
 		if r.Status != 202 {
 			t.Fatalf("send: %d %s", r.Status, r.Body)
 		}

@@ -133,7 +133,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.SESEndpoint, "ses-endpoint", "MAILROOM_SES_ENDPOINT", "", "endpoint override for SES and SQS (emulators)")
 	str(fs, &c.EgressResolver, "egress-resolver", "MAILROOM_EGRESS_RESOLVER", "", "development only: DNS server (host:port) that webhook and attachment host names are resolved with instead of the system's")
 	c.boolean(fs, &c.WebhookAllowHTTP, "webhook-allow-http", "MAILROOM_WEBHOOK_ALLOW_HTTP", false, "development only: allow plain http webhook and attachment URLs")
-	c.duration(fs, &c.SendMaxAge, "send-max-age", "MAILROOM_SEND_MAX_AGE", 24*time.Hour, "how long transient provider failures are retried before an email fails with provider_unavailable")
+	c.duration(fs, &c.SendMaxAge, "send-max-age", "MAILROOM_SEND_MAX_AGE", 24*time.Hour, "how long transient provider failures and throttling are retried before an email fails with provider_unavailable")
 	c.integer(fs, &c.SendConcurrency, "send-concurrency", "MAILROOM_SEND_CONCURRENCY", 8, "deprecated and ignored: sending and webhooks run on the job queue (see provider-concurrency and webhook-concurrency)")
 	c.integer(fs, &c.ProviderConcurrency, "provider-concurrency", "MAILROOM_PROVIDER_CONCURRENCY", 128, "messages in flight to the provider per worker process (emails being prepared or sent)")
 	c.float(fs, &c.ProviderMaxRate, "provider-max-rate", "MAILROOM_PROVIDER_MAX_RATE", 0, "messages per second sent by all worker processes together; 0: the provider's own (SES: the account's maximum send rate; sandbox and smtp: unlimited)")

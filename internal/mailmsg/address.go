@@ -235,12 +235,18 @@ func AddressOf(recipient string) string {
 }
 
 // Addresses reduces recipients (each "Name <addr>" or a bare address) to
-// their lower-case addresses, leaving out any that does not parse.
+// their lower-case addresses, each once, in their first order, leaving out
+// any that does not parse: an envelope that names an address twice makes
+// a relay deliver (and bill) it twice.
 func Addresses(recipients []string) []string {
 	out := make([]string, 0, len(recipients))
+	seen := make(map[string]bool, len(recipients))
 	for _, r := range recipients {
 		if a, err := ParseAddress(r); err == nil {
-			out = append(out, strings.ToLower(a.Email))
+			if addr := strings.ToLower(a.Email); !seen[addr] {
+				seen[addr] = true
+				out = append(out, addr)
+			}
 		}
 	}
 	return out

@@ -6,7 +6,7 @@
 //   - a 5xx reply to MAIL, RCPT or DATA is a permanent refusal of the message
 //     (*provider.RejectedError carrying the reply, code included);
 //   - 421, 451 and 452 ask to slow down (*provider.ThrottledError): the
-//     send is retried later and never fails the email;
+//     send is retried later without counting as a failing provider;
 //   - another 4xx reply, a network error, a TLS failure or a cancelled context is
 //     transient (a plain error) and the send is retried;
 //   - a failure to authenticate (535 and friends, or 530 "authentication
