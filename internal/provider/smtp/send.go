@@ -18,16 +18,23 @@ import (
 	"github.com/mailroom/mailroom/internal/provider"
 )
 
-// SignedHeaders are the header fields every DKIM signature covers. Fields
-// absent from a message are signed as absent, so nobody can add them later
-// without breaking the signature.
+// SignedHeaders are the header fields every DKIM signature covers. Each is
+// signed once more than the message has it ("oversigned"): a field present
+// once, or absent, cannot be added later, above or below, without breaking
+// the signature, so nobody can put a second From or Subject over the one
+// the sender wrote.
 var SignedHeaders = []string{
 	"From", "To", "Cc", "Subject", "Date", "Message-ID", "Reply-To",
 	"MIME-Version", "Content-Type",
 }
 
+// signedKeys lists each of SignedHeaders twice: once for the field the
+// message has (messages built here have at most one of each), once for
+// the one nobody may add.
+var signedKeys = append(append([]string(nil), SignedHeaders...), SignedHeaders...)
+
 // Sign returns raw with a DKIM-Signature header field prepended: rsa-sha256,
-// relaxed/relaxed, d=key.Domain, s=key.Selector, h=SignedHeaders.
+// relaxed/relaxed, d=key.Domain, s=key.Selector, h=SignedHeaders, twice.
 func Sign(raw []byte, key provider.DKIMKey) ([]byte, error) {
 	if key.PrivateKey == nil {
 		return nil, fmt.Errorf("smtp: DKIM key %s._domainkey.%s has no private key", key.Selector, key.Domain)
@@ -41,7 +48,7 @@ func Sign(raw []byte, key provider.DKIMKey) ([]byte, error) {
 		Hash:                   crypto.SHA256,
 		HeaderCanonicalization: dkim.CanonicalizationRelaxed,
 		BodyCanonicalization:   dkim.CanonicalizationRelaxed,
-		HeaderKeys:             SignedHeaders,
+		HeaderKeys:             signedKeys,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("smtp: DKIM signing for %s: %w", key.Domain, err)

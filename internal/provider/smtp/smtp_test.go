@@ -437,7 +437,7 @@ func TestSendSTARTTLSAuthDKIM(t *testing.T) {
 			t.Errorf("signature %s=%q, want %q", k, tags[k], want)
 		}
 	}
-	if want := "From:To:Cc:Subject:Date:Message-ID:Reply-To:MIME-Version:Content-Type"; !strings.EqualFold(tags["h"], want) {
+	if want := strings.Repeat(":From:To:Cc:Subject:Date:Message-ID:Reply-To:MIME-Version:Content-Type", 2)[1:]; !strings.EqualFold(tags["h"], want) {
 		t.Errorf("signature h=%q, want %q", tags["h"], want)
 	}
 
@@ -454,6 +454,38 @@ func TestSendSTARTTLSAuthDKIM(t *testing.T) {
 	if vs := verifyDKIM(t, dns, tampered); vs[0].Err == nil {
 		t.Error("a tampered message still verifies")
 	}
+	// Nor can a second From or Subject be put above or below the signed
+	// ones, nor a Cc the sender did not write.
+	end := bytes.Index(got.Data, []byte("\r\n\r\n"))
+	for name, added := range map[string][]byte{
+		"From above":    insertAfterSignature(t, got.Data, "From: CEO <ceo@acme.test>\r\n"),
+		"Subject above": insertAfterSignature(t, got.Data, "Subject: Urgent\r\n"),
+		"From below":    append(append(append([]byte(nil), got.Data[:end+2]...), "From: CEO <ceo@acme.test>\r\n"...), got.Data[end+2:]...),
+		"Cc":            insertAfterSignature(t, got.Data, "Cc: eve@example.net\r\n"),
+	} {
+		if vs := verifyDKIM(t, dns, added); vs[0].Err == nil {
+			t.Errorf("with an added header (%s) the message still verifies", name)
+		}
+	}
+}
+
+// insertAfterSignature puts field right after the DKIM-Signature field that
+// starts data, above the fields the sender wrote.
+func insertAfterSignature(t *testing.T, data []byte, field string) []byte {
+	t.Helper()
+	// The signature's field ends at the first line that does not fold.
+	i := 0
+	for {
+		j := bytes.Index(data[i:], []byte("\r\n"))
+		if j < 0 {
+			t.Fatal("no end of the signature field")
+		}
+		i += j + 2
+		if data[i] != ' ' && data[i] != '\t' {
+			break
+		}
+	}
+	return append(append(append([]byte(nil), data[:i]...), field...), data[i:]...)
 }
 
 // A signature by key B does not verify against a record publishing key A;
