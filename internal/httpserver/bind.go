@@ -316,13 +316,21 @@ func (s *StringOrList) UnmarshalJSON(data []byte) error {
 		*s = StringOrList{one}
 		return nil
 	case '[':
-		var many []string
-		if err := json.Unmarshal(data, &many); err != nil {
-			var te *json.UnmarshalTypeError
-			if errors.As(err, &te) {
-				return &json.UnmarshalTypeError{Value: "array of " + te.Value, Type: stringOrListType}
-			}
+		var items []json.RawMessage
+		if err := json.Unmarshal(data, &items); err != nil {
 			return err
+		}
+		many := make([]string, len(items))
+		for i, item := range items {
+			if err := json.Unmarshal(item, &many[i]); err != nil {
+				var te *json.UnmarshalTypeError
+				if errors.As(err, &te) {
+					// The decoder puts the field's path before Field,
+					// so the error names the item: "to.1".
+					return &json.UnmarshalTypeError{Value: te.Value, Type: te.Type, Field: strconv.Itoa(i)}
+				}
+				return err
+			}
 		}
 		*s = StringOrList(many)
 		return nil

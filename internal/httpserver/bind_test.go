@@ -79,7 +79,9 @@ func TestBindJSONInvalidType(t *testing.T) {
 		{`{"attachments":[[], {"filename":"a"}]}`, "attachments.0", "must be an object"},
 		{`{"to":5}`, "to", "must be a string or an array of strings"},
 		{`{"to":{"a":"b"}}`, "to", "must be a string or an array of strings"},
-		{`{"to":["a@x.dev",5]}`, "to", "must be a string or an array of strings"},
+		{`{"to":["a@x.dev",5]}`, "to.1", "must be a string"},
+		{`{"to":["a@x.dev","b@x.dev",{"x":1}]}`, "to.2", "must be a string"},
+		{`{"to":[["a@x.dev"]]}`, "to.0", "must be a string"},
 		{`{"to":true}`, "to", "must be a string or an array of strings"},
 	}
 	for _, tc := range cases {
