@@ -447,13 +447,13 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 				v.Add(f("path"), "must be an https URL")
 			} // the egress policy judges the rest
 		}
-		switch {
-		case utf8.RuneCountInString(a.Filename) > MaxFilenameLength:
-			v.Add(f("filename"), "must be at most %d characters", MaxFilenameLength)
-		case strings.ContainsAny(a.Filename, "/\\"):
-			v.Add(f("filename"), "must be a plain file name")
-		default:
-			v.CheckLine(f("filename"), a.Filename)
+		if p := filenameProblem(a.Filename); p != "" {
+			v.Add(f("filename"), "%s", p)
+		} else if a.Filename == "" && a.Path != "" {
+			// The name taken from the URL (decoded) meets the same rules.
+			if name := filenameOf(a.Path); filenameProblem(name) != "" {
+				v.Add(f("path"), "gives the file name %q, which %s; set filename", name, filenameProblem(name))
+			}
 		}
 		switch {
 		case len(a.ContentID) > MaxContentID:
@@ -494,6 +494,17 @@ func decodeBase64(s string) ([]byte, error) {
 		return b, nil
 	}
 	return base64.RawStdEncoding.DecodeString(s)
+}
+
+// filenameProblem says what is wrong with an attachment's file name, or "".
+func filenameProblem(name string) string {
+	switch {
+	case utf8.RuneCountInString(name) > MaxFilenameLength:
+		return fmt.Sprintf("must be at most %d characters", MaxFilenameLength)
+	case strings.ContainsAny(name, "/\\"):
+		return "must be a plain file name"
+	}
+	return domain.TextProblem(name, false)
 }
 
 // filenameOf names a path attachment after its URL.

@@ -88,6 +88,13 @@ func TestSendValidation(t *testing.T) {
 		{"tag value of 257", with("tags", map[string]string{"k": strings.Repeat("v", 257)}), "tags.k"},
 		{"51 reply_to", with("reply_to", many(51)), "reply_to"},
 		{"2,049-byte path", with("attachments", att(map[string]any{"path": longURL})), "attachments.0.path"},
+		// A file name taken from the path meets the filename's rules.
+		{"NUL in a path's file name", with("attachments", att(map[string]any{"path": "https://example.com/d%00.txt"})), "attachments.0.path"},
+		{"CR LF in a path's file name", with("attachments", att(map[string]any{"path": "https://example.com/a%0d%0aX-Inj:%201.txt"})), "attachments.0.path"},
+		{"U+2028 in a path's file name", with("attachments", att(map[string]any{"path": "https://example.com/%E2%80%A8c.txt"})), "attachments.0.path"},
+		{"invalid UTF-8 in a path's file name", with("attachments", att(map[string]any{"path": "https://example.com/%FF.txt"})), "attachments.0.path"},
+		{"backslash in a path's file name", with("attachments", att(map[string]any{"path": "https://example.com/a%5Cb.txt"})), "attachments.0.path"},
+		{"256-character file name in a path", with("attachments", att(map[string]any{"path": "https://example.com/" + strings.Repeat("a", 252) + ".pdf"})), "attachments.0.path"},
 		{"256-character filename", with("attachments", att(map[string]any{"filename": strings.Repeat("é", 252) + ".pdf", "content": content})), "attachments.0.filename"},
 		{"256-byte content_type", with("attachments", att(map[string]any{"filename": "a.txt", "content": content, "content_type": "text/" + strings.Repeat("x", 251)})), "attachments.0.content_type"},
 		{"256-byte content_id", with("attachments", att(map[string]any{"filename": "a.txt", "content": content, "content_id": strings.Repeat("c", 256)})), "attachments.0.content_id"},
