@@ -205,8 +205,17 @@ func (a *App) Handler() http.Handler {
 	perAccount := httpserver.NewRateLimiter("account", a.Config.AccountRateLimit, a.Config.AccountRateBurst).
 		Middleware(func(c echo.Context) string { return authn.From(c).AccountID })
 
-	api := e.Group("/api", perIP, auth.Tokens(), perCredential, perAccount)
-	v1 := e.Group("/v1", perIP, auth.APIKeys(), perCredential, perAccount)
+	// One account's uploads may hold a quarter of the process's room for
+	// request bodies (at least the largest body), so a few slow ones
+	// cannot refuse everyone else's.
+	share := a.Config.MaxInflightBytes / 4
+	if share > 0 {
+		share = max(share, httpserver.MaxBodyBytes)
+	}
+	accountBytes := httpserver.InflightBytesPer(share, httpserver.MaxBodyBytes,
+		func(c echo.Context) string { return authn.From(c).AccountID })
+	api := e.Group("/api", perIP, auth.Tokens(), perCredential, perAccount, accountBytes)
+	v1 := e.Group("/v1", perIP, auth.APIKeys(), perCredential, perAccount, accountBytes)
 	httpapi.Routes(httpapi.Deps{Commands: a.Commands, Reads: readapi.New(a.Pool, a.clock), RenderDomain: a.RenderDomain, Now: a.clock,
 		DefaultRetentionDays: a.Config.RetentionDays}, api, v1)
 	unmatched := httpserver.Unmatched(e)

@@ -1,6 +1,7 @@
 package httpserver
 
 import (
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -18,10 +19,31 @@ const inflightRetry = time.Second
 // so many large requests at once cannot exhaust memory. Requests without a
 // body always pass. max <= 0 disables the cap.
 func InflightBytes(max, bodyMax int64) echo.MiddlewareFunc {
+	return bytesBudget(max, bodyMax, func(echo.Context) string { return "" }, func() *Problem {
+		return NewProblem(http.StatusServiceUnavailable, "server_busy",
+			"the server is receiving too much data at once; retry shortly")
+	})
+}
+
+// InflightBytesPer is InflightBytes for each key (an account) on its own:
+// the bodies one key's requests are sending may add up to at most max
+// bytes, so one account's slow uploads cannot take the whole process's
+// room from the others. Beyond it the request gets a 429 "rate_limited"
+// with Retry-After: that account is over its share, not the server full.
+func InflightBytesPer(max, bodyMax int64, key func(echo.Context) string) echo.MiddlewareFunc {
+	return bytesBudget(max, bodyMax, key, func() *Problem {
+		return NewProblem(http.StatusTooManyRequests, "rate_limited", fmt.Sprintf(
+			"this account's requests are already sending %d MiB of data at once; retry when they are done", max>>20))
+	})
+}
+
+// bytesBudget admits a request while the declared bodies of the requests
+// of its key being served fit in max; refused builds the answer otherwise.
+func bytesBudget(max, bodyMax int64, key func(echo.Context) string, refused func() *Problem) echo.MiddlewareFunc {
 	// Shared by every request: echo wraps the handler anew for each one.
 	var (
 		mu   sync.Mutex
-		used int64
+		used = map[string]int64{}
 	)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		if max <= 0 {
@@ -36,21 +58,23 @@ func InflightBytes(max, bodyMax int64) echo.MiddlewareFunc {
 			if size == 0 || req.Body == nil || req.Body == http.NoBody {
 				return next(c)
 			}
+			k := key(c)
 			mu.Lock()
-			ok := used+size <= max
+			ok := used[k]+size <= max
 			if ok {
-				used += size
+				used[k] += size
 			}
 			mu.Unlock()
 			if !ok {
-				p := NewProblem(http.StatusServiceUnavailable, "server_busy",
-					"the server is receiving too much data at once; retry shortly")
+				p := refused()
 				p.RetryAfter = inflightRetry
 				return p
 			}
 			defer func() {
 				mu.Lock()
-				used -= size
+				if used[k] -= size; used[k] <= 0 {
+					delete(used, k)
+				}
 				mu.Unlock()
 			}()
 			return next(c)

@@ -123,3 +123,59 @@ func TestInflightBytesDisabled(t *testing.T) {
 		t.Errorf("no cap configured: %d", rec.Code)
 	}
 }
+
+// One key's requests hold at most their share: past it that key's next
+// body is refused with a 429, while another key's still pass.
+func TestInflightBytesPer(t *testing.T) {
+	const mib = 1 << 20
+	e := echo.New()
+	e.HTTPErrorHandler = New(Options{Logger: slog.New(slog.DiscardHandler)}).HTTPErrorHandler
+	release := make(chan struct{})
+	entered := make(chan struct{}, 2)
+	e.Use(InflightBytesPer(20*mib, MaxBodyBytes, func(c echo.Context) string { return c.Request().Header.Get("X-Account") }))
+	e.POST("/hold", func(c echo.Context) error {
+		io.Copy(io.Discard, c.Request().Body)
+		entered <- struct{}{}
+		<-release
+		return c.NoContent(http.StatusNoContent)
+	})
+	e.POST("/echo", func(c echo.Context) error {
+		io.Copy(io.Discard, c.Request().Body)
+		return c.NoContent(http.StatusNoContent)
+	})
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	post := func(path, account string, n int) (int, *Problem, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", srv.URL+path, bytes.NewReader(make([]byte, n)))
+		req.Header.Set("X-Account", account)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		var p Problem
+		json.NewDecoder(resp.Body).Decode(&p)
+		return resp.StatusCode, &p, resp.Header.Get("Retry-After")
+	}
+	done := make(chan int, 2)
+	for range 2 {
+		go func() { s, _, _ := post("/hold", "a", 10*mib); done <- s }()
+		<-entered
+	}
+	if s, p, ra := post("/echo", "a", mib); s != 429 || p.Code != "rate_limited" || ra != "1" {
+		t.Errorf("account a over its share: %d %q Retry-After %q", s, p.Code, ra)
+	}
+	if s, _, _ := post("/echo", "b", 10*mib); s != 204 {
+		t.Errorf("account b while a is at its share: %d", s)
+	}
+	close(release)
+	for range 2 {
+		if s := <-done; s != 204 {
+			t.Errorf("held request: %d", s)
+		}
+	}
+	if s, _, _ := post("/echo", "a", mib); s != 204 {
+		t.Errorf("account a once its requests ended: %d", s)
+	}
+}
