@@ -144,7 +144,11 @@ func TestAPIKeysEndToEnd(t *testing.T) {
 	}
 
 	// Authentication and authorisation on /v1.
-	wantProblem(t, s.Do("GET", "/v1/emails", "", nil), 401, "")
+	unauthenticated := s.Do("GET", "/v1/emails", "", nil)
+	wantProblem(t, unauthenticated, 401, "")
+	if got := unauthenticated.Header.Get("WWW-Authenticate"); got != `Bearer realm="mailroom"` {
+		t.Errorf("401 WWW-Authenticate = %q", got)
+	}
 	wantProblem(t, s.Do("GET", "/v1/emails", "not-a-key", nil), 401, "")
 	wantProblem(t, s.Do("GET", "/v1/emails", "mr_"+strings.Repeat("x", 40), nil), 401, "")
 	wantProblem(t, s.Do("GET", "/v1/emails", admin, nil), 401, "")

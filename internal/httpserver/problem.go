@@ -198,6 +198,10 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		if out.RetryAfter > 0 {
 			h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(out.RetryAfter), 10))
 		}
+		if out.Status == http.StatusUnauthorized {
+			// RFC 9110 asks a 401 to name the scheme it wants.
+			h.Set("WWW-Authenticate", `Bearer realm="mailroom"`)
+		}
 		if c.Request().Method == http.MethodHead {
 			c.Response().WriteHeader(out.Status)
 			return
