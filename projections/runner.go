@@ -63,7 +63,9 @@ func (r *Runner) Prepare(ctx context.Context) error {
 			continue
 		}
 		if st.exists {
-			r.log.Info("projection version changed; rebuilding", "projection", p.Name(), "from", st.version, "to", p.Version())
+			// Warn, not info: operator commands, quiet below warn, say so
+			// too, and a start that rebuilds takes longer to be ready.
+			r.log.Warn("projection version changed; rebuilding", "projection", p.Name(), "from", st.version, "to", p.Version())
 		}
 		if err := r.Rebuild(ctx, p, nil); err != nil {
 			return err

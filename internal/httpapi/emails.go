@@ -38,10 +38,19 @@ func (h handlers) sendEmail(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusAccepted, map[string]any{
-		"id": acc.ID, "status": "queued", "created_at": apitime.Of(acc.CreatedAt),
-		"recipients": acc.Recipients, "attachments": acc.Attachments,
+	return c.JSON(http.StatusAccepted, acceptedEmail{
+		ID: acc.ID, Status: "queued", CreatedAt: apitime.Of(acc.CreatedAt),
+		Recipients: acc.Recipients, Attachments: acc.Attachments,
 	})
+}
+
+// acceptedEmail is the 202 answer to a send, its fields in the contract's order.
+type acceptedEmail struct {
+	ID          string       `json:"id"`
+	Status      string       `json:"status"`
+	CreatedAt   apitime.Time `json:"created_at"`
+	Recipients  int          `json:"recipients"`
+	Attachments int          `json:"attachments"`
 }
 
 // Pagination describes a page of a list.
