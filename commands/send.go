@@ -451,8 +451,9 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 			v.Add(f("filename"), "%s", p)
 		} else if a.Filename == "" && a.Path != "" {
 			// The name taken from the URL (decoded) meets the same rules.
-			if name := filenameOf(a.Path); filenameProblem(name) != "" {
-				v.Add(f("path"), "gives the file name %q, which %s; set filename", name, filenameProblem(name))
+			name := filenameOf(a.Path)
+			if p := filenameProblem(name); p != "" {
+				v.Add(f("path"), "gives the file name %q, which %s; set filename", name, p)
 			}
 		}
 		switch {
