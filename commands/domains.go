@@ -209,13 +209,20 @@ func (s *Service) checkDNS(ctx context.Context, st sendingdomain.State) sendingd
 	isMailFrom := func(r dnscheck.Record) bool { return r.Name == st.MailFromDomain }
 	isDMARC := func(r dnscheck.Record) bool { return r.Name == "_dmarc."+st.Name }
 	isPending := func(r dnscheck.Record) bool { return hasPending && r.Name == pending.Name }
+	newKeyOK := hasPending && res.SeenByAll(isPending)
+	if newKeyOK {
+		// Every resolver sees the key awaiting DNS: this check cuts over
+		// to it, so the DKIM it reports is that key's, the one in use
+		// from now on, not the one it replaces (which may be gone).
+		isSigning = isPending
+	}
 	required := func(r dnscheck.Record) bool { return isSigning(r) || isMailFrom(r) }
 
 	o := sendingdomain.Outcome{
 		DkimOK:     res.SeenByAll(isSigning),
 		MailFromOK: res.SeenByAll(isMailFrom),
 		DmarcOK:    res.SeenByAll(isDMARC),
-		NewKeyOK:   hasPending && res.SeenByAll(isPending),
+		NewKeyOK:   newKeyOK,
 	}
 	for _, srv := range res.Servers {
 		o.Servers = append(o.Servers, sendingdomain.ServerCheck{Server: srv.Server, OK: srv.SeenAll(required)})
