@@ -155,3 +155,24 @@ func TestHoldAndReleaseAnEmail(t *testing.T) {
 		t.Fatalf("a failed email is held: %+v, %v", st, err)
 	}
 }
+
+// A released email keeps its own story: the release names the
+// reinstatement as its cause, but the send's request id still finds it.
+func TestReleaseKeepsTheEmailsStory(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	id := h.queuedEmail(t)
+	if err := h.svc.HoldEmail(ctx, id, commands.Meta{Actor: "system:email-pipeline"}.Following("queued-event", "req_send")); err != nil {
+		t.Fatal(err)
+	}
+	reinstated := commands.Meta{Actor: "system:email-release"}.Following("reinstated-event", "run_reinstate")
+	if err := h.svc.ReleaseEmail(ctx, id, reinstated); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := h.stream(t, email.Stream(id))
+	queued, released := recs[0].Metadata, recs[len(recs)-1].Metadata
+	if recs[len(recs)-1].Type != "EmailReleased" || released.CorrelationID != queued.CorrelationID || released.RequestID != queued.CorrelationID ||
+		released.CausationID != "reinstated-event" || released.Actor != "system:email-release" {
+		t.Fatalf("release %s %+v, want the story %q caused by the reinstatement", recs[len(recs)-1].Type, released, queued.CorrelationID)
+	}
+}

@@ -605,6 +605,15 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	if err != nil {
 		return err
 	}
+	if a.Cause == "" && st.Created != nil {
+		// Queued by a release or a sweep: the attempt still belongs to
+		// the story of the email event its delivery carries.
+		story, err := w.Commands.StoryOf(ctx, delivery.Stream(a.DeliveryID))
+		if err != nil {
+			return err
+		}
+		a.Cause, a.CorrelationID = story.CausationID, story.CorrelationID
+	}
 	return w.attempt(ctx, a, st, expected)
 }
 

@@ -107,40 +107,7 @@ func TestEveryEventTellsItsStory(t *testing.T) {
 	rcv.waitFor(t, 2) // email.sent and email.delivered
 	w.waitFor(t, emailID, status("delivered"))
 
-	type line struct {
-		Stream   string            `json:"stream"`
-		EventID  string            `json:"event_id"`
-		Type     string            `json:"type"`
-		Data     json.RawMessage   `json:"data"`
-		Metadata map[string]string `json:"metadata"`
-	}
-	var all []line
-	deadline := time.Now().Add(10 * time.Second)
-	for attempts := 0; ; {
-		var buf bytes.Buffer
-		if _, err := eventstore.Export(context.Background(), w.Ledger, eventstore.Start, "", &buf); err != nil {
-			t.Fatal(err)
-		}
-		all = all[:0]
-		for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
-			var e line
-			if err := json.Unmarshal(l, &e); err != nil {
-				t.Fatalf("export line %s: %v", l, err)
-			}
-			all = append(all, e)
-		}
-		for _, e := range all {
-			if e.Type == "WebhookAttemptSucceeded" {
-				attempts++
-			}
-		}
-		if attempts >= 2 || time.Now().After(deadline) {
-			break
-		}
-		attempts = 0
-		time.Sleep(50 * time.Millisecond)
-	}
-
+	all := exportUntil(t, w.Server, 2)
 	ids := map[string]string{} // event type of the email's stream -> event id
 	for _, e := range all {
 		for _, field := range []string{"actor", "request_id", "correlation_id", "causation_id"} {
@@ -188,5 +155,84 @@ func TestEveryEventTellsItsStory(t *testing.T) {
 	}
 	if mine < 7 { // queued, sent, delivered; two deliveries and their attempts
 		t.Errorf("the email's story has %d events", mine)
+	}
+}
+
+// exportedEvent is a line of the events export.
+type exportedEvent struct {
+	Stream   string            `json:"stream"`
+	EventID  string            `json:"event_id"`
+	Type     string            `json:"type"`
+	Data     json.RawMessage   `json:"data"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+// exportUntil reads the whole log once it holds at least attempts
+// WebhookAttemptSucceeded events (or after ten seconds).
+func exportUntil(t *testing.T, s *apptest.Server, attempts int) []exportedEvent {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var buf bytes.Buffer
+		if _, err := eventstore.Export(context.Background(), s.Ledger, eventstore.Start, "", &buf); err != nil {
+			t.Fatal(err)
+		}
+		var all []exportedEvent
+		n := 0
+		for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+			var e exportedEvent
+			if err := json.Unmarshal(l, &e); err != nil {
+				t.Fatalf("export line %s: %v", l, err)
+			}
+			if e.Type == "WebhookAttemptSucceeded" {
+				n++
+			}
+			all = append(all, e)
+		}
+		if n >= attempts || time.Now().After(deadline) {
+			return all
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Deliveries held while their endpoint was paused are attempted on
+// resume, and the attempts still belong to the send request's story,
+// caused by the email event they carry.
+func TestResumedDeliveriesKeepTheEmailsStory(t *testing.T) {
+	w := newHookWorld(t)
+	rcv := newReceiver(t, always(200))
+	id, _ := w.endpoint(t, map[string]any{"url": rcv.URL})
+	w.patch(t, id, map[string]any{"is_active": false})
+	r := w.Do("POST", "/v1/emails/send", w.key, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("send: %d %s", r.Status, r.Body)
+	}
+	request, emailID := r.Header.Get("X-Request-Id"), r.JSON(t)["id"].(string)
+	w.waitFor(t, emailID, status("delivered"))
+	w.waitDeliveries(t, id, 2, unattempted("pending", ""))
+	w.patch(t, id, map[string]any{"is_active": true})
+	rcv.waitFor(t, 2)
+
+	all := exportUntil(t, w.Server, 2)
+	emailEvents := map[string]bool{}
+	for _, e := range all {
+		if e.Stream == email.Stream(emailID) {
+			emailEvents[e.EventID] = true
+		}
+	}
+	attempts := 0
+	for _, e := range all {
+		if e.Type != "WebhookAttemptSucceeded" {
+			continue
+		}
+		attempts++
+		if e.Metadata["correlation_id"] != request || !emailEvents[e.Metadata["causation_id"]] {
+			t.Errorf("attempt after the resume: correlation %q cause %q, want the send request %q and an event of the email",
+				e.Metadata["correlation_id"], e.Metadata["causation_id"], request)
+		}
+	}
+	if attempts != 2 {
+		t.Errorf("%d attempts recorded, want 2", attempts)
 	}
 }
