@@ -33,10 +33,13 @@ func (b Break) String() string {
 //
 // A change to an event breaks its own hash; an insertion or removal breaks
 // the revision sequence and the next event's hash. Removing the last events
-// of a stream leaves no trace in the chain. Verify sees the log as ReadAll
-// does, so events committed while it runs may or may not be included; give
-// it a store of its own (as `mailroom events verify` does), since a store
-// may serve the head of the log from what it read before.
+// of a stream leaves no trace in the chain; a store that records each
+// stream's head apart (HeadRecorder) shows it, unless that record was
+// changed too. The heads are read before the log, so a stream appended to
+// meanwhile is judged at the head it had then. Verify sees the log as
+// ReadAll does, so events committed while it runs may or may not be
+// included; give it a store of its own (as `mailroom events verify` does),
+// since a store may serve the head of the log from what it read before.
 func Verify(ctx context.Context, s Store, report func(Break)) (checked int, err error) {
 	type head struct {
 		next uint64
@@ -46,6 +49,12 @@ func Verify(ctx context.Context, s Store, report func(Break)) (checked int, err 
 	if report == nil {
 		report = func(Break) {}
 	}
+	var recorded map[string]StreamHead
+	if hr, ok := s.(HeadRecorder); ok {
+		if recorded, err = hr.RecordedHeads(ctx); err != nil {
+			return 0, err
+		}
+	}
 	pos := Start
 	for {
 		evs, err := s.ReadAll(ctx, pos, auditBatch)
@@ -53,9 +62,20 @@ func Verify(ctx context.Context, s Store, report func(Break)) (checked int, err 
 			return checked, err
 		}
 		if len(evs) == 0 {
+			for stream, r := range recorded {
+				report(Break{stream, r.Revision, uuid.Nil,
+					fmt.Sprintf("the stream's recorded head is revision %d, which the log does not reach: events removed from its end", r.Revision)})
+			}
 			return checked, nil
 		}
 		for _, e := range evs {
+			if r, ok := recorded[e.StreamID]; ok && r.Revision == e.StreamRevision {
+				if r.Hash != e.Hash {
+					report(Break{e.StreamID, e.StreamRevision, e.ID,
+						fmt.Sprintf("hash %s differs from the stream's recorded head %s", e.Hash, r.Hash)})
+				}
+				delete(recorded, e.StreamID)
+			}
 			h := heads[e.StreamID]
 			if h == nil {
 				h = &head{}

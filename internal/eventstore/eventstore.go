@@ -229,6 +229,20 @@ type AppendResult struct {
 	Position     Position // global position of the last event written
 }
 
+// HeadRecorder is implemented by stores that keep each stream's last
+// revision and hash apart from its events (PostgreSQL's streams table).
+// Verify checks the log against them, which shows events removed from the
+// end of a stream, where its chain alone cannot.
+type HeadRecorder interface {
+	RecordedHeads(ctx context.Context) (map[string]StreamHead, error)
+}
+
+// StreamHead is a stream's last revision and that event's hash.
+type StreamHead struct {
+	Revision uint64
+	Hash     string
+}
+
 // Counter is implemented by stores that can count events cheaply; it feeds
 // projection lag and rebuild progress.
 type Counter interface {

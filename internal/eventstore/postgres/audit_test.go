@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -86,6 +87,31 @@ func TestVerifyDetectsTampering(t *testing.T) {
 	}
 	if len(found) != 4 || len(b) != 4 {
 		t.Fatalf("breaks %v, want one each for metadata, data, gap and chain", b)
+	}
+
+	// The last event of a stream removed, and a whole stream: the chains
+	// cannot show it, the recorded heads do.
+	exec(`DELETE FROM events WHERE stream_id = 'email-a' AND stream_revision = 3`)
+	mustAppend(t, s, "apikey-d", eventstore.NoStream, testEvent("E"))
+	exec(`DELETE FROM events WHERE stream_id = 'apikey-d'`)
+	b = verify(10)
+	truncated := map[string]bool{}
+	for _, br := range b {
+		if strings.Contains(br.Reason, "events removed from its end") && br.Revision == map[string]uint64{"email-a": 3, "apikey-d": 0}[br.Stream] {
+			truncated[br.Stream] = true
+		}
+	}
+	if len(b) != 6 || !truncated["email-a"] || !truncated["apikey-d"] {
+		t.Fatalf("breaks %v, want the four above and one for each stream cut short", b)
+	}
+	// A stream's recorded head whose hash differs from its last event.
+	exec(`UPDATE streams SET last_hash = 'forged' WHERE stream_id = 'email-b'`)
+	b = verify(10)
+	forged := slices.ContainsFunc(b, func(br eventstore.Break) bool {
+		return br.Stream == "email-b" && br.Revision == 3 && strings.Contains(br.Reason, "differs from the stream's recorded head")
+	})
+	if len(b) != 7 || !forged {
+		t.Fatalf("breaks %v, want the six above and one for email-b's recorded head", b)
 	}
 }
 
