@@ -178,7 +178,7 @@ func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend
 	res, hashes, err := appendTx(ctx, tx, prepared, false)
 	if errors.Is(err, errStreamExists) {
 		tx.Rollback(context.WithoutCancel(ctx))
-		return nil, s.existing(ctx, prepared)
+		return nil, existing(ctx, s.pool, prepared)
 	}
 	if err != nil {
 		s.forgetHeads(prepared)
@@ -262,7 +262,10 @@ func (s *Store) appendNew(ctx context.Context, parts []eventstore.StreamAppend) 
 	res, hashes, err := appendTx(ctx, conn, parts, true)
 	endOpenTx(ctx, conn)
 	if errors.Is(err, errStreamExists) {
-		return nil, s.existing(ctx, parts)
+		// On the connection held: asking the pool for a second one while
+		// holding this could wait for ever once every connection is held
+		// so (a restart's redelivered fan-outs all find their streams).
+		return nil, existing(ctx, conn, parts)
 	}
 	if err != nil {
 		return nil, err
@@ -282,14 +285,19 @@ type batchSender interface {
 // expected to be new has events.
 var errStreamExists = errors.New("eventstore/postgres: stream exists")
 
+// querier runs a query on a pool or on a connection already held.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // existing is the conflict of an append of new streams that found one of
 // them existing: the first such part's.
-func (s *Store) existing(ctx context.Context, parts []eventstore.StreamAppend) error {
+func existing(ctx context.Context, q querier, parts []eventstore.StreamAppend) error {
 	streams := make([]string, len(parts))
 	for i, p := range parts {
 		streams[i] = p.Stream
 	}
-	rows, err := s.pool.Query(ctx, "SELECT stream_id, last_revision FROM streams WHERE stream_id = ANY($1)", streams)
+	rows, err := q.Query(ctx, "SELECT stream_id, last_revision FROM streams WHERE stream_id = ANY($1)", streams)
 	if err != nil {
 		return fmt.Errorf("eventstore/postgres: read stream heads: %w", err)
 	}

@@ -3,12 +3,14 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mailroom/mailroom/internal/database"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/contract"
 	"github.com/mailroom/mailroom/internal/pglock"
@@ -335,5 +337,33 @@ func TestCountAfterStopsAtLimit(t *testing.T) {
 	}
 	if n, err := s.CountAfter(ctx, first[0].Position, 100); err != nil || n != 29 {
 		t.Errorf("CountAfter the first event: %d %v, want 29", n, err)
+	}
+}
+
+// An append of new streams that finds one existing answers the conflict
+// on the one connection it holds: with every connection of the pool held
+// so (a restart's redelivered fan-outs all find their delivery streams),
+// asking the pool for another would wait for ever.
+func TestAppendFindingAStreamNeedsNoSecondConnection(t *testing.T) {
+	ctx := context.Background()
+	pool, err := database.Open(ctx, pgtest.NewURL(t)+"&pool_max_conns=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := database.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, pool)
+	mustAppend(t, s, "delivery-x", eventstore.NoStream, testEvent("E"))
+
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = s.AppendMany(ctx,
+		eventstore.StreamAppend{Stream: "delivery-y", Expected: eventstore.NoStream, Events: []eventstore.EventData{testEvent("E")}},
+		eventstore.StreamAppend{Stream: "delivery-x", Expected: eventstore.NoStream, Events: []eventstore.EventData{testEvent("E")}})
+	var conflict *eventstore.ConflictError
+	if !errors.As(err, &conflict) || conflict.Stream != "delivery-x" || conflict.Actual != 0 || !conflict.ActualExists {
+		t.Fatalf("append finding delivery-x: %v, want its conflict", err)
 	}
 }
