@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -57,7 +58,7 @@ func (r *Runner) Prepare(ctx context.Context) error {
 			return err
 		}
 		if st.exists && st.version == p.Version() {
-			if _, err := r.pool.Exec(ctx, ddl(p)); err != nil {
+			if err := r.ensureSchema(ctx, p); err != nil {
 				return fmt.Errorf("projection %s schema: %w", p.Name(), err)
 			}
 			continue
@@ -72,6 +73,25 @@ func (r *Runner) Prepare(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// ensureSchema runs p's idempotent DDL over its live tables. Its CREATE
+// INDEX IF NOT EXISTS locks each table even when the index is there, so
+// beside a running projector writing the same tables (an operator command
+// while the service runs) it can meet a deadlock or a lock timeout: then
+// it gives way and runs again.
+func (r *Runner) ensureSchema(ctx context.Context, p Projector) error {
+	for attempt := 1; ; attempt++ {
+		_, err := r.pool.Exec(ctx, ddl(p))
+		if err == nil || !isLockConflict(err) || attempt == 50 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(20+rand.IntN(80)) * time.Millisecond):
+		}
+	}
 }
 
 // Run keeps every projector caught up until ctx ends. New events are noticed
