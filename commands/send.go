@@ -38,7 +38,7 @@ const (
 	MaxAttachments     = 20               // attachments of one email
 	MaxAttachmentBytes = 40 * 1024 * 1024 // base64 size of all attachments, downloaded ones included
 	MaxSubjectLength   = 998              // characters (RFC 5322 line length)
-	MaxTags            = 50               // SES's limit of message tags
+	MaxTags            = 49               // SES's limit of 50 message tags, less the one that carries the email id
 	MaxTagLength       = 256              // characters of a tag name or value (SES)
 	MaxFilenameLength  = 255              // characters of an attachment filename
 	MaxContentType     = 255              // bytes of an attachment content_type (RFC 6838)
@@ -411,6 +411,8 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 		for k, val := range req.Tags {
 			if !tagPattern.MatchString(k) {
 				v.Add("tags", "tag name %q must be 1 to %d ASCII letters, digits, _ or -", k, MaxTagLength)
+			} else if k == email.IDTag {
+				v.Add("tags", "tag name %q is reserved: Mailroom uses it to carry the email id", k)
 			}
 			if !tagPattern.MatchString(val) {
 				v.Add("tags."+k, "must be 1 to %d ASCII letters, digits, _ or -", MaxTagLength)

@@ -39,6 +39,11 @@ const (
 	ReasonAttachmentsTooLarge = "attachments_too_large"
 )
 
+// IDTag is the tag that carries an email's id to a provider beside the
+// message (an SES message tag), so that its feedback finds the email: no
+// email's own tags may use the name.
+const IDTag = "mailroom_email_id"
+
 // Attachment is an attachment's metadata; its bytes live in blob storage
 // under Digest. Path attachments have no digest until downloaded; their URL
 // is sealed (it may be presigned), and Path keeps it without query or

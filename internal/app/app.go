@@ -92,6 +92,30 @@ func PoolSize(cfg config.Config) int {
 	return n
 }
 
+// routerHandlers is how many process managers RunWorkers puts on the
+// router; keep it in step with the router.Handle calls there.
+const routerHandlers = 2
+
+// CheckPoolSize refuses a pool too small for cfg's roles to make progress.
+// Each projector, and each process manager of the router, holds a
+// connection in a transaction while it reads the log or does its work on
+// another one: with every connection held so, all of them wait for ever.
+// One more than those holders is the least that always moves.
+func CheckPoolSize(cfg config.Config, conns int) error {
+	need := 1
+	if cfg.Has("projections") {
+		need += len(projections.Names)
+	}
+	if cfg.Has("workers") {
+		need += routerHandlers
+	}
+	if conns < need {
+		return fmt.Errorf("the database pool holds %d connections (pool_max_conns in MAILROOM_DATABASE_URL); the roles %s need at least %d: "+
+			"each projector and process manager holds one while it works on another", conns, strings.Join(cfg.Roles, ","), need)
+	}
+	return nil
+}
+
 // Open connects to the database (creating and migrating it) and the event
 // store, and prepares the read-model tables.
 func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error) {
@@ -340,6 +364,9 @@ func (a *App) HTTPServer(h http.Handler) *http.Server {
 
 // Serve runs the roles of the configuration until ctx ends.
 func (a *App) Serve(ctx context.Context) error {
+	if err := CheckPoolSize(a.Config, int(a.Pool.Config().MaxConns)); err != nil {
+		return err
+	}
 	// Every process listens: the API role serves the API; others serve
 	// /healthz, /readyz and /metrics only, so workers can be probed and
 	// scraped. With an operator listener, /metrics and the detail of /readyz

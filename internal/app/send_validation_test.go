@@ -84,7 +84,8 @@ func TestSendValidation(t *testing.T) {
 		{"invalid UTF-8 in a tag", raw(`"tags"`, "{\"k\":\"\xc3\"}"), "tags.k"},
 		{"invalid UTF-8 in a filename", raw(`"attachments"`, "[{\"filename\":\"\xed\xa0\x80.txt\",\"content\":\"aGk=\"}]"), "attachments.0.filename"},
 		// Bounds on what reaches the event.
-		{"51 tags", with("tags", tags(51)), "tags"},
+		{"50 tags", with("tags", tags(50)), "tags"},
+		{"the reserved tag name", with("tags", map[string]string{"mailroom_email_id": "x"}), "tags"},
 		{"tag value of 257", with("tags", map[string]string{"k": strings.Repeat("v", 257)}), "tags.k"},
 		{"51 reply_to", with("reply_to", many(51)), "reply_to"},
 		{"2,049-byte path", with("attachments", att(map[string]any{"path": longURL})), "attachments.0.path"},
@@ -140,7 +141,7 @@ func TestSendValidation(t *testing.T) {
 		t.Fatalf("50 recipients: %d %s", r.Status, r.Body)
 	}
 	b = base()
-	b["tags"], b["reply_to"] = tags(50), many(50)
+	b["tags"], b["reply_to"] = tags(49), many(50)
 	b["subject"], b["text"], b["html"] = "Ümlaut — 日本 🎉 \uFFFD", "lines\r\nand\ttabs\n", "<p>\n\t</p>"
 	b["attachments"] = att(map[string]any{"filename": strings.Repeat("é", 251) + ".pdf", "content": content,
 		"content_type": "text/" + strings.Repeat("x", 250), "content_id": strings.Repeat("c", 255)})

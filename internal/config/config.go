@@ -187,8 +187,8 @@ func (c *Config) Validate() error {
 	if c.AccountConcurrency < 0 {
 		return errors.New("account-concurrency must not be negative")
 	}
-	if c.Environment == "production" && (c.EgressAllowCIDRs != "" || c.WebhookAllowHTTP) {
-		return errors.New("egress-allow-cidrs and webhook-allow-http are for development only")
+	if c.Environment == "production" && (c.EgressAllowCIDRs != "" || c.WebhookAllowHTTP || c.EgressResolver != "") {
+		return errors.New("egress-allow-cidrs, egress-resolver and webhook-allow-http are for development only")
 	}
 	if c.MaxInflightBytes != 0 && c.MaxInflightBytes < maxBodyBytes {
 		return errors.New("max-inflight-bytes must be 0 (no cap) or at least 47185920 (45 MiB, the largest request body)")

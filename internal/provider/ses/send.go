@@ -12,13 +12,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sesv2/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/provider"
 )
 
 // EmailIDTag is the SES message tag that carries the Mailroom email id. SES
 // event publishing copies it into mail.tags of every event, which is how
 // ParseFeedback maps feedback back onto the email.
-const EmailIDTag = "mailroom_email_id"
+const EmailIDTag = email.IDTag
 
 // maxTagLen is SES's limit for a message tag name or value.
 const maxTagLen = 256
