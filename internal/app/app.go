@@ -230,11 +230,12 @@ func (a *App) Handler() http.Handler {
 		Middleware(func(c echo.Context) string { return authn.From(c).AccountID })
 
 	// One account's uploads may hold a quarter of the process's room for
-	// request bodies (at least the largest body), so a few slow ones
-	// cannot refuse everyone else's.
+	// request bodies, so a few slow ones cannot refuse everyone else's. A
+	// room under four of the largest bodies has no shares: one such body
+	// of an account would fill its share and refuse its every other one.
 	share := a.Config.MaxInflightBytes / 4
-	if share > 0 {
-		share = max(share, httpserver.MaxBodyBytes)
+	if share < httpserver.MaxBodyBytes {
+		share = 0
 	}
 	accountBytes := httpserver.InflightBytesPer(share, httpserver.MaxBodyBytes,
 		func(c echo.Context) string { return authn.From(c).AccountID })
