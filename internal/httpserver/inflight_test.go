@@ -20,12 +20,7 @@ func TestInflightBytes(t *testing.T) {
 	const mib = 1 << 20
 	e := New(Options{Logger: slog.New(slog.DiscardHandler), MaxInflightBytes: 46 * mib})
 	entered, release := make(chan struct{}, 4), make(chan struct{})
-	e.POST("/hold", func(c echo.Context) error {
-		io.Copy(io.Discard, c.Request().Body)
-		entered <- struct{}{}
-		<-release
-		return c.NoContent(http.StatusNoContent)
-	})
+	e.POST("/hold", holding(entered, release))
 	e.POST("/echo", func(c echo.Context) error {
 		n, _ := io.Copy(io.Discard, c.Request().Body)
 		return c.JSON(http.StatusOK, map[string]int64{"read": n})
@@ -133,12 +128,7 @@ func TestInflightBytesPer(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 2)
 	e.Use(InflightBytesPer(20*mib, MaxBodyBytes, func(c echo.Context) string { return c.Request().Header.Get("X-Account") }))
-	e.POST("/hold", func(c echo.Context) error {
-		io.Copy(io.Discard, c.Request().Body)
-		entered <- struct{}{}
-		<-release
-		return c.NoContent(http.StatusNoContent)
-	})
+	e.POST("/hold", holding(entered, release))
 	e.POST("/echo", func(c echo.Context) error {
 		io.Copy(io.Discard, c.Request().Body)
 		return c.NoContent(http.StatusNoContent)
@@ -177,5 +167,16 @@ func TestInflightBytesPer(t *testing.T) {
 	}
 	if s, _, _ := post("/echo", "a", mib); s != 204 {
 		t.Errorf("account a once its requests ended: %d", s)
+	}
+}
+
+// holding reads a request's body, says so on entered and answers 204 once
+// release is closed: the request holds its room until then.
+func holding(entered chan<- struct{}, release <-chan struct{}) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		io.Copy(io.Discard, c.Request().Body)
+		entered <- struct{}{}
+		<-release
+		return c.NoContent(http.StatusNoContent)
 	}
 }
