@@ -234,3 +234,30 @@ func TestExport(t *testing.T) {
 		t.Fatalf("export of a missing stream: %v", err)
 	}
 }
+
+// An append the global order does not show yet, behind a transaction still
+// open, is no break: its stream's recorded head is found on the stream.
+func TestVerifyBesideAnOpenTransaction(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	s := newStore(t, pool)
+	ctx := context.Background()
+	mustAppend(t, s, "email-a", eventstore.NoStream, testEvent("E"))
+	waitVisible(t, s, 1)
+
+	open, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(ctx)
+	if _, err := open.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil { // holds back the global order
+		t.Fatal(err)
+	}
+	mustAppend(t, s, "email-a", eventstore.Exact(0), testEvent("E"))
+	mustAppend(t, s, "email-b", eventstore.NoStream, testEvent("E"))
+
+	var breaks []eventstore.Break
+	n, err := eventstore.Verify(ctx, newStore(t, pool), func(b eventstore.Break) { breaks = append(breaks, b) })
+	if err != nil || n != 1 || len(breaks) != 0 {
+		t.Fatalf("verify beside an open transaction: %d events, breaks %v, err %v; want the one visible event and no break", n, breaks, err)
+	}
+}
