@@ -42,30 +42,22 @@ func (s *Service) EmailSince(ctx context.Context, id string) (email.State, event
 	return st, first, err
 }
 
-// ClickedLink is the link of the email's EmailClicked eventID, read from
-// its stream: a link is personal data, kept sealed in the log only.
-func (s *Service) ClickedLink(ctx context.Context, emailID, eventID string) (string, error) {
+// EmailEvent is the email's event eventID, read from its stream: the
+// personal data it carries (a clicked link, the recipients of a bounce)
+// is kept sealed in the log only, never in a job.
+func (s *Service) EmailEvent(ctx context.Context, emailID, eventID string) (domain.Event, error) {
 	for from := uint64(0); ; {
 		evs, err := s.store.ReadStream(ctx, email.Stream(emailID), from, 256)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		if len(evs) == 0 {
-			return "", fmt.Errorf("email %s has no event %s", emailID, eventID)
+			return nil, fmt.Errorf("email %s has no event %s", emailID, eventID)
 		}
 		for _, ev := range evs {
-			if ev.ID.String() != eventID {
-				continue
+			if ev.ID.String() == eventID {
+				return codec.Decode(ev)
 			}
-			e, err := codec.Decode(ev)
-			if err != nil {
-				return "", err
-			}
-			c, ok := e.(*email.Clicked)
-			if !ok {
-				return "", fmt.Errorf("event %s of email %s is %s, not a click", eventID, emailID, ev.Type)
-			}
-			return c.Link, nil
 		}
 		from = evs[len(evs)-1].StreamRevision + 1
 	}

@@ -459,10 +459,20 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	if x := a.Extra; x != nil {
 		data.BounceType, data.BounceSubtype, data.Reason = x.BounceType, x.BounceSubtype, x.Reason
 	}
-	if a.Type == whsig.TypeEmailClicked {
-		// A link is personal: it stays sealed in the log, never in a job.
-		if data.Link, err = w.Commands.ClickedLink(ctx, a.EmailID, a.EventID); err != nil {
+	if a.Type == whsig.TypeEmailClicked || a.Type == whsig.TypeEmailBounced || a.Type == whsig.TypeEmailComplained {
+		// A link or an address is personal: it stays sealed in the log,
+		// never in a job.
+		e, err := w.Commands.EmailEvent(ctx, a.EmailID, a.EventID)
+		if err != nil {
 			return err
+		}
+		switch e := e.(type) {
+		case *email.Clicked:
+			data.Link = e.Link
+		case *email.Bounced:
+			data.Recipients = e.Recipients
+		case *email.Complained:
+			data.Recipients = e.Recipients
 		}
 	}
 	payload, err := json.Marshal(whsig.Event{Type: a.Type, CreatedAt: a.At, Data: data})

@@ -51,7 +51,10 @@ type EventData struct {
 	BounceType    string `json:"bounce_type,omitempty"`    // email.bounced
 	BounceSubtype string `json:"bounce_subtype,omitempty"` // email.bounced
 	Link          string `json:"link,omitempty"`           // email.clicked
-	Reason        string `json:"reason,omitempty"`         // email.failed
+	// Recipients are the addresses a bounce or complaint concerns (those
+	// of email.bounced and email.complained), of to, cc and bcc alike.
+	Recipients []string `json:"recipients,omitempty"`
+	Reason     string   `json:"reason,omitempty"` // email.failed
 }
 
 // MaxBodyBytes caps the body Handler reads.

@@ -377,13 +377,17 @@ func TestWebhookFilteringPausingAndLimits(t *testing.T) {
 	wantProblem(t, w.Do("POST", "/v1/webhooks/"+pid+"/test", w.key, nil), 409, "endpoint_inactive")
 
 	w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "ok@example.org", "subject": "s", "text": "t"})["id"].(string), status("delivered"))
-	w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "bounce@simulator.amazonses.com", "subject": "s", "text": "t"})["id"].(string), status("bounced"))
+	w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "ok@example.org", "cc": "Bob <Bounce@simulator.amazonses.com>", "subject": "s", "text": "t"})["id"].(string), status("bounced"))
 	got := bounces.waitFor(t, 1)
 	var ev map[string]any
 	json.Unmarshal(got[0].body, &ev)
 	data := ev["data"].(map[string]any)
 	if ev["type"] != "email.bounced" || data["bounce_type"] != "Permanent" || data["bounce_subtype"] != "General" {
 		t.Fatalf("bounce event %s", got[0].body)
+	}
+	// The bounce names the address that bounced, not the email's to.
+	if data["to"] != "ok@example.org" || fmt.Sprint(data["recipients"]) != "[bounce@simulator.amazonses.com]" {
+		t.Fatalf("bounce event's to %v and recipients %v", data["to"], data["recipients"])
 	}
 	// Give any stray delivery time to show up; none may.
 	time.Sleep(300 * time.Millisecond)
