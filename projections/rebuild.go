@@ -151,10 +151,8 @@ func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) er
 		if err == nil || !isLockConflict(err) || attempt == 100 {
 			break
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(20+rand.IntN(80)) * time.Millisecond):
+		if err := giveWay(ctx); err != nil {
+			return err
 		}
 	}
 	if err != nil {
@@ -342,6 +340,17 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 		held[i].Projection = string(p.Name())
 	}
 	return pos, held, nil
+}
+
+// giveWay waits a few tens of milliseconds, spread at random, before work
+// that met a lock conflict runs again.
+func giveWay(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Duration(20+rand.IntN(80)) * time.Millisecond):
+		return nil
+	}
 }
 
 // isLockConflict reports a lock timeout or deadlock, after which the swap

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -86,10 +85,8 @@ func (r *Runner) ensureSchema(ctx context.Context, p Projector) error {
 		if err == nil || !isLockConflict(err) || attempt == 50 {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(20+rand.IntN(80)) * time.Millisecond):
+		if err := giveWay(ctx); err != nil {
+			return err
 		}
 	}
 }

@@ -92,22 +92,32 @@ func PoolSize(cfg config.Config) int {
 	return n
 }
 
-// routerHandlers is how many process managers RunWorkers puts on the
-// router; keep it in step with the router.Handle calls there.
-const routerHandlers = 2
+// routedManager is a process manager RunWorkers puts on the router.
+type routedManager struct {
+	name   string
+	handle processmanagers.Handler
+}
+
+// routed lists the router's process managers.
+func (a *App) routed() []routedManager {
+	return []routedManager{
+		{"domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box, a.Log)},
+		{"email-release", a.releaser().Handle},
+	}
+}
 
 // CheckPoolSize refuses a pool too small for cfg's roles to make progress.
-// Each projector, and each process manager of the router, holds a
-// connection in a transaction while it reads the log or does its work on
-// another one: with every connection held so, all of them wait for ever.
-// One more than those holders is the least that always moves.
-func CheckPoolSize(cfg config.Config, conns int) error {
+// Each projector, and each of the routed process managers of a worker,
+// holds a connection in a transaction while it reads the log or does its
+// work on another one: with every connection held so, all of them wait for
+// ever. One more than those holders is the least that always moves.
+func CheckPoolSize(cfg config.Config, conns, routed int) error {
 	need := 1
 	if cfg.Has("projections") {
 		need += len(projections.Names)
 	}
 	if cfg.Has("workers") {
-		need += routerHandlers
+		need += routed
 	}
 	if conns < need {
 		return fmt.Errorf("the database pool holds %d connections (pool_max_conns in MAILROOM_DATABASE_URL); the roles %s need at least %d: "+
@@ -365,7 +375,7 @@ func (a *App) HTTPServer(h http.Handler) *http.Server {
 
 // Serve runs the roles of the configuration until ctx ends.
 func (a *App) Serve(ctx context.Context) error {
-	if err := CheckPoolSize(a.Config, int(a.Pool.Config().MaxConns)); err != nil {
+	if err := CheckPoolSize(a.Config, int(a.Pool.Config().MaxConns), len(a.routed())); err != nil {
 		return err
 	}
 	// Every process listens: the API role serves the API; others serve
@@ -531,8 +541,9 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	router.Handle("domain-identities", processmanagers.Identities(a.Identities, a.Commands.Domain, a.Box, a.Log))
-	router.Handle("email-release", a.releaser().Handle)
+	for _, m := range a.routed() {
+		router.Handle(m.name, m.handle)
+	}
 	// Sending and webhook delivery are River jobs: one reader per process
 	// manager turns events into them, and every worker process's client
 	// claims and works them.

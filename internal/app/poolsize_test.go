@@ -25,7 +25,7 @@ func TestCheckPoolSize(t *testing.T) {
 		{[]string{"workers"}, 3, true},
 		{[]string{"api"}, 1, true},
 	} {
-		err := app.CheckPoolSize(config.Config{Roles: c.roles}, c.conns)
+		err := app.CheckPoolSize(config.Config{Roles: c.roles}, c.conns, 2)
 		if (err == nil) != c.ok {
 			t.Errorf("roles %v, %d connections: %v, want ok %v", c.roles, c.conns, err, c.ok)
 		}
