@@ -22,9 +22,10 @@ func TestReadersFollowingTheHeadSeeTheWholeLog(t *testing.T) {
 	ctx := context.Background()
 	const writers, perWriter, readers = 6, 60, 8
 
-	var queries atomic.Int64
+	var calls, queries atomic.Int64
 	query := s.readAll
 	read := func(ctx context.Context, from eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
+		calls.Add(1)
 		return s.recent.read(ctx, from, max, func(ctx context.Context, from eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
 			queries.Add(1)
 			return query(ctx, from, max)
@@ -90,10 +91,12 @@ func TestReadersFollowingTheHeadSeeTheWholeLog(t *testing.T) {
 			}
 		}
 	}
-	// Each reader made far more calls than there are events per page; the
-	// window answered most of them.
-	if q := queries.Load(); q >= int64(readers*writers*perWriter/4) {
-		t.Errorf("%d queries for %d readers of %d events: the readers did not share them", q, readers, len(want))
+	// Without the window every call would be a query. With it, readers at
+	// the head wait for one shared query, and pages behind the head come
+	// from memory. Calls are counted rather than events, as a slow machine
+	// makes more empty polls at the head while the writers lag.
+	if q, c := queries.Load(), calls.Load(); q*2 >= c {
+		t.Errorf("%d queries for %d calls of %d readers: the readers did not share them", q, c, readers)
 	}
 }
 
