@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -66,28 +67,50 @@ func (r *Reader) ListEmails(ctx context.Context, accountID string, f EmailFilter
 	}
 	cond := strings.Join(where, " AND ")
 
-	var page EmailPage
-	if err := r.pool.QueryRow(ctx, "SELECT count(*) FROM emails WHERE "+cond, args...).Scan(&page.Total); err != nil {
-		return page, err
-	}
-	args = append(args, f.PerPage, (f.Page-1)*f.PerPage)
-	rows, err := r.pool.Query(ctx, fmt.Sprintf(`SELECT id, from_email, to_email, subject, status, attachment_count, created_at
-		FROM emails WHERE %s ORDER BY created_at DESC, id DESC LIMIT $%d OFFSET $%d`, cond, len(args)-1, len(args)), args...)
+	// One statement, so one snapshot: the total always agrees with the
+	// page, even while emails arrive. The count's row stands alone when the
+	// page is past the end.
+	args = append(args, f.PerPage, offsetOf(f.Page, f.PerPage))
+	rows, err := r.pool.Query(ctx, fmt.Sprintf(`SELECT t.total, e.id, e.from_email, e.to_email, e.subject, e.status, e.attachment_count, e.created_at
+		FROM (SELECT count(*) AS total FROM emails WHERE %[1]s) AS t
+		LEFT JOIN LATERAL (SELECT id, from_email, to_email, subject, status, attachment_count, created_at
+			FROM emails WHERE %[1]s ORDER BY created_at DESC, id DESC LIMIT $%[2]d OFFSET $%[3]d) AS e ON true
+		ORDER BY e.created_at DESC, e.id DESC`, cond, len(args)-1, len(args)), args...)
+	page := EmailPage{Emails: []EmailListItem{}}
 	if err != nil {
 		return page, err
 	}
 	defer rows.Close()
-	page.Emails = []EmailListItem{}
 	for rows.Next() {
-		var e EmailListItem
-		var created time.Time
-		if err := rows.Scan(&e.ID, &e.FromEmail, &e.ToEmail, &e.Subject, &e.Status, &e.AttachmentCount, &created); err != nil {
+		var (
+			e       EmailListItem
+			id      *string
+			count   *int
+			created *time.Time
+			atts    *int
+		)
+		var from, to, subject, status *string
+		if err := rows.Scan(&count, &id, &from, &to, &subject, &status, &atts, &created); err != nil {
 			return page, err
 		}
-		e.CreatedAt = apitime.Of(created)
+		page.Total = *count
+		if id == nil {
+			continue // no email on this page
+		}
+		e.ID, e.FromEmail, e.ToEmail, e.Subject, e.Status = *id, *from, *to, *subject, *status
+		e.AttachmentCount, e.CreatedAt = *atts, apitime.Of(*created)
 		page.Emails = append(page.Emails, e)
 	}
 	return page, rows.Err()
+}
+
+// offsetOf is where page starts, saturating rather than overflowing for a
+// page far past any end.
+func offsetOf(page, perPage int) int64 {
+	if int64(page-1) > math.MaxInt64/int64(perPage) {
+		return math.MaxInt64
+	}
+	return int64(page-1) * int64(perPage)
 }
 
 func escapeLike(s string) string {

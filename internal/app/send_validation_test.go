@@ -323,8 +323,35 @@ func TestEmailList(t *testing.T) {
 	if pg, _ := page("?date_to=" + yesterday); pg["total"] != 0.0 {
 		t.Fatalf("to yesterday: %v", pg)
 	}
-	for _, q := range []string{"page=0", "page=-2", "per_page=0", "per_page=x", "date_to=13/01/2026"} {
+	// A page far past the end is answered as asked, empty, with the totals.
+	if pg, data := page("?page=9223372036854775807&per_page=100"); len(data) != 0 || pg["total"] != 45.0 || pg["page"] != 9223372036854775807.0 {
+		t.Fatalf("a page past any end: %v %d", pg, len(data))
+	}
+	for _, q := range []string{"page=0", "page=-2", "per_page=0", "per_page=x", "date_to=13/01/2026",
+		"date_from=" + today + "&date_to=" + yesterday, "status=%00", "to=%FF"} {
 		wantProblem(t, w.Do("GET", "/v1/emails?"+q, w.key, nil), 422, "validation_failed")
+	}
+	// A query that does not parse would lose its filters: refused, not ignored.
+	for _, q := range []string{"to=50%", "status=%zz", "date_from=" + today + ";x=1"} {
+		wantProblem(t, w.Do("GET", "/v1/emails?"+q, w.key, nil), 400, "invalid_query")
+	}
+}
+
+// An id that is not text names nothing: 404 on every route, never an error
+// of the database.
+func TestIDsThatAreNotText(t *testing.T) {
+	w := newSendWorld(t)
+	for _, c := range []struct{ method, path, cred string }{
+		{"GET", "/v1/emails/%FF", w.key},
+		{"GET", "/v1/emails/a%00b", w.key},
+		{"GET", "/v1/webhooks/%FF", w.key},
+		{"GET", "/v1/webhooks/%00/deliveries", w.key},
+		{"DELETE", "/v1/webhooks/%FF", w.key},
+		{"GET", "/api/domains/%00", w.admin},
+		{"POST", "/api/domains/%FF/verify", w.admin},
+		{"DELETE", "/api/auth/api-keys/%00", w.admin},
+	} {
+		wantProblem(t, w.Do(c.method, c.path, c.cred, nil), 404, "not_found")
 	}
 }
 

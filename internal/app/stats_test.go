@@ -57,6 +57,10 @@ func TestDailyStats(t *testing.T) {
 	if end := dailyStats(t, w, w.admin, "?from=9999-12-30"); len(end) != 2 || end[1].Date != "9999-12-31" {
 		t.Fatalf("from the second to last day: %+v", end)
 	}
+	// Likewise the first: nothing before it is counted.
+	if start := dailyStats(t, w, w.admin, "?to=1970-01-02"); len(start) != 2 || start[0].Date != "1970-01-01" {
+		t.Fatalf("to the second day: %+v", start)
+	}
 	if year := dailyStats(t, w, w.admin, "?from=2024-01-01&to=2024-12-31"); len(year) != 366 || year[365].Date != "2024-12-31" {
 		t.Fatalf("a leap year gives %d days", len(year))
 	}

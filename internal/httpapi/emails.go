@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"math"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -62,12 +63,15 @@ type Pagination struct {
 }
 
 func (h handlers) listEmails(c echo.Context) error {
-	page, pageErr := httpserver.QueryInt(c, "page", 1, 1<<31-1)
+	page, pageErr := httpserver.QueryInt(c, "page", 1, math.MaxInt)
 	perPage, perPageErr := httpserver.QueryInt(c, "per_page", 20, 100)
 	from, fromErr := queryDate(c, "date_from", false)
 	to, toErr := queryDate(c, "date_to", true)
 	if err := validationOf(pageErr, perPageErr, fromErr, toErr); err != nil {
 		return err
+	}
+	if !from.IsZero() && !to.IsZero() && !from.Before(to) {
+		return validationOf(&httpserver.FieldError{Field: "date_to", Message: "must not be before date_from"})
 	}
 	list, err := h.reads.ListEmails(c.Request().Context(), authn.From(c).AccountID, readapi.EmailFilter{
 		Status: c.QueryParam("status"), To: c.QueryParam("to"),

@@ -2,7 +2,11 @@ package httpapi
 
 import (
 	"errors"
+	"maps"
 	"net/http"
+	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -13,14 +17,47 @@ import (
 	"github.com/mailroom/mailroom/readapi"
 )
 
-// answering applies problemOf to whatever a handler returns.
+// answering applies problemOf to whatever a handler returns, once the
+// request's URL has passed checkURL.
 func answering(h echo.HandlerFunc, resource string) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if err := checkURL(c, resource); err != nil {
+			return err
+		}
 		if err := h(c); err != nil {
 			return problemOf(err, resource)
 		}
 		return nil
 	}
+}
+
+// checkURL refuses what no handler could take from the URL: an id that is
+// not text cannot name anything (404), a query string that does not parse
+// would otherwise lose the pairs it cannot read, filters included, without
+// a word (400), and a query value must be text like any field (422).
+func checkURL(c echo.Context, resource string) error {
+	for _, name := range c.ParamNames() {
+		if domain.TextProblem(c.Param(name), false) != "" {
+			return httpserver.NotFound("no such " + resource)
+		}
+	}
+	values, err := url.ParseQuery(c.Request().URL.RawQuery)
+	if err != nil {
+		return httpserver.BadRequest("invalid_query", "the query string cannot be read: "+err.Error())
+	}
+	var bad []httpserver.FieldError
+	for _, name := range slices.Sorted(maps.Keys(values)) {
+		for _, v := range values[name] {
+			if p := domain.TextProblem(v, false); p != "" {
+				bad = append(bad, httpserver.FieldError{Field: strings.ToValidUTF8(name, "\ufffd"), Message: p})
+				break
+			}
+		}
+	}
+	if len(bad) > 0 {
+		return httpserver.Validation(bad...)
+	}
+	return nil
 }
 
 // problemOf translates a refusal of the domain, the commands or the read

@@ -43,6 +43,9 @@ func (h handlers) statsDays(c echo.Context) (from, to time.Time, err error) {
 		from = to.AddDate(0, 0, 1-statsDefaultDays)
 	case from.IsZero():
 		from = to.AddDate(0, 0, 1-statsDefaultDays)
+		if from.Before(firstQueryDay) {
+			from = firstQueryDay
+		}
 	case to.IsZero():
 		to = from.AddDate(0, 0, statsDefaultDays-1)
 		if to.After(lastQueryDay) {
