@@ -22,6 +22,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/egress"
@@ -89,25 +90,37 @@ var tagPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,` + strconv.Itoa(MaxTagLen
 // conflict; body is the request as received, whose fingerprint tells the
 // two apart.
 //
-// It runs in three steps: the request is checked, its content is staged
-// in blob storage (the event carries digests), and the email is queued by
-// one append.
+// It runs in four steps: the request is validated; under an idempotency
+// key, a repeat is answered from the email's stream before anything else
+// (a check that could change since, such as the sender's domain, never
+// turns a repeat of an accepted send into a refusal, and a repeat stores
+// nothing); the sender's domain and attachment URLs are checked; its
+// content is staged in blob storage (the event carries digests) and the
+// email is queued by one append.
 func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail, idempotencyKey string, body []byte, meta Meta) (Accepted, error) {
-	checked, err := s.checkSend(ctx, accountID, req, idempotencyKey)
+	decoded, err := validateRequest(req, idempotencyKey)
 	if err != nil {
 		return Accepted{}, err
 	}
 	now := s.now()
+	hash := requestHash(body)
 	id := uuid.Must(uuid.NewV7()).String()
 	if idempotencyKey != "" {
 		if id, err = s.idempotentID(ctx, accountID, idempotencyKey, now); err != nil {
 			return Accepted{}, err
 		}
+		if a, repeated, err := s.repeat(ctx, id, hash); err != nil || repeated {
+			return a, err
+		}
+	}
+	checked, err := s.checkSend(ctx, accountID, req, decoded)
+	if err != nil {
+		return Accepted{}, err
 	}
 	q, err := s.stage(ctx, req, checked, email.Queued{
 		EmailID: id, AccountID: accountID, DomainID: checked.domainID, From: strings.TrimSpace(req.From),
 		FromEmail: checked.from, To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo, Subject: req.Subject,
-		Tags: req.Tags, RequestHash: requestHash(body), QueuedAt: now,
+		Tags: req.Tags, RequestHash: hash, QueuedAt: now,
 		RecipientKeys: s.address.OfRecipients(accountID, slices.Concat(req.To, req.Cc, req.Bcc)),
 	})
 	if errors.Is(err, datakeys.ErrErased) {
@@ -116,7 +129,14 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 	if err != nil {
 		return Accepted{}, err
 	}
-	return s.queue(ctx, q, idempotencyKey == "", meta)
+	a, stored, err := s.queue(ctx, q, idempotencyKey == "", meta)
+	if !stored {
+		// A concurrent first request under the same key was recorded
+		// instead: what this one staged belongs to no email. Should the
+		// delete fail, the blobs stay, sealed under that email's key.
+		_ = s.content.Delete(context.WithoutCancel(ctx), contentOf(q)...)
+	}
+	return a, err
 }
 
 // checkedSend is what checking a send request found out.
@@ -126,19 +146,22 @@ type checkedSend struct {
 	decoded  [][]byte // each inline attachment's bytes (nil for a path)
 }
 
-// checkSend validates a request: its fields, the idempotency key, the
-// attachments' URLs (checked now so a private or plain-http URL is a 422,
-// and again when fetched) and the sender's domain.
-func (s *Service) checkSend(ctx context.Context, accountID string, req SendEmail, idempotencyKey string) (checkedSend, error) {
+// validateRequest validates a request's fields and idempotency key, and
+// decodes its inline attachments.
+func validateRequest(req SendEmail, idempotencyKey string) ([][]byte, error) {
 	v, decoded := validateSend(req)
 	if len(idempotencyKey) > MaxIdempotencyKey {
 		v.Add(IdempotencyKeyField, "must be at most %d bytes; got %d", MaxIdempotencyKey, len(idempotencyKey))
 	} else {
 		v.CheckLine(IdempotencyKeyField, idempotencyKey)
 	}
-	if err := v.OrNil(); err != nil {
-		return checkedSend{}, err
-	}
+	return decoded, v.OrNil()
+}
+
+// checkSend checks what a valid request depends on outside itself: the
+// attachments' URLs (checked now so a private or plain-http URL is a 422,
+// and again when fetched) and the sender's domain.
+func (s *Service) checkSend(ctx context.Context, accountID string, req SendEmail, decoded [][]byte) (checkedSend, error) {
 	var paths domain.ValidationError
 	for i, a := range req.Attachments {
 		if a.Path != "" {
@@ -153,7 +176,13 @@ func (s *Service) checkSend(ctx context.Context, accountID string, req SendEmail
 
 	from, _ := mailmsg.ParseAddress(req.From)
 	_, fromDomain, _ := strings.Cut(from.Email, "@")
-	domainID, err := s.sendableDomain(ctx, accountID, strings.ToLower(fromDomain))
+	// Domains are kept as NormalizeName writes them (punycode for
+	// internationalised names); a name it refuses matches no domain.
+	name, problem := sendingdomain.NormalizeName(fromDomain)
+	if problem != "" {
+		name = strings.ToLower(fromDomain)
+	}
+	domainID, err := s.sendableDomain(ctx, accountID, name)
 	if errors.Is(err, domain.ErrNotFound) {
 		return checkedSend{}, &domain.ForbiddenError{Code: "domain_not_verified",
 			Detail: fmt.Sprintf("%s is not a verified domain of this account", strings.ToLower(fromDomain))}
@@ -219,22 +248,48 @@ func (s *Service) stage(ctx context.Context, req SendEmail, checked checkedSend,
 var errKeyErased = &domain.ConflictError{Code: "email_erased",
 	Detail: "the email this Idempotency-Key was used for has been erased; send with a new key"}
 
+// repeat answers a send under an idempotency key whose email, id, is
+// already recorded: the first answer for the same request, a conflict for
+// another. repeated is false when id has no email yet.
+func (s *Service) repeat(ctx context.Context, id, hash string) (a Accepted, repeated bool, err error) {
+	st, _, _, last, err := loadSpan(ctx, s.store, email.Stream(id), email.Evolve)
+	if err != nil || !st.Exists() {
+		return Accepted{}, false, err
+	}
+	first, err := firstAnswer(st, hash)
+	if err != nil {
+		return Accepted{}, true, err
+	}
+	_ = s.settle(ctx, last, projections.EmailsName) // the retry sees what the first request did
+	return acceptedOf(first), true, nil
+}
+
+// firstAnswer is what a repeat of the request with hash is answered with,
+// given its email's state.
+func firstAnswer(st email.State, hash string) (email.Queued, error) {
+	if st.Erased != nil || st.Queued.Erased {
+		return email.Queued{}, errKeyErased
+	}
+	if st.Queued.RequestHash != hash {
+		return email.Queued{}, &domain.ConflictError{Code: "idempotency_key_reused",
+			Detail: "this Idempotency-Key was used with a different request in the last 24 hours"}
+	}
+	return *st.Queued, nil
+}
+
 // queue appends q to its email's stream. A repeat under an idempotency
-// key answers as the first time did; fresh says the id was just made, so
-// there is no stream to read first.
-func (s *Service) queue(ctx context.Context, q email.Queued, fresh bool, meta Meta) (Accepted, error) {
-	accepted := q
+// key (recorded by a concurrent request since it was looked for) answers
+// as the first time did; fresh says the id was just made, so there is no
+// stream to read first. stored says q was recorded, or may have been: it
+// is false only when the stream held another request's email.
+func (s *Service) queue(ctx context.Context, q email.Queued, fresh bool, meta Meta) (a Accepted, stored bool, err error) {
+	accepted, stored := q, true
 	decide := func(st email.State) ([]domain.Event, error) {
 		if st.Exists() {
-			if st.Erased != nil || st.Queued.Erased {
-				return nil, errKeyErased
-			}
-			if st.Queued.RequestHash != q.RequestHash {
-				return nil, &domain.ConflictError{Code: "idempotency_key_reused",
-					Detail: "this Idempotency-Key was used with a different request in the last 24 hours"}
-			}
-			accepted = *st.Queued // a repeat: answer as the first time
-			return nil, nil
+			stored = false
+			first, err := firstAnswer(st, q.RequestHash)
+			accepted = first
+			return nil, err
 		}
 		return email.Queue(st, q)
 	}
@@ -243,9 +298,25 @@ func (s *Service) queue(ctx context.Context, q email.Queued, fresh bool, meta Me
 		run = executeNew[email.State]
 	}
 	if _, err := run(ctx, s, email.Stream(q.EmailID), email.Evolve, decide, meta, projections.EmailsName); err != nil {
-		return Accepted{}, err
+		return Accepted{}, stored, err
 	}
-	return acceptedOf(accepted), nil
+	return acceptedOf(accepted), stored, nil
+}
+
+// contentOf lists the blobs q's content was staged in.
+func contentOf(q email.Queued) []blob.Digest {
+	var out []blob.Digest
+	for _, d := range []string{q.HTMLDigest, q.TextDigest} {
+		if d != "" {
+			out = append(out, blob.Digest(d))
+		}
+	}
+	for _, a := range q.Attachments {
+		if a.Digest != "" {
+			out = append(out, blob.Digest(a.Digest))
+		}
+	}
+	return out
 }
 
 func acceptedOf(q email.Queued) Accepted {

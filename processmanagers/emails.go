@@ -263,7 +263,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 			return Transient(err)
 		}
 	}
-	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: q.FromEmail, Recipients: recipients, Raw: raw, Tags: q.Tags, DKIM: key})
+	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: mailmsg.WireAddress(q.FromEmail), Recipients: recipients, Raw: raw, Tags: q.Tags, DKIM: key})
 	var rejected *provider.RejectedError
 	// Provider answers may name relay hosts, addresses or provider
 	// accounts: the customer's timeline gets their codes, the log the rest.
@@ -361,6 +361,6 @@ func (p *Pipeline) render(ctx context.Context, st email.State, atts []email.Atta
 }
 
 func domainOf(addr string) string {
-	_, d, _ := strings.Cut(addr, "@")
+	_, d, _ := strings.Cut(mailmsg.WireAddress(addr), "@")
 	return strings.ToLower(d)
 }

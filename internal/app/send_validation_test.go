@@ -1,10 +1,14 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -192,8 +196,19 @@ func TestIdempotencyKey(t *testing.T) {
 	if string(first.Body) != string(second.Body) {
 		t.Fatalf("a repeat answered differently:\n%s\n%s", first.Body, second.Body)
 	}
-	other := map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "different", "text": "t"}
+	// Repeats and refused requests store nothing: the one email's content
+	// is all there is.
+	blobs := blobFiles(t, w.Config.BlobDir)
+	for range 3 {
+		if r := do("order-7", body); r.Status != 202 {
+			t.Fatalf("a repeat: %d %s", r.Status, r.Body)
+		}
+	}
+	other := map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "different", "text": "t", "html": "<p>new</p>"}
 	wantProblem(t, do("order-7", other), 409, "idempotency_key_reused")
+	if after := blobFiles(t, w.Config.BlobDir); after != blobs {
+		t.Fatalf("repeats and a refused request left %d blobs, want %d", after, blobs)
+	}
 	// Only one email exists.
 	w.waitFor(t, first.JSON(t)["id"].(string), status("delivered"))
 	list := w.Do("GET", "/v1/emails", w.key, nil).JSON(t)
@@ -209,6 +224,71 @@ func TestIdempotencyKey(t *testing.T) {
 	if r := do("order-7", other); r.Status != 202 || r.JSON(t)["id"] == first.JSON(t)["id"] {
 		t.Fatalf("key after 24 hours: %d %s", r.Status, r.Body)
 	}
+}
+
+// A repeat is answered from the first request's email, whatever changed
+// since: once the domain is removed, a retry of an accepted send still
+// gets its first answer, while a new send is refused.
+func TestIdempotentRepeatAfterTheDomainGoes(t *testing.T) {
+	w := newSendWorld(t)
+	body := map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "once", "text": "t"}
+	do := func(key string) apptest.Response {
+		return w.DoHeader("POST", "/v1/emails/send", w.key, http.Header{"Idempotency-Key": {key}}, body)
+	}
+	first := do("order-9")
+	if first.Status != 202 {
+		t.Fatalf("first: %d %s", first.Status, first.Body)
+	}
+	for _, d := range w.Do("GET", "/api/domains", w.admin, nil).JSON(t)["data"].([]any) {
+		if r := w.Do("DELETE", "/api/domains/"+d.(map[string]any)["id"].(string), w.admin, nil); r.Status != 204 {
+			t.Fatalf("delete domain: %d", r.Status)
+		}
+	}
+	if again := do("order-9"); again.Status != 202 || string(again.Body) != string(first.Body) {
+		t.Fatalf("a retry after the domain went: %d %s, want %s", again.Status, again.Body, first.Body)
+	}
+	wantProblem(t, do("order-10"), 403, "domain_not_verified")
+}
+
+// An internationalised domain sends however it is written, and travels in
+// punycode: relays and SES take only ASCII without SMTPUTF8.
+func TestInternationalisedDomains(t *testing.T) {
+	s := apptest.Start(t)
+	_, _, key := s.Sender("bücher.test")
+	w := &sendWorld{Server: s, key: key}
+	for _, from := range []string{"hello@bücher.test", "Bücher <hello@BÜCHER.test>", "hello@xn--bcher-kva.test"} {
+		e := w.send(t, map[string]any{"from": from, "to": "Ann <ann@münchen.example>", "subject": "idn", "text": "t"})
+		w.waitFor(t, e["id"].(string), status("delivered"))
+		raw, err := os.ReadFile(w.outbox(e["id"].(string)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		header := string(raw[:bytes.Index(raw, []byte("\r\n\r\n"))])
+		for _, want := range []string{"hello@xn--bcher-kva.test", "<ann@xn--mnchen-3ya.example>"} {
+			if !strings.Contains(header, want) {
+				t.Errorf("from %q: the header lacks %s:\n%s", from, want, header)
+			}
+		}
+		if strings.ContainsAny(header, "üÜ") {
+			t.Errorf("from %q: an internationalised domain left unencoded:\n%s", from, header)
+		}
+	}
+}
+
+// blobFiles counts the files of filesystem blob storage.
+func blobFiles(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // Each 24-hour window of an Idempotency-Key has an id of its own: retries

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/net/idna"
 )
 
 // Address is one mailbox: an optional display name and an addr-spec.
@@ -33,9 +35,34 @@ func (a Address) String() string {
 // spaces, give String(); a header may be folded between any two of them.
 func addressTokens(a Address) []string {
 	if a.Name == "" {
-		return []string{a.Email}
+		return []string{WireAddress(a.Email)}
 	}
-	return append(phraseTokens(a.Name), "<"+a.Email+">")
+	return append(phraseTokens(a.Name), "<"+WireAddress(a.Email)+">")
+}
+
+// WireAddress is an addr-spec as it travels: an internationalised domain
+// in punycode (A-labels), which every relay and SES take, where the UTF-8
+// form needs SMTPUTF8 at every hop. Addresses with an ASCII domain, and
+// any the conversion refuses, are returned as given.
+func WireAddress(email string) string {
+	at := strings.LastIndexByte(email, '@')
+	if at < 0 || isASCII(email[at+1:]) {
+		return email
+	}
+	ascii, err := idna.Lookup.ToASCII(email[at+1:])
+	if err != nil {
+		return email
+	}
+	return email[:at+1] + ascii
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // ErrInvalidAddress is matched (errors.Is) by every error ParseAddress and
@@ -72,9 +99,9 @@ const (
 // "Name <a@b.com>" (the name may be quoted or RFC 2047-encoded). It is
 // stricter than net/mail: the local part must be an ASCII dot-atom of at
 // most 64 bytes, the domain must have at least two labels of letters, digits
-// and hyphens (internationalised labels are kept as given, not converted to
-// punycode), the top-level label must not be numeric, and the whole addr-spec
-// must fit in 254 bytes. Comments, quoted local parts, IP literals and lists
+// and hyphens (internationalised labels are kept as given, and must have a
+// punycode form: WireAddress gives it), the top-level label must not be
+// numeric, and the whole addr-spec must fit in 254 bytes. Comments, quoted local parts, IP literals and lists
 // are refused. The error is an *AddressError.
 func ParseAddress(s string) (Address, error) {
 	s = strings.TrimSpace(s)
@@ -178,6 +205,11 @@ func checkDomain(domain string) error {
 	if strings.IndexFunc(tld, func(r rune) bool { return r < '0' || r > '9' }) < 0 {
 		return addrErr("the domain ends in a number")
 	}
+	if !isASCII(domain) {
+		if _, err := idna.Lookup.ToASCII(domain); err != nil {
+			return addrErr("the domain is not a valid internationalised domain name")
+		}
+	}
 	return nil
 }
 
@@ -225,25 +257,26 @@ func isDotAtom(s string) bool {
 }
 
 // AddressOf is a recipient ("Name <addr>" or a bare address) reduced to its
-// address alone, lower case; one that does not parse is taken as given,
-// trimmed and lower case.
+// address alone, in its wire form (WireAddress) and lower case, so that
+// both ways of writing an internationalised domain are one address; one
+// that does not parse is taken as given, trimmed and lower case.
 func AddressOf(recipient string) string {
 	if a, err := ParseAddress(recipient); err == nil {
-		return strings.ToLower(a.Email)
+		return strings.ToLower(WireAddress(a.Email))
 	}
 	return strings.ToLower(strings.TrimSpace(recipient))
 }
 
 // Addresses reduces recipients (each "Name <addr>" or a bare address) to
-// their lower-case addresses, each once, in their first order, leaving out
-// any that does not parse: an envelope that names an address twice makes
-// a relay deliver (and bill) it twice.
+// their lower-case addresses in their wire form (WireAddress), each once,
+// in their first order, leaving out any that does not parse: an envelope
+// that names an address twice makes a relay deliver (and bill) it twice.
 func Addresses(recipients []string) []string {
 	out := make([]string, 0, len(recipients))
 	seen := make(map[string]bool, len(recipients))
 	for _, r := range recipients {
 		if a, err := ParseAddress(r); err == nil {
-			if addr := strings.ToLower(a.Email); !seen[addr] {
+			if addr := strings.ToLower(WireAddress(a.Email)); !seen[addr] {
 				seen[addr] = true
 				out = append(out, addr)
 			}

@@ -10,6 +10,8 @@ func TestAddressOf(t *testing.T) {
 		"Ann Example <Ann@Example.org>": "ann@example.org",
 		"BOB@example.org":               "bob@example.org",
 		"  not an address  ":            "not an address",
+		"Ann <ann@Bücher.de>":           "ann@xn--bcher-kva.de",
+		"ann@xn--bcher-kva.de":          "ann@xn--bcher-kva.de",
 	} {
 		if got := AddressOf(in); got != want {
 			t.Errorf("AddressOf(%q) = %q, want %q", in, got, want)
@@ -23,5 +25,24 @@ func TestAddressesNameEachOnce(t *testing.T) {
 	got := Addresses([]string{"dup@example.org", "Ann <ann@example.org>", "dup@example.org", "DUP@Example.org", "not an address", "Dup <dup@example.org>"})
 	if want := "dup@example.org,ann@example.org"; strings.Join(got, ",") != want {
 		t.Errorf("Addresses = %q, want %s", got, want)
+	}
+	// Both ways of writing an internationalised domain are one address,
+	// named in punycode, which relays without SMTPUTF8 take.
+	got = Addresses([]string{"x@bücher.de", "X@xn--bcher-kva.de", "y@BÜCHER.de"})
+	if want := "x@xn--bcher-kva.de,y@xn--bcher-kva.de"; strings.Join(got, ",") != want {
+		t.Errorf("Addresses = %q, want %s", got, want)
+	}
+}
+
+func TestWireAddress(t *testing.T) {
+	for in, want := range map[string]string{
+		"ann@bücher.de":        "ann@xn--bcher-kva.de",
+		"Ann@Example.ORG":      "Ann@Example.ORG", // ASCII is left as given
+		"ann@xn--bcher-kva.de": "ann@xn--bcher-kva.de",
+		"no at sign":           "no at sign",
+	} {
+		if got := WireAddress(in); got != want {
+			t.Errorf("WireAddress(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -320,6 +320,7 @@ func Build(m Message) ([]byte, error) {
 
 // idDomain is the right-hand side for a generated Message-ID.
 func idDomain(email string) string {
+	email = WireAddress(email)
 	d := email[strings.LastIndexByte(email, '@')+1:]
 	if isDotAtom(d) {
 		return d

@@ -12,6 +12,7 @@ import (
 	"mime/quotedprintable"
 	"net/mail"
 	"net/textproto"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -366,8 +367,14 @@ func TestNonASCIISubjectAndNames(t *testing.T) {
 		}
 	}
 	check("From", []Address{m.From})
-	check("To", m.To)
+	// An internationalised domain travels in punycode: headers stay ASCII.
+	wantTo := slices.Clone(m.To)
+	wantTo[6].Email = "plain@xn--bcher-kva.de"
+	check("To", wantTo)
 	check("Reply-To", m.ReplyTo)
+	if strings.Contains(string(header), "bücher") {
+		t.Errorf("an internationalised domain left unencoded in headers:\n%s", header)
+	}
 }
 
 func TestLongNamesFolded(t *testing.T) {
@@ -711,6 +718,7 @@ func TestParseAddress(t *testing.T) {
 	invalid := []string{
 		"",
 		"   ",
+		"user@x\u0660\u06f0.com", // letters and digits, but no punycode form (mixed digit sets)
 		"plainaddress",
 		"@example.com",
 		"user@",
