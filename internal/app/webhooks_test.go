@@ -524,6 +524,36 @@ func TestWebhooksOfAnotherAccount(t *testing.T) {
 	wantProblem(t, w.Do("GET", "/v1/webhooks", reader, nil), 403, "permission_denied")
 }
 
+// A PATCH racing a DELETE of its endpoint answers 200 (it came first) or
+// 404 (the endpoint is gone), never a 500.
+func TestWebhookPatchRacingDelete(t *testing.T) {
+	w := newHookWorld(t)
+	rcv := newReceiver(t, always(200))
+	for round := range 8 {
+		id, _ := w.endpoint(t, map[string]any{"url": rcv.URL})
+		codes := make([]int, 5)
+		var wg sync.WaitGroup
+		for i := range codes {
+			wg.Go(func() {
+				if i == 0 {
+					codes[i] = w.Do("DELETE", "/v1/webhooks/"+id, w.key, nil).Status
+					return
+				}
+				codes[i] = w.Do("PATCH", "/v1/webhooks/"+id, w.key, map[string]any{"description": fmt.Sprint("x", i)}).Status
+			})
+		}
+		wg.Wait()
+		if codes[0] != 204 {
+			t.Fatalf("round %d: DELETE answered %d", round, codes[0])
+		}
+		for i, c := range codes[1:] {
+			if c != 200 && c != 404 {
+				t.Fatalf("round %d: PATCH %d answered %d beside a DELETE", round, i+1, c)
+			}
+		}
+	}
+}
+
 // A receiver that never answers holds only its own deliveries: another
 // endpoint's events still arrive.
 func TestSlowEndpointDelaysNoOther(t *testing.T) {

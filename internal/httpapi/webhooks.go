@@ -91,14 +91,18 @@ func (h handlers) updateWebhook(c echo.Context) error {
 }
 
 // writtenEndpoint reads the endpoint a write has just recorded, to answer
-// with it. Not finding it is the server's failure, never the client's 404,
-// so the read side's not-found is not passed on as such.
+// with it. An endpoint deleted meanwhile by another request is gone, a
+// 404 like any; otherwise not finding it is the server's failure, never
+// the client's 404, so the read side's not-found is not passed on as such.
 func (h handlers) writtenEndpoint(ctx context.Context, accountID, id string) (readapi.WebhookEndpoint, error) {
 	e, err := h.reads.WebhookEndpoint(ctx, accountID, id)
-	if err != nil {
-		return e, fmt.Errorf("reading webhook endpoint %s after a write: %v", id, err)
+	if err == nil {
+		return e, nil
 	}
-	return e, nil
+	if gone := h.commands.OwnWebhook(ctx, accountID, id); gone != nil {
+		return e, gone
+	}
+	return e, fmt.Errorf("reading webhook endpoint %s after a write: %v", id, err)
 }
 
 func (h handlers) deleteWebhook(c echo.Context) error {
