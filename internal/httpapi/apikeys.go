@@ -19,8 +19,8 @@ func (h handlers) listAPIKeys(c echo.Context) error {
 }
 
 type createAPIKeyRequest struct {
-	Name        string   `json:"name"`
-	Permissions []string `json:"permissions"`
+	Name        string             `json:"name"`
+	Permissions httpserver.Strings `json:"permissions"`
 }
 
 // APIKeyCreated is the 201 body: the only time the full key is shown.

@@ -30,10 +30,10 @@ func (h handlers) getWebhook(c echo.Context) error {
 }
 
 type webhookRequest struct {
-	URL         *string   `json:"url"`
-	Description *string   `json:"description"`
-	EventTypes  *[]string `json:"event_types"`
-	IsActive    *bool     `json:"is_active"`
+	URL         *string             `json:"url"`
+	Description *string             `json:"description"`
+	EventTypes  *httpserver.Strings `json:"event_types"`
+	IsActive    *bool               `json:"is_active"`
 }
 
 func (r webhookRequest) settings() webhook.Settings {

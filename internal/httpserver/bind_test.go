@@ -1,6 +1,8 @@
 package httpserver
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"io"
@@ -21,7 +23,7 @@ type attachment struct {
 type sendRequest struct {
 	From        string            `json:"from"`
 	To          StringOrList      `json:"to"`
-	Permissions []string          `json:"permissions"`
+	Permissions Strings           `json:"permissions"`
 	Attachments []attachment      `json:"attachments"`
 	Headers     map[string]string `json:"headers"`
 	Count       int               `json:"count"`
@@ -60,6 +62,24 @@ func TestBindJSONInvalidJSON(t *testing.T) {
 	}
 }
 
+// A compressed body is refused as such, not as malformed JSON; "identity"
+// is no compression.
+func TestBindJSONCompressedBody(t *testing.T) {
+	s := bindServer(t)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(`{"from":"a"}`))
+	zw.Close()
+	res := s.do(t, http.MethodPost, "/bind", &gz, map[string]string{"Content-Encoding": "gzip"})
+	if p := res.problem(t); res.status != 415 || p.Code != "unsupported_encoding" || !strings.Contains(p.Detail, "gzip") {
+		t.Errorf("gzip: %d %s", res.status, res.body)
+	}
+	res = s.do(t, http.MethodPost, "/bind", strings.NewReader(`{"from":"a"}`), map[string]string{"Content-Encoding": "identity"})
+	if res.status != 200 {
+		t.Errorf("identity: %d %s", res.status, res.body)
+	}
+}
+
 func TestBindJSONInvalidType(t *testing.T) {
 	s := bindServer(t)
 	cases := []struct {
@@ -83,6 +103,11 @@ func TestBindJSONInvalidType(t *testing.T) {
 		{`{"to":["a@x.dev","b@x.dev",{"x":1}]}`, "to.2", "must be a string"},
 		{`{"to":[["a@x.dev"]]}`, "to.0", "must be a string"},
 		{`{"to":true}`, "to", "must be a string or an array of strings"},
+		// A null item is no string: decoded, it would be "".
+		{`{"to":["a@x.dev",null]}`, "to.1", "must be a string"},
+		{`{"permissions":[null]}`, "permissions.0", "must be a string"},
+		{`{"permissions":["a",7]}`, "permissions.1", "must be a string"},
+		{`{"permissions":"emails:send"}`, "permissions", "must be an array"},
 	}
 	for _, tc := range cases {
 		res := s.post(t, "/bind", tc.body)
@@ -201,6 +226,35 @@ func TestJSONPathAt(t *testing.T) {
 	}
 	if _, ok := jsonPathAt([]byte(`{"a":`), 100); ok {
 		t.Error("truncated input must not produce a path")
+	}
+	// Brackets, quotes and escapes inside strings are text, and an escaped
+	// key is named as decoded.
+	tricky := `{"s": "[{\"]}\\", "k\u0065y": [1, {"x": -2.5e3}], "t": true}`
+	for upTo, want := range map[string]string{
+		`{"s": "[{\"]}\\"`:                                            "s",
+		`{"s": "[{\"]}\\", "k\u0065y": [1`:                            "key.0",
+		`{"s": "[{\"]}\\", "k\u0065y": [1, {"x": -2.5e3`:              "key.1.x",
+		`{"s": "[{\"]}\\", "k\u0065y": [1, {"x": -2.5e3}], "t": true`: "t",
+		`{"s": "[{\"]}\\", "k\u0065`:                                  "",
+	} {
+		if !strings.HasPrefix(tricky, upTo) {
+			t.Fatalf("bad case %q", upTo)
+		}
+		if got, ok := jsonPathAt([]byte(tricky), int64(len(upTo))); !ok || got != want {
+			t.Errorf("tricky, offset %d: %q %v, want %q", len(upTo), got, ok, want)
+		}
+	}
+}
+
+// A wrong type at the end of a large body: the path is found by a scan of
+// its bytes.
+func BenchmarkJSONPathAtEndOfLargeBody(b *testing.B) {
+	data := []byte(`{"zzz":[` + strings.Repeat("0,", 1<<20) + `0],"subject":1}`)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if p, ok := jsonPathAt(data, int64(len(data)-1)); !ok || p != "subject" {
+			b.Fatalf("%q %v", p, ok)
+		}
 	}
 }
 
