@@ -499,6 +499,7 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 	for i, a := range req.Attachments {
 		f := func(name string) string { return fmt.Sprintf("attachments.%d.%s", i, name) }
 		total += len(a.Content)
+		pathBad := false // reported once: no file name is taken from it
 		switch {
 		case a.Content != "" && a.Path != "":
 			v.Add(f("content"), "content and path are mutually exclusive")
@@ -516,13 +517,15 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 		case a.Path != "":
 			if p := domain.URLProblem(a.Path); p != "" {
 				v.Add(f("path"), "%s", p)
+				pathBad = true
 			} else if u, err := url.Parse(a.Path); err != nil || u.Host == "" {
 				v.Add(f("path"), "must be an https URL")
+				pathBad = true
 			} // the egress policy judges the rest
 		}
 		if p := filenameProblem(a.Filename); p != "" {
 			v.Add(f("filename"), "%s", p)
-		} else if a.Filename == "" && a.Path != "" {
+		} else if a.Filename == "" && a.Path != "" && !pathBad {
 			// The name taken from the URL (decoded) meets the same rules.
 			name := filenameOf(a.Path)
 			if p := filenameProblem(name); p != "" {

@@ -138,6 +138,12 @@ func TestSendValidation(t *testing.T) {
 			}
 		})
 	}
+	// A path too long to take is reported once, not again for the file
+	// name it would give.
+	r := w.Do("POST", "/v1/emails/send", w.key, with("attachments", att(map[string]any{"path": longURL + strings.Repeat("b", 1000)})))
+	if n := strings.Count(string(r.Body), `"field":"attachments.0.path"`); n != 1 {
+		t.Fatalf("a long path is reported %d times: %s", n, r.Body)
+	}
 	// 50 recipients in all are fine, and so is every limit reached exactly.
 	b := base()
 	b["to"], b["cc"], b["bcc"] = many(30), many(10), many(10)
