@@ -155,6 +155,15 @@ func (p *Pipeline) prepare(ctx context.Context, st email.State, checks Checks) (
 // reason fails the email; an error means try again.
 func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks) (reason, detail string, atts []email.Attachment, err error) {
 	q := st.Queued
+	// What this pass downloads belongs to the email only once the pass
+	// succeeds: an email that fails keeps none of it, and a retry
+	// downloads it again, so nothing is left that no event names.
+	var downloaded []blob.Digest
+	defer func() {
+		if reason != "" || err != nil {
+			_ = p.Content.Delete(context.WithoutCancel(ctx), downloaded...)
+		}
+	}()
 	if len(checks.Suppressed) > 0 {
 		return email.ReasonSuppressed, "suppressed recipients: " + strings.Join(checks.Suppressed, ", "), nil, nil
 	}
@@ -221,6 +230,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks) (
 			if err != nil {
 				return "", "", nil, err
 			}
+			downloaded = append(downloaded, d[0])
 			a.Digest, a.SizeBytes = string(d[0]), int64(len(content))
 		} else if content, err = p.Content.Get(ctx, q.EmailID, blob.Digest(a.Digest)); err != nil {
 			return "", "", nil, err

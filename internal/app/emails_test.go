@@ -365,6 +365,14 @@ func TestPathAttachment(t *testing.T) {
 	if leaked != 0 || len(st.Queued.Attachments) != 1 || st.Queued.Attachments[0].Path != srv.URL+"/missing.pdf" {
 		t.Fatalf("events holding a presigned query: %d; queued attachments %+v", leaked, st.Queued.Attachments)
 	}
+	// An email that fails after some downloads keeps none of them: no blob
+	// is left that no event names.
+	before := blobFiles(t, w.Config.BlobDir)
+	w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t",
+		"attachments": []map[string]any{{"path": srv.URL + "/files/a.pdf"}, {"path": srv.URL + "/files/b.pdf"}, {"path": srv.URL + "/missing.pdf"}}})["id"].(string), status("failed"))
+	if after := blobFiles(t, w.Config.BlobDir); after != before+1 { // the text body
+		t.Fatalf("a failed email left %d blobs, want its body's alone", after-before)
+	}
 }
 
 func TestPathAttachmentQueuedInTheClear(t *testing.T) {
