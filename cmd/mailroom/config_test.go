@@ -138,6 +138,26 @@ func TestSettingsFromEnvironment(t *testing.T) {
 	if _, _, err := run(t, "accounts", "create", "--name", "Good rate", "--rate-limit", "5"); err != nil {
 		t.Fatalf("--rate-limit over an unparsable variable: %v", err)
 	}
+	t.Setenv("MAILROOM_RATE_LIMIT", "")
+	// Values a setting does not take stop the command too, rather than
+	// falling back to a default or failing at first use.
+	for name, value := range map[string]string{
+		"MAILROOM_LOG_LEVEL":  "verbose",
+		"MAILROOM_LOG_FORMAT": "jsn",
+		"MAILROOM_CLAMD_ADDR": "nonsense",
+	} {
+		t.Setenv(name, value)
+		if _, _, err := run(t, "accounts", "create", "--name", "Bad "+name); err == nil || !strings.Contains(err.Error(), name) {
+			t.Fatalf("%s=%s: %v", name, value, err)
+		}
+		t.Setenv(name, "")
+	}
+	for _, addr := range []string{"127.0.0.1:3310", "tcp://clamav:3310", "unix:/run/clamav/clamd.ctl", "unix:///run/clamd.sock"} {
+		t.Setenv("MAILROOM_CLAMD_ADDR", addr)
+		if _, _, err := run(t, "accounts", "create", "--name", "Clamd "+addr); err != nil {
+			t.Fatalf("MAILROOM_CLAMD_ADDR=%s: %v", addr, err)
+		}
+	}
 }
 
 // TestErrorsHideURLPasswords checks that connection strings that do not

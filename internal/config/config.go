@@ -10,6 +10,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -219,7 +221,28 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("env: %q is neither development nor production", c.Environment)
 	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return fmt.Errorf("log-level (MAILROOM_LOG_LEVEL): %q is not debug, info, warn or error", c.LogLevel)
+	}
+	if !strings.EqualFold(c.LogFormat, "text") && !strings.EqualFold(c.LogFormat, "json") {
+		return fmt.Errorf("log-format (MAILROOM_LOG_FORMAT): %q is neither text nor json", c.LogFormat)
+	}
+	if c.ClamdAddr != "" && !clamdAddrValid(c.ClamdAddr) {
+		return fmt.Errorf("clamd-addr (MAILROOM_CLAMD_ADDR): %q is neither host:port nor unix:/path", c.ClamdAddr)
+	}
 	return nil
+}
+
+// clamdAddrValid accepts the forms the scanner dials: "unix:/path",
+// "unix:///path", "tcp://host:port" and "host:port". It is checked at start,
+// as a typo would otherwise surface only as every email waiting on a scan.
+func clamdAddrValid(addr string) bool {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return strings.TrimPrefix(path, "//") != ""
+	}
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(addr, "tcp://"))
+	return err == nil && host != "" && port != ""
 }
 
 // maxBodyBytes is the API's request body limit (httpserver.MaxBodyBytes): a

@@ -66,6 +66,12 @@ func bytesBudget(max, bodyMax int64, key func(echo.Context) string, refused func
 			}
 			mu.Unlock()
 			if !ok {
+				// Counts of requests would describe limits that did not
+				// refuse this one: the answer carries Retry-After alone.
+				h := c.Response().Header()
+				for _, name := range []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
+					h.Del(name)
+				}
 				p := refused()
 				p.RetryAfter = inflightRetry
 				return p

@@ -127,6 +127,15 @@ func TestInflightBytesPer(t *testing.T) {
 	e.HTTPErrorHandler = New(Options{Logger: slog.New(slog.DiscardHandler)}).HTTPErrorHandler
 	release := make(chan struct{})
 	entered := make(chan struct{}, 2)
+	// A request limiter before it, as in the API: its counts describe
+	// another limit, not the one that refuses.
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.Response().Header().Set("RateLimit-Limit", "100")
+			c.Response().Header().Set("RateLimit-Remaining", "99")
+			return next(c)
+		}
+	})
 	e.Use(InflightBytesPer(20*mib, MaxBodyBytes, func(c echo.Context) string { return c.Request().Header.Get("X-Account") }))
 	e.POST("/hold", holding(entered, release))
 	e.POST("/echo", func(c echo.Context) error {
@@ -135,6 +144,7 @@ func TestInflightBytesPer(t *testing.T) {
 	})
 	srv := httptest.NewServer(e)
 	defer srv.Close()
+	var limitHeader string
 	post := func(path, account string, n int) (int, *Problem, string) {
 		t.Helper()
 		req, _ := http.NewRequest("POST", srv.URL+path, bytes.NewReader(make([]byte, n)))
@@ -146,6 +156,7 @@ func TestInflightBytesPer(t *testing.T) {
 		defer resp.Body.Close()
 		var p Problem
 		json.NewDecoder(resp.Body).Decode(&p)
+		limitHeader = resp.Header.Get("RateLimit-Limit")
 		return resp.StatusCode, &p, resp.Header.Get("Retry-After")
 	}
 	done := make(chan int, 2)
@@ -153,8 +164,8 @@ func TestInflightBytesPer(t *testing.T) {
 		go func() { s, _, _ := post("/hold", "a", 10*mib); done <- s }()
 		<-entered
 	}
-	if s, p, ra := post("/echo", "a", mib); s != 429 || p.Code != "rate_limited" || ra != "1" {
-		t.Errorf("account a over its share: %d %q Retry-After %q", s, p.Code, ra)
+	if s, p, ra := post("/echo", "a", mib); s != 429 || p.Code != "rate_limited" || ra != "1" || limitHeader != "" {
+		t.Errorf("account a over its share: %d %q Retry-After %q RateLimit-Limit %q", s, p.Code, ra, limitHeader)
 	}
 	if s, _, _ := post("/echo", "b", 10*mib); s != 204 {
 		t.Errorf("account b while a is at its share: %d", s)
