@@ -27,7 +27,7 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 					return err
 				}
 			}
-			a, err := openTool(cmd.Context(), cfg)
+			a, err := openExisting(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
@@ -46,7 +46,7 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 		Use:   "verify",
 		Short: "Recompute every stream's hash chain and report any break",
 		Args:  cobra.NoArgs,
-		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
+		RunE: withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 			breaks := 0
 			checked, err := eventstore.Verify(cmd.Context(), a.Ledger, func(b eventstore.Break) {
 				breaks++

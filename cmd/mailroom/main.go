@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/internal/app"
 	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/internal/database"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -87,6 +89,33 @@ func openTool(ctx context.Context, cfg *config.Config) (*app.App, error) {
 	}
 	a.SettleInline()
 	return a, nil
+}
+
+// openExisting is openTool for commands that inspect what is there
+// (export, verify, projections): a database that does not exist is an
+// error, not a new empty one, so a mistyped URL cannot pass for an empty
+// log that verifies.
+func openExisting(ctx context.Context, cfg *config.Config) (*app.App, error) {
+	ok, err := database.Exists(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errors.New("the database named in MAILROOM_DATABASE_URL does not exist; this command reads an existing one and creates none")
+	}
+	return openTool(ctx, cfg)
+}
+
+// withExistingApp is withApp with openExisting.
+func withExistingApp(cfg *config.Config, run func(cmd *cobra.Command, a *app.App, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		a, err := openExisting(cmd.Context(), cfg)
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		return run(cmd, a, args)
+	}
 }
 
 // withApp opens the app for an operator command, runs it, and closes the app.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/database"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
@@ -195,6 +197,27 @@ func TestEventsVerifyAndExport(t *testing.T) {
 	}
 	if !strings.Contains(out, stream) {
 		t.Fatalf("verify output does not name the stream %s: %q", stream, out)
+	}
+}
+
+// The commands that inspect the log and the read models refuse a database
+// that does not exist rather than create an empty one that verifies.
+func TestInspectionsNeedAnExistingDatabase(t *testing.T) {
+	name := "mailroom_test_missing_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	u, err := url.Parse(pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	flags := []string{"--database-url", u.String(), "--data-dir", t.TempDir()}
+	for _, args := range [][]string{{"events", "verify"}, {"events", "export"}, {"projections", "status"}, {"projections", "rebuild", "--all"}} {
+		if _, _, err := run(t, append(args, flags...)...); err == nil || !strings.Contains(err.Error(), "does not exist") {
+			t.Errorf("%v on a missing database: %v", args, err)
+		}
+	}
+	exists, err := database.Exists(context.Background(), u.String())
+	if err != nil || exists {
+		t.Fatalf("the missing database exists after the commands: %v %v", exists, err)
 	}
 }
 

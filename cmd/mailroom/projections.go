@@ -26,7 +26,7 @@ func projectionsCmd(cfg *config.Config) *cobra.Command {
 		Use:   "status",
 		Short: "Show each projection's position and lag, a failing projection, and quarantined streams",
 		Args:  cobra.NoArgs,
-		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
+		RunE: withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 			st, err := a.Runner.Status(cmd.Context(), 0)
 			if err != nil {
 				return err
@@ -53,7 +53,7 @@ serving the live tables, which stay current, until the new ones are swapped in.`
 			// A replay allocates briefly for every event: collecting less
 			// often leaves the CPU to the replay, for some more heap.
 			defer debug.SetGCPercent(debug.SetGCPercent(400))
-			a, err := openTool(cmd.Context(), cfg)
+			a, err := openExisting(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
@@ -104,7 +104,7 @@ and the command exits non-zero.`,
 			if retryAll == (len(args) == 1) {
 				return errNameOrAll
 			}
-			a, err := openTool(cmd.Context(), cfg)
+			a, err := openExisting(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}

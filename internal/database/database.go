@@ -63,6 +63,23 @@ func OpenSized(ctx context.Context, url string, conns int) (*pgxpool.Pool, error
 	return pool, nil
 }
 
+// Exists reports whether the database named in url exists.
+func Exists(ctx context.Context, url string) (bool, error) {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return false, urlError(err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, pcfg.ConnConfig)
+	if err == nil {
+		return true, conn.Close(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
+		return false, nil
+	}
+	return false, fmt.Errorf("database: %w", err)
+}
+
 // EnsureExists creates the database named in url when it is missing, by
 // connecting to the server's "postgres" database.
 func EnsureExists(ctx context.Context, url string) error {
