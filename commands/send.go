@@ -129,7 +129,7 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 	if err != nil {
 		return Accepted{}, err
 	}
-	a, stored, err := s.queue(ctx, q, idempotencyKey == "", meta)
+	a, stored, err := s.queue(ctx, q, meta)
 	if !stored {
 		// A concurrent first request under the same key was recorded
 		// instead: what this one staged belongs to no email. Should the
@@ -277,12 +277,13 @@ func firstAnswer(st email.State, hash string) (email.Queued, error) {
 	return *st.Queued, nil
 }
 
-// queue appends q to its email's stream. A repeat under an idempotency
-// key (recorded by a concurrent request since it was looked for) answers
-// as the first time did; fresh says the id was just made, so there is no
-// stream to read first. stored says q was recorded, or may have been: it
-// is false only when the stream held another request's email.
-func (s *Service) queue(ctx context.Context, q email.Queued, fresh bool, meta Meta) (a Accepted, stored bool, err error) {
+// queue appends q to its email's stream, which is new: its id was just
+// made, or no email held it when repeat looked. Should a concurrent
+// request under the same idempotency key have recorded one since, the
+// stream is read and this one answers as a repeat. stored says q was
+// recorded, or may have been: it is false only when the stream held
+// another request's email.
+func (s *Service) queue(ctx context.Context, q email.Queued, meta Meta) (a Accepted, stored bool, err error) {
 	accepted, stored := q, true
 	decide := func(st email.State) ([]domain.Event, error) {
 		if st.Exists() {
@@ -293,11 +294,7 @@ func (s *Service) queue(ctx context.Context, q email.Queued, fresh bool, meta Me
 		}
 		return email.Queue(st, q)
 	}
-	run := execute[email.State]
-	if fresh {
-		run = executeNew[email.State]
-	}
-	if _, err := run(ctx, s, email.Stream(q.EmailID), email.Evolve, decide, meta, projections.EmailsName); err != nil {
+	if _, err := executeNew(ctx, s, email.Stream(q.EmailID), email.Evolve, decide, meta, projections.EmailsName); err != nil {
 		return Accepted{}, stored, err
 	}
 	return acceptedOf(accepted), stored, nil
