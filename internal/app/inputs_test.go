@@ -52,10 +52,26 @@ func TestInflightBytesCap(t *testing.T) {
 	send := `{"from":"a@acme.test","to":"x@example.org","subject":"s","text":"t"}`
 
 	// A slow upload of unknown length: it counts as 45 MiB while it lasts.
+	// Refused (a probe held the room as it arrived), the server may close
+	// the connection while the body is still being sent: the client then
+	// sees an error instead of the 503, reported here as 0.
 	upload := func() (*io.PipeWriter, chan int) {
 		pr, pw := io.Pipe()
 		done := make(chan int, 1)
-		go func() { done <- post(pr, true).StatusCode }()
+		go func() {
+			req, _ := http.NewRequest("POST", w.URL+"/v1/emails/send", pr)
+			req.Header.Set("Authorization", "Bearer "+w.key)
+			req.ContentLength = -1
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				pr.CloseWithError(err)
+				done <- 0
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
 		pw.Write([]byte(send[:20]))
 		return pw, done
 	}
@@ -68,7 +84,7 @@ func TestInflightBytesCap(t *testing.T) {
 		case code := <-slow:
 			// The upload arrived while a probe held the room, and was
 			// refused in its turn: start it again.
-			if code != 503 {
+			if code != 503 && code != 0 {
 				t.Fatalf("the slow upload ended early: %d", code)
 			}
 			pw.Close()
