@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"time"
 
@@ -304,20 +305,22 @@ func (s *Service) RemoveDomain(ctx context.Context, accountID, id string, meta M
 		return domain.ErrNotFound
 	}
 	var removed *sendingdomain.Removed
-	_, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
+	// Confirmed: sends from the domain are refused once the answer says
+	// it is gone, on every instance.
+	_, err := executeConfirmed(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
 		evs, err := sendingdomain.Remove(st, accountID, s.now())
 		if len(evs) > 0 {
 			removed = evs[0].(*sendingdomain.Removed)
 		}
 		return evs, err
 	}, meta, projections.DomainsName)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotVisible) {
 		return err
 	}
 	// Free the name. This is best effort: a claim held by a removed domain
 	// counts as free anyway, so a failure here loses nothing.
-	if data, err := encodeOne(&sendingdomain.NameReleased{DomainID: id, ReleasedAt: s.now()}, meta); err == nil {
+	if data, derr := encodeOne(&sendingdomain.NameReleased{DomainID: id, ReleasedAt: s.now()}, meta); derr == nil && removed != nil {
 		s.store.Append(ctx, sendingdomain.NameStream(removed.Name), eventstore.Any, data)
 	}
-	return nil
+	return err
 }

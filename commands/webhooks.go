@@ -159,7 +159,9 @@ func (s *Service) UpdateWebhook(ctx context.Context, accountID, id string, in we
 	if err := s.checkURL(ctx, in.URL); err != nil {
 		return err
 	}
-	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
+	// Confirmed, as a pause stops deliveries and the answer shows the
+	// endpoint as the write left it; repeating a PATCH is harmless.
+	_, err := executeConfirmed(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.Update(st, accountID, in, active, s.now())
 	}, meta, projections.WebhooksName)
 	return err
@@ -172,10 +174,16 @@ func (s *Service) RotateWebhookSecret(ctx context.Context, accountID, id string,
 		return "", domain.ErrNotFound
 	}
 	secret, sealed := s.sealSecret(id)
-	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
+	// Confirmed: once the answer gives the new secret, every delivery is
+	// signed with it. Not visible in time, the secret is not shown; the
+	// next rotation replaces it.
+	_, err := executeConfirmed(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.RotateSecret(st, accountID, sealed, s.now())
 	}, meta, projections.WebhooksName)
-	return secret, err
+	if err != nil {
+		return "", err
+	}
+	return secret, nil
 }
 
 // DeleteWebhook removes an endpoint; its pending retries stop, its
@@ -184,14 +192,16 @@ func (s *Service) DeleteWebhook(ctx context.Context, accountID, id string, meta 
 	if _, err := uuid.Parse(id); err != nil {
 		return domain.ErrNotFound
 	}
-	_, err := execute(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
+	// Confirmed: events stop reaching the endpoint once the answer says
+	// it is gone.
+	_, err := executeConfirmed(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.Delete(st, accountID, s.now())
 	}, meta, projections.WebhooksName)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotVisible) {
 		return err
 	}
 	s.freeSlot(ctx, accountID, id, meta)
-	return nil
+	return err
 }
 
 // TestWebhook queues a sample email.delivered event for an active endpoint.

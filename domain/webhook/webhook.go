@@ -115,6 +115,7 @@ type State struct {
 	DisabledReason                  string
 	ConsecutiveFailures             int
 	Deleted                         bool
+	CreatedAt                       time.Time
 	counted                         map[string]bool // deliveries in the current failure run
 }
 
@@ -129,7 +130,7 @@ func Evolve(s State, e domain.Event) State {
 	switch e := e.(type) {
 	case *Created:
 		s = State{ID: e.EndpointID, AccountID: e.AccountID, URL: e.URL, Description: e.Description,
-			EventTypes: e.EventTypes, SealedSecret: e.SealedSecret, Active: true}
+			EventTypes: e.EventTypes, SealedSecret: e.SealedSecret, Active: true, CreatedAt: e.CreatedAt}
 	case *Updated:
 		if e.URL != nil {
 			s.URL = *e.URL

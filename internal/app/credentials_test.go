@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -267,6 +268,69 @@ func TestUnconfirmedRevocation(t *testing.T) {
 	wantProblem(t, api.Do("GET", "/v1/emails", key, nil), 401, "unauthorized")
 	revoke("/api/auth/tokens/" + tok.ID)
 	wantProblem(t, api.Do("GET", "/api/auth/api-keys", tok.Token, nil), 401, "unauthorized")
+}
+
+// With no projections running, the writes that must be in effect when they
+// answer (a domain's removal, an endpoint's pause, deletion and secret)
+// answer 503 rather than claim it; a new endpoint answers 201 with its
+// secret all the same, as nothing about it depends on the read side.
+func TestUnconfirmedEndpointAndDomainChanges(t *testing.T) {
+	local := func(c *config.Config) { c.EgressAllowCIDRs, c.WebhookAllowHTTP = "127.0.0.0/8", true }
+	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer rcv.Close()
+	first := apptest.Start(t, local)
+	_, admin, key := first.Sender("acme.test")
+	var domainID string
+	for _, d := range first.Do("GET", "/api/domains", admin, nil).JSON(t)["data"].([]any) {
+		domainID = d.(map[string]any)["id"].(string)
+	}
+	r := first.Do("POST", "/v1/webhooks", key, map[string]any{"url": rcv.URL + "/a"})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("create endpoint: %d %s", r.Status, r.Body)
+	}
+	endpoint := r.JSON(t)["id"].(string)
+	first.Stop()
+
+	cfg := apptest.Config(t, first.DatabaseURL)
+	cfg.Roles = []string{"api"}
+	cfg.ConsistencyTimeout = 300 * time.Millisecond
+	local(&cfg)
+	api := apptest.StartWith(t, cfg)
+
+	r = api.Do("POST", "/v1/webhooks", key, map[string]any{"url": rcv.URL + "/b", "description": "lagging"})
+	if r.Status != http.StatusCreated || !strings.HasPrefix(fmt.Sprint(r.JSON(t)["secret"]), "whsec_") || r.JSON(t)["description"] != "lagging" {
+		t.Fatalf("create while the read side lags: %d %s", r.Status, r.Body)
+	}
+	for _, req := range []struct{ method, path, cred string }{
+		{"PATCH", "/v1/webhooks/" + endpoint, key},
+		{"POST", "/v1/webhooks/" + endpoint + "/rotate-secret", key},
+		{"DELETE", "/v1/webhooks/" + endpoint, key},
+		{"DELETE", "/api/domains/" + domainID, admin},
+	} {
+		var body any
+		if req.method == "PATCH" {
+			body = map[string]any{"is_active": false}
+		}
+		r := api.Do(req.method, req.path, req.cred, body)
+		wantProblem(t, r, http.StatusServiceUnavailable, "not_yet_visible")
+		if strings.Contains(string(r.Body), "whsec_") {
+			t.Fatalf("%s %s shows a secret not yet in effect: %s", req.method, req.path, r.Body)
+		}
+	}
+
+	pcfg := apptest.Config(t, first.DatabaseURL)
+	pcfg.Roles = []string{"projections"}
+	apptest.StartWith(t, pcfg)
+	deadline := time.Now().Add(20 * time.Second)
+	for api.Do("GET", "/api/domains/"+domainID, admin, nil).Status != http.StatusNotFound {
+		if time.Now().After(deadline) {
+			t.Fatal("the removed domain is still listed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	wantProblem(t, api.Do("POST", "/v1/emails/send", key, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"}),
+		http.StatusForbidden, "domain_not_verified")
+	wantProblem(t, api.Do("GET", "/v1/webhooks/"+endpoint, key, nil), http.StatusNotFound, "not_found")
 }
 
 // runWorkers runs s's process managers until the returned stop is called

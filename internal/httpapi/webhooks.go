@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailroom/mailroom/domain/webhook"
+	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/authn"
 	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/readapi"
@@ -58,14 +59,22 @@ func (h handlers) createWebhook(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	view, err := h.writtenEndpoint(ctx, acct, st.ID)
-	if err != nil {
-		return err
-	}
+	// A new endpoint is all in its creation: the answer, which is the
+	// only one to carry the secret, never depends on the read side
+	// having caught up.
 	return c.JSON(http.StatusCreated, struct {
 		readapi.WebhookEndpoint
 		Secret string `json:"secret"`
-	}{view, secret})
+	}{newEndpoint(st), secret})
+}
+
+// newEndpoint is the view of an endpoint just created: active, with no
+// delivery yet.
+func newEndpoint(st webhook.State) readapi.WebhookEndpoint {
+	return readapi.WebhookEndpoint{
+		ID: st.ID, URL: st.URL, Description: st.Description, EventTypes: st.EventTypes, IsActive: true,
+		CreatedAt: apitime.Of(st.CreatedAt), UpdatedAt: apitime.Of(st.CreatedAt),
+	}
 }
 
 func (h handlers) updateWebhook(c echo.Context) error {
