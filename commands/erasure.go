@@ -63,6 +63,37 @@ type Erasure struct {
 	CreatedAt time.Time
 }
 
+// ErasureRepeatWindow is how long a request to erase an address that finds
+// nothing new is answered with the erasure of that address before it.
+const ErasureRepeatWindow = 24 * time.Hour
+
+// repeatedErasure answers a request that repeats the account's last one:
+// the same address, within ErasureRepeatWindow, and no email to erase that
+// it did not erase (the read side may not show its erasures yet). A client
+// retrying after a 503 thus learns what was erased, and the log records
+// the request once. It waits, as the first did, until the erasure is
+// visible.
+func (s *Service) repeatedErasure(ctx context.Context, accountID, key string, ids []string, meta Meta) (Erasure, bool, error) {
+	st, _, err := load(ctx, s.store, account.Stream(accountID), account.Evolve)
+	if err != nil {
+		return Erasure{}, false, err
+	}
+	last := st.LastErasure
+	if last == nil || last.AddressKey != key || s.now().Sub(last.CompletedAt) > ErasureRepeatWindow {
+		return Erasure{}, false, nil
+	}
+	for _, id := range ids {
+		if !slices.Contains(last.EmailIDs, id) {
+			return Erasure{}, false, nil
+		}
+	}
+	er := Erasure{ID: last.ErasureID, AccountID: accountID, EmailIDs: last.EmailIDs, CreatedAt: last.CompletedAt}
+	_, err = executeConfirmed(ctx, s, account.Stream(accountID), account.Evolve, func(account.State) ([]domain.Event, error) {
+		return nil, nil
+	}, meta, projections.EmailsName, projections.AccountsName)
+	return er, true, err
+}
+
 // EraseRecipient erases every email of the account sent to address, as
 // to, cc or bcc, whatever its age, and records the request with the
 // address only as its keyed hash. A suppression of the address stays, by
@@ -78,6 +109,9 @@ func (s *Service) EraseRecipient(ctx context.Context, accountID, address string,
 	ids, err := s.emailsSentTo(ctx, accountID, key)
 	if err != nil {
 		return Erasure{}, err
+	}
+	if er, ok, err := s.repeatedErasure(ctx, accountID, key, ids, meta); ok || err != nil {
+		return er, err
 	}
 	er := Erasure{ID: uuid.Must(uuid.NewV7()).String(), AccountID: accountID, EmailIDs: ids, CreatedAt: s.now()}
 	for _, id := range ids {

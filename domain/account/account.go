@@ -112,6 +112,8 @@ type State struct {
 	// RetentionDays is how long the account keeps its emails' content;
 	// zero means the server's default.
 	RetentionDays int
+	// LastErasure is the latest erasure request recorded, nil before any.
+	LastErasure *ErasureCompleted
 }
 
 // Exists reports whether the account was created.
@@ -132,6 +134,8 @@ func Evolve(s State, e domain.Event) State {
 		s.Tokens = withToken(s.Tokens, e.TokenID, true)
 	case *RetentionSet:
 		s.RetentionDays = e.Days
+	case *ErasureCompleted:
+		s.LastErasure = e
 	}
 	return s
 }
