@@ -160,13 +160,18 @@ func emailView(ctx context.Context, tx pgx.Tx, id, accountID string) (Email, err
 	var e Email
 	var created time.Time
 	var sent, delivered, opened, clicked, bounced *time.Time
-	err := tx.QueryRow(ctx, `SELECT id, from_email, to_email, subject, status, provider_message_id, created_at,
+	// By id alone, the primary key: a plan PostgreSQL caches for the
+	// statement while the table is small (and not yet analysed) could
+	// otherwise walk every email of the account to find one. The account
+	// is checked on the row.
+	var owner string
+	err := tx.QueryRow(ctx, `SELECT id, account_id, from_email, to_email, subject, status, provider_message_id, created_at,
 			sent_at, delivered_at, opened_at, clicked_at, bounced_at, attachments
-		FROM emails WHERE id = $1 AND account_id = $2`, id, accountID).
-		Scan(&e.ID, &e.FromEmail, &e.ToEmail, &e.Subject, &e.Status, &e.ProviderMessageID, &created,
+		FROM emails WHERE id = $1`, id).
+		Scan(&e.ID, &owner, &e.FromEmail, &e.ToEmail, &e.Subject, &e.Status, &e.ProviderMessageID, &created,
 			&sent, &delivered, &opened, &clicked, &bounced, &e.Attachments)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return e, &NotFoundError{Resource: "email"}
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != accountID) {
+		return Email{}, &NotFoundError{Resource: "email"}
 	}
 	if err != nil {
 		return e, err
