@@ -108,20 +108,19 @@ func openExisting(ctx context.Context, cfg *config.Config) (*app.App, error) {
 
 // withExistingApp is withApp with openExisting.
 func withExistingApp(cfg *config.Config, run func(cmd *cobra.Command, a *app.App, args []string) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		a, err := openExisting(cmd.Context(), cfg)
-		if err != nil {
-			return err
-		}
-		defer a.Close()
-		return run(cmd, a, args)
-	}
+	return withOpened(openExisting, cfg, run)
 }
 
 // withApp opens the app for an operator command, runs it, and closes the app.
 func withApp(cfg *config.Config, run func(cmd *cobra.Command, a *app.App, args []string) error) func(*cobra.Command, []string) error {
+	return withOpened(openTool, cfg, run)
+}
+
+// withOpened runs an operator command on the app open gives, then closes it.
+func withOpened(open func(context.Context, *config.Config) (*app.App, error), cfg *config.Config,
+	run func(cmd *cobra.Command, a *app.App, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
-		a, err := openTool(cmd.Context(), cfg)
+		a, err := open(cmd.Context(), cfg)
 		if err != nil {
 			return err
 		}
