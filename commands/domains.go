@@ -314,6 +314,12 @@ func (s *Service) RemoveDomain(ctx context.Context, accountID, id string, meta M
 		}
 		return evs, err
 	}, meta, projections.DomainsName)
+	if errors.Is(err, domain.ErrNotFound) {
+		st, _, _, last, lerr := loadSpan(ctx, s.store, sendingdomain.Stream(id), sendingdomain.Evolve)
+		if lerr == nil && st.Removed && st.AccountID == accountID {
+			return s.goneYet(ctx, last, projections.DomainsName)
+		}
+	}
 	if err != nil && !errors.Is(err, ErrNotVisible) {
 		return err
 	}

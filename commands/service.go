@@ -220,6 +220,18 @@ func executeAt[S any](ctx context.Context, s *Service, stream string, evolve fun
 	return evs, pos, err
 }
 
+// goneYet answers a removal that found its resource removed already by
+// the same account, whose last event is at last: a repeat of a removal
+// answered 503 not_yet_visible. Like a repeated revocation it waits for
+// that event, then answers as for any resource that is gone
+// (ErrNotFound), or ErrNotVisible again.
+func (s *Service) goneYet(ctx context.Context, last eventstore.Position, projectors ...projections.Name) error {
+	if s.settle(ctx, last, projectors...) != nil {
+		return ErrNotVisible
+	}
+	return domain.ErrNotFound
+}
+
 // ErrNotVisible means a write was recorded (or had been already) but the
 // read models did not show it within the consistency time-out: the caller
 // cannot claim it is in effect yet, and may retry.

@@ -197,6 +197,12 @@ func (s *Service) DeleteWebhook(ctx context.Context, accountID, id string, meta 
 	_, err := executeConfirmed(ctx, s, webhook.Stream(id), webhook.Evolve, func(st webhook.State) ([]domain.Event, error) {
 		return webhook.Delete(st, accountID, s.now())
 	}, meta, projections.WebhooksName)
+	if errors.Is(err, domain.ErrNotFound) {
+		st, _, _, last, lerr := loadSpan(ctx, s.store, webhook.Stream(id), webhook.Evolve)
+		if lerr == nil && st.Deleted && st.AccountID == accountID {
+			return s.goneYet(ctx, last, projections.WebhooksName)
+		}
+	}
 	if err != nil && !errors.Is(err, ErrNotVisible) {
 		return err
 	}

@@ -141,16 +141,20 @@ func TestSettingsFromEnvironment(t *testing.T) {
 	t.Setenv("MAILROOM_RATE_LIMIT", "")
 	// Values a setting does not take stop the command too, rather than
 	// falling back to a default or failing at first use.
-	for name, value := range map[string]string{
-		"MAILROOM_LOG_LEVEL":  "verbose",
-		"MAILROOM_LOG_FORMAT": "jsn",
-		"MAILROOM_CLAMD_ADDR": "nonsense",
+	for _, bad := range []struct{ name, value string }{
+		{"MAILROOM_LOG_LEVEL", "verbose"},
+		{"MAILROOM_LOG_FORMAT", "jsn"},
+		{"MAILROOM_CLAMD_ADDR", "nonsense"},
+		{"MAILROOM_CLAMD_ADDR", "127.0.0.1:331O"},
+		{"MAILROOM_CLAMD_ADDR", "clamav:70000"},
+		{"MAILROOM_CLAMD_ADDR", "tcp://h:1/x"},
+		{"MAILROOM_CLAMD_ADDR", "unix:///"},
 	} {
-		t.Setenv(name, value)
-		if _, _, err := run(t, "accounts", "create", "--name", "Bad "+name); err == nil || !strings.Contains(err.Error(), name) {
-			t.Fatalf("%s=%s: %v", name, value, err)
+		t.Setenv(bad.name, bad.value)
+		if _, _, err := run(t, "accounts", "create", "--name", "Bad "+bad.name); err == nil || !strings.Contains(err.Error(), bad.name) {
+			t.Fatalf("%s=%s: %v", bad.name, bad.value, err)
 		}
-		t.Setenv(name, "")
+		t.Setenv(bad.name, "")
 	}
 	for _, addr := range []string{"127.0.0.1:3310", "tcp://clamav:3310", "unix:/run/clamav/clamd.ctl", "unix:///run/clamd.sock"} {
 		t.Setenv("MAILROOM_CLAMD_ADDR", addr)

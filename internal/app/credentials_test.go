@@ -318,6 +318,11 @@ func TestUnconfirmedEndpointAndDomainChanges(t *testing.T) {
 		}
 	}
 
+	// Repeated while still not in effect, a removal says so again rather
+	// than that the thing is gone.
+	wantProblem(t, api.Do("DELETE", "/api/domains/"+domainID, admin, nil), http.StatusServiceUnavailable, "not_yet_visible")
+	wantProblem(t, api.Do("DELETE", "/v1/webhooks/"+endpoint, key, nil), http.StatusServiceUnavailable, "not_yet_visible")
+
 	pcfg := apptest.Config(t, first.DatabaseURL)
 	pcfg.Roles = []string{"projections"}
 	apptest.StartWith(t, pcfg)
@@ -331,6 +336,9 @@ func TestUnconfirmedEndpointAndDomainChanges(t *testing.T) {
 	wantProblem(t, api.Do("POST", "/v1/emails/send", key, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"}),
 		http.StatusForbidden, "domain_not_verified")
 	wantProblem(t, api.Do("GET", "/v1/webhooks/"+endpoint, key, nil), http.StatusNotFound, "not_found")
+	// Once in effect, a repeat finds them gone.
+	wantProblem(t, api.Do("DELETE", "/api/domains/"+domainID, admin, nil), http.StatusNotFound, "not_found")
+	wantProblem(t, api.Do("DELETE", "/v1/webhooks/"+endpoint, key, nil), http.StatusNotFound, "not_found")
 }
 
 // runWorkers runs s's process managers until the returned stop is called

@@ -260,7 +260,7 @@ func TestIdempotentRepeatAfterTheDomainGoes(t *testing.T) {
 // punycode: relays and SES take only ASCII without SMTPUTF8.
 func TestInternationalisedDomains(t *testing.T) {
 	s := apptest.Start(t)
-	_, _, key := s.Sender("bücher.test")
+	_, admin, key := s.Sender("bücher.test")
 	w := &sendWorld{Server: s, key: key}
 	for _, from := range []string{"hello@bücher.test", "Bücher <hello@BÜCHER.test>", "hello@xn--bcher-kva.test"} {
 		e := w.send(t, map[string]any{"from": from, "to": "Ann <ann@münchen.example>", "subject": "idn", "text": "t"})
@@ -278,6 +278,13 @@ func TestInternationalisedDomains(t *testing.T) {
 		if strings.ContainsAny(header, "üÜ") {
 			t.Errorf("from %q: an internationalised domain left unencoded:\n%s", from, header)
 		}
+	}
+	// The recipient in the other spelling is the same address: erasing it
+	// erases every email sent to it.
+	w.send(t, map[string]any{"from": "hello@bücher.test", "to": "ann@xn--mnchen-3ya.example", "subject": "idn", "text": "t"})
+	r := s.Do("POST", "/api/erasures", admin, map[string]any{"email": "ann@MÜNCHEN.example"})
+	if r.Status != 201 || r.JSON(t)["erased"] != 4.0 {
+		t.Fatalf("erasing the Unicode spelling: %d %s, want 4 erased", r.Status, r.Body)
 	}
 }
 
@@ -315,7 +322,10 @@ func TestIdempotencyWindows(t *testing.T) {
 	seen := map[string]bool{first.JSON(t)["id"].(string): true}
 	for window := 1; window <= 5; window++ {
 		w.Clock.Advance(25 * time.Hour)
-		// Concurrent retries of one request in the new window.
+		// Concurrent retries of one request in the new window: one email,
+		// whose content alone stays stored (the racers that lost delete
+		// what they staged).
+		blobs := blobFiles(t, w.Config.BlobDir)
 		resps := make([]apptest.Response, 4)
 		var wg sync.WaitGroup
 		for i := range resps {
@@ -330,6 +340,9 @@ func TestIdempotencyWindows(t *testing.T) {
 		}
 		if seen[id] {
 			t.Fatalf("window %d reuses the id %s of an earlier window", window, id)
+		}
+		if n := blobFiles(t, w.Config.BlobDir) - blobs; n != 1 {
+			t.Fatalf("window %d: concurrent first requests left %d blobs, want the one email's text", window, n)
 		}
 		seen[id] = true
 		// Minutes later, still inside the window: the same answer, and a

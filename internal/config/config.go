@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -239,10 +240,12 @@ func (c *Config) Validate() error {
 // as a typo would otherwise surface only as every email waiting on a scan.
 func clamdAddrValid(addr string) bool {
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-		return strings.TrimPrefix(path, "//") != ""
+		path = strings.TrimPrefix(path, "//")
+		return strings.HasPrefix(path, "/") && strings.Trim(path, "/") != ""
 	}
 	host, port, err := net.SplitHostPort(strings.TrimPrefix(addr, "tcp://"))
-	return err == nil && host != "" && port != ""
+	n, perr := strconv.Atoi(port)
+	return err == nil && host != "" && !strings.ContainsAny(host, "/") && perr == nil && n >= 1 && n <= 65535
 }
 
 // maxBodyBytes is the API's request body limit (httpserver.MaxBodyBytes): a

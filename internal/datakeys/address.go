@@ -26,12 +26,14 @@ func NewAddressKeys(masterKey []byte) (AddressKeys, error) {
 }
 
 // Of is the key of address (the address alone, no display name) in
-// accountID. Addresses compare without regard to case.
+// accountID. Addresses compare without regard to case, and an
+// internationalised domain in Unicode or in punycode is one address
+// (mailmsg.WireAddress).
 func (a AddressKeys) Of(accountID, address string) string {
 	m := hmac.New(sha256.New, a.secret)
 	m.Write([]byte(accountID))
 	m.Write([]byte{0})
-	m.Write([]byte(strings.ToLower(strings.TrimSpace(address))))
+	m.Write([]byte(strings.ToLower(mailmsg.WireAddress(strings.TrimSpace(address)))))
 	return "ak1:" + hex.EncodeToString(m.Sum(nil))
 }
 

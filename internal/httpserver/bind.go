@@ -62,9 +62,13 @@ func BindJSON(c echo.Context, v any) error {
 // handler that fingerprints requests.
 func ReadJSON(c echo.Context, v any) ([]byte, error) {
 	// A compressed body would otherwise be blamed on its JSON.
-	if enc := c.Request().Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
-		return nil, NewProblem(http.StatusUnsupportedMediaType, "unsupported_encoding",
-			fmt.Sprintf("Content-Encoding %q is not supported; send the body uncompressed", enc))
+	for _, enc := range c.Request().Header.Values("Content-Encoding") {
+		for _, coding := range strings.Split(enc, ",") {
+			if coding = strings.TrimSpace(coding); coding != "" && !strings.EqualFold(coding, "identity") {
+				return nil, NewProblem(http.StatusUnsupportedMediaType, "unsupported_encoding",
+					fmt.Sprintf("Content-Encoding %q is not supported; send the body uncompressed", coding))
+			}
+		}
 	}
 	body := c.Request().Body
 	if body == nil {

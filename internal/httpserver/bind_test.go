@@ -74,6 +74,13 @@ func TestBindJSONCompressedBody(t *testing.T) {
 	if p := res.problem(t); res.status != 415 || p.Code != "unsupported_encoding" || !strings.Contains(p.Detail, "gzip") {
 		t.Errorf("gzip: %d %s", res.status, res.body)
 	}
+	// Every coding listed counts, in one header or several.
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/bind", strings.NewReader(`{"from":"a"}`))
+	req.Header.Add("Content-Encoding", "identity")
+	req.Header.Add("Content-Encoding", "gzip")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 415 {
+		t.Errorf("identity, then gzip: %v %v", resp, err)
+	}
 	res = s.do(t, http.MethodPost, "/bind", strings.NewReader(`{"from":"a"}`), map[string]string{"Content-Encoding": "identity"})
 	if res.status != 200 {
 		t.Errorf("identity: %d %s", res.status, res.body)
