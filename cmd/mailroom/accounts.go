@@ -59,7 +59,7 @@ func tokensCmd(cfg *config.Config) *cobra.Command {
 		Use:   "create",
 		Short: "Issue a management token with a role on an account",
 		Args:  cobra.NoArgs,
-		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
+		RunE: withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 			tok, err := a.Commands.IssueExpiringToken(cmd.Context(), accountID, account.Role(role), expiresIn, operator())
 			if err != nil {
 				return describe(err, "account", accountID)
@@ -89,7 +89,7 @@ func tokensCmd(cfg *config.Config) *cobra.Command {
 		Use:   "revoke ID",
 		Short: "Revoke a management token: its next request on any instance gets 401",
 		Args:  cobra.ExactArgs(1),
-		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, args []string) error {
+		RunE: withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, args []string) error {
 			id := args[0]
 			acct, err := a.TokenAccount(cmd.Context(), id)
 			if err != nil {
@@ -116,7 +116,7 @@ func accountChange(cfg *config.Config, verb, short, done string, op func(*app.Ap
 		Use:   verb + " ID",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
-		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, args []string) error {
+		RunE: withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, args []string) error {
 			if err := op(a)(cmd.Context(), args[0], operator()); err != nil {
 				return describe(err, "account", args[0])
 			}

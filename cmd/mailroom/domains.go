@@ -20,7 +20,7 @@ func domainsCmd(cfg *config.Config) *cobra.Command {
 		Long: `Import a domain on legacy Easy DKIM, as domains created before BYODKIM were.
 POST /api/domains/:id/upgrade then moves it to a Mailroom-held key.`,
 		Args: cobra.NoArgs,
-		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
+		RunE: withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 			st, err := a.Commands.ImportLegacyDomain(cmd.Context(), accountID, legacy, operator())
 			if err != nil {
 				return describe(err, "account", accountID)

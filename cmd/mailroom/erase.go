@@ -22,7 +22,7 @@ content and attachments are deleted, its data key destroyed, and it leaves
 the email list. Daily counts stay, and a suppressed address stays
 suppressed. The request is recorded without the address.`,
 		Args: cobra.NoArgs,
-		RunE: withApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
+		RunE: withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 			er, err := a.Commands.EraseRecipient(cmd.Context(), accountID, recipient, operator())
 			if err != nil {
 				return describe(err, "account", accountID)

@@ -91,17 +91,17 @@ func openTool(ctx context.Context, cfg *config.Config) (*app.App, error) {
 	return a, nil
 }
 
-// openExisting is openTool for commands that inspect what is there
-// (export, verify, projections): a database that does not exist is an
-// error, not a new empty one, so a mistyped URL cannot pass for an empty
-// log that verifies.
+// openExisting is openTool for commands that work on what is there (every
+// one but serve, migrate and accounts create): a database that does not
+// exist is an error, not a new empty one, so a mistyped URL cannot pass
+// for an empty log that verifies.
 func openExisting(ctx context.Context, cfg *config.Config) (*app.App, error) {
 	ok, err := database.Exists(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return nil, errors.New("the database named in MAILROOM_DATABASE_URL does not exist; this command reads an existing one and creates none")
+		return nil, errors.New("the database named in MAILROOM_DATABASE_URL does not exist; this command works on an existing one and creates none")
 	}
 	return openTool(ctx, cfg)
 }

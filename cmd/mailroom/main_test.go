@@ -200,8 +200,8 @@ func TestEventsVerifyAndExport(t *testing.T) {
 	}
 }
 
-// The commands that inspect the log and the read models refuse a database
-// that does not exist rather than create an empty one that verifies.
+// The commands that work on what is there refuse a database that does not
+// exist rather than create an empty one (whose log would verify).
 func TestInspectionsNeedAnExistingDatabase(t *testing.T) {
 	name := "mailroom_test_missing_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	u, err := url.Parse(pgtest.ServerURL())
@@ -210,7 +210,8 @@ func TestInspectionsNeedAnExistingDatabase(t *testing.T) {
 	}
 	u.Path = "/" + name
 	flags := []string{"--database-url", u.String(), "--data-dir", t.TempDir()}
-	for _, args := range [][]string{{"events", "verify"}, {"events", "export"}, {"projections", "status"}, {"projections", "rebuild", "--all"}} {
+	for _, args := range [][]string{{"events", "verify"}, {"events", "export"}, {"projections", "status"}, {"projections", "rebuild", "--all"},
+		{"erase", "--account", "x", "--recipient", "a@example.org"}, {"tokens", "create", "--account", "x"}, {"accounts", "suspend", "x"}} {
 		if _, _, err := run(t, append(args, flags...)...); err == nil || !strings.Contains(err.Error(), "does not exist") {
 			t.Errorf("%v on a missing database: %v", args, err)
 		}
