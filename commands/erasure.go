@@ -130,17 +130,10 @@ func (s *Service) EraseRecipient(ctx context.Context, accountID, address string,
 // sealed with the rest of their metadata, which is why content goes
 // before the key.
 func (s *Service) deleteContent(ctx context.Context, st email.State) error {
-	var digests []blob.Digest
-	for _, d := range []string{st.Queued.HTMLDigest, st.Queued.TextDigest} {
-		if d != "" {
-			digests = append(digests, blob.Digest(d))
-		}
-	}
-	for _, list := range [][]email.Attachment{st.Queued.Attachments, st.Attachments()} {
-		for _, a := range list {
-			if a.Digest != "" {
-				digests = append(digests, blob.Digest(a.Digest))
-			}
+	digests := contentOf(*st.Queued)
+	for _, a := range st.Attachments() {
+		if a.Digest != "" {
+			digests = append(digests, blob.Digest(a.Digest))
 		}
 	}
 	slices.Sort(digests) // inline attachments are listed again once scanned
