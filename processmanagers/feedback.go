@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/google/uuid"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/commands"
@@ -19,7 +21,15 @@ func SESFeedback(ctx context.Context, p *ses.Provider, cmds *commands.Service, p
 	pglock.Lead(ctx, pool.Config().ConnConfig, pglock.SESFeedback, log, "ses-feedback", func(ctx context.Context) {
 		err := p.PollFeedback(ctx, func(ctx context.Context, fbs []ses.Feedback) error {
 			for _, fb := range fbs {
-				if fb.Ignored || fb.EmailID == "" {
+				if fb.Ignored {
+					continue
+				}
+				if !isEmailID(fb.EmailID) {
+					// Not about an email Mailroom sent: identity notifications
+					// carry no message tags, and a tag that is no email id was
+					// not set by Mailroom. Redelivery cannot change that.
+					log.Warn("ses feedback names no Mailroom email; dropped (publish events through the configuration set, whose events carry the mailroom_email_id tag)",
+						"event_type", fb.EventType, "ses_message_id", fb.MessageID, "tagged", fb.EmailID != "")
 					continue
 				}
 				var evs []domain.Event
@@ -37,4 +47,11 @@ func SESFeedback(ctx context.Context, p *ses.Provider, cmds *commands.Service, p
 			log.Warn("ses feedback", "err", err)
 		}
 	})
+}
+
+// isEmailID reports whether id is an email id as Mailroom makes them: a
+// UUID in its canonical form.
+func isEmailID(id string) bool {
+	u, err := uuid.Parse(id)
+	return err == nil && u.String() == id
 }

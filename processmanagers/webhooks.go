@@ -65,8 +65,8 @@ type Webhooks struct {
 	Box      *secretbox.Box
 	Client   *http.Client // the egress client, with the 10 s receiver time-out
 	// Endpoints lists the account's endpoints that subscribe to eventType,
-	// active or not, created by at: an endpoint hears of events that
-	// happen after it is made, however late the log is read.
+	// active or not, created by at: an endpoint hears of events Mailroom
+	// learns of after it is made, however late the log is read.
 	Endpoints   func(ctx context.Context, accountID, eventType string, at time.Time) ([]Target, error)
 	Settle      commands.Settle
 	Schedule    []time.Duration
@@ -114,10 +114,22 @@ type FanoutArgs struct {
 	EventID string    `json:"event_id" river:"unique"`
 	EmailID string    `json:"email_id"`
 	Type    string    `json:"type"` // the webhook's, e.g. email.delivered
-	At      time.Time `json:"at"`
-	Extra   *Details  `json:"extra,omitempty"`
+	At      time.Time `json:"at"`   // when it happened: the payload's created_at
+	// RecordedAt is when Mailroom recorded it, later than At for provider
+	// feedback: an endpoint created in between hears of it too.
+	RecordedAt time.Time `json:"recorded_at,omitzero"`
+	Extra      *Details  `json:"extra,omitempty"`
 	// CorrelationID is the event's: its deliveries keep the email's story.
 	CorrelationID string `json:"correlation_id,omitempty"`
+}
+
+// heardAt is when Mailroom learned of the event: endpoints created by then
+// hear of it. (Jobs queued before RecordedAt existed carry At alone.)
+func (a FanoutArgs) heardAt() time.Time {
+	if a.RecordedAt.After(a.At) {
+		return a.RecordedAt
+	}
+	return a.At
 }
 
 // Details are the envelope data's fields that only some types carry.
@@ -383,8 +395,8 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 		if w.unheard(emailID, typ) {
 			return nil, nil
 		}
-		args = FanoutArgs{EventID: ev.ID.String(), EmailID: emailID, Type: typ, At: at, Extra: extra,
-			CorrelationID: ev.Metadata.CorrelationID}
+		args = FanoutArgs{EventID: ev.ID.String(), EmailID: emailID, Type: typ, At: at, RecordedAt: ev.RecordedAt,
+			Extra: extra, CorrelationID: ev.Metadata.CorrelationID}
 	}
 	return []river.InsertManyParams{{Args: args}}, nil
 }
@@ -447,7 +459,7 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 		}
 		return river.JobSnooze(time.Second)
 	}
-	endpoints, err := w.Endpoints(ctx, q.AccountID, a.Type, a.At)
+	endpoints, err := w.Endpoints(ctx, q.AccountID, a.Type, a.heardAt())
 	if err != nil || len(endpoints) == 0 {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -150,6 +151,27 @@ func TestSESProvider(t *testing.T) {
 	}
 	_ = got
 
+	// Feedback that names no Mailroom email (identity notifications carry
+	// no tags; a tag that is no email id) is dropped from the queue, not
+	// redelivered for ever, and changes nothing.
+	foreign := fake.Enqueue(sesEvent(t, "delivery.json", "../../x\u0000y"))
+	untagged := fake.Enqueue(sesEventEdited(t, "bounce.json", id, func(d map[string]any) {
+		delete(d["mail"].(map[string]any), "tags")
+	}))
+	for _, m := range []string{foreign, untagged} {
+		deadline := time.Now().Add(10 * time.Second)
+		for !slices.Contains(fake.Log(), "delete "+m) {
+			if time.Now().After(deadline) {
+				t.Fatalf("feedback %s was never deleted from the queue: %v", m, fake.Log())
+			}
+			fake.ExpireVisibility()
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if e := w.waitFor(t, id, func(map[string]any) bool { return true }); e["status"] != "clicked" || len(timelineOf(e)) != 3 {
+		t.Fatalf("untagged feedback changed the email: %v %v", e["status"], timelineOf(e))
+	}
+
 	// A hard bounce from SES bounces and suppresses.
 	id2 := w.send(t, map[string]any{"from": "a@acme.test", "to": "bounce@example.com", "subject": "b", "text": "t"})["id"].(string)
 	w.waitFor(t, id2, status("sent"))
@@ -208,6 +230,22 @@ func TestSESProvider(t *testing.T) {
 		if n := count(); n != 1 {
 			t.Fatalf("%s: %d email.%s webhooks, want 1", tc.doc, n, tc.last)
 		}
+	}
+
+	// An endpoint created after SES's delivery but before Mailroom learns of
+	// it hears of it: the delivery is news from then on.
+	late := w.send(t, map[string]any{"from": "a@acme.test", "to": "late@example.com", "subject": "late", "text": "t"})["id"].(string)
+	w.waitFor(t, late, status("sent"))
+	deliveredAt := time.Now().UTC()
+	time.Sleep(20 * time.Millisecond)
+	rcv2 := newReceiver(t, always(204))
+	w.endpoint(t, map[string]any{"url": rcv2.URL, "events": []string{"email.delivered"}})
+	fake.Enqueue(sesEventEdited(t, "delivery.json", late, func(d map[string]any) {
+		d["delivery"].(map[string]any)["timestamp"] = deliveredAt.Format("2006-01-02T15:04:05.000Z")
+	}))
+	w.waitFor(t, late, status("delivered"))
+	if got := rcv2.waitFor(t, 1); !strings.Contains(string(got[0].body), late) {
+		t.Fatalf("the new endpoint got %s", got[0].body)
 	}
 
 	// Verification also asks SES: the fake reports DKIM verified but MAIL FROM

@@ -18,8 +18,8 @@ import (
 type Feedback struct {
 	// EmailID comes from the mailroom_email_id message tag; empty when the
 	// event carries no such tag (e.g. identity feedback notifications, which
-	// SES publishes without tags). MessageID can then be matched against the
-	// provider message id recorded in EmailSent.
+	// SES publishes without tags). Such feedback cannot be told apart from
+	// another sender's on the same queue, so it is not recorded.
 	EmailID string
 	// MessageID is the SES message id (mail.messageId).
 	MessageID string
@@ -42,8 +42,9 @@ type Feedback struct {
 
 // snsEnvelope is the part of an SNS notification ParseFeedback reads.
 type snsEnvelope struct {
-	Type    string `json:"Type"`
-	Message string `json:"Message"`
+	Type      string `json:"Type"`
+	Message   string `json:"Message"`
+	Timestamp string `json:"Timestamp"` // when SNS published it
 }
 
 type sesEvent struct {
@@ -99,7 +100,8 @@ type recipient struct {
 // notification ({"Type":"Notification","Message":"<SES event JSON>"}) or,
 // with SNS raw message delivery, the SES event itself (configuration-set
 // event publishing format; the identity notification format with
-// notificationType is read the same way). It returns one Feedback per SES
+// notificationType is read the same way, but carries no email id). It
+// returns one Feedback per SES
 // event. An error means the body can never be parsed (redelivery won't help).
 func ParseFeedback(body []byte) ([]Feedback, error) {
 	var probe struct {
@@ -110,11 +112,12 @@ func ParseFeedback(body []byte) ([]Feedback, error) {
 	if err := json.Unmarshal(body, &probe); err != nil {
 		return nil, fmt.Errorf("ses: feedback is not JSON: %w", err)
 	}
+	published := ""
 	switch {
 	case probe.EventType != "" || probe.NotificationType != "":
 		// A raw SES event (raw message delivery).
 	case probe.Type == "Notification":
-		body = []byte(probe.Message)
+		body, published = []byte(probe.Message), probe.Timestamp
 	case probe.Type == "SubscriptionConfirmation" || probe.Type == "UnsubscribeConfirmation":
 		return []Feedback{{EventType: "SNS " + probe.Type, Ignored: true}}, nil
 	default:
@@ -124,14 +127,16 @@ func ParseFeedback(body []byte) ([]Feedback, error) {
 	if err := json.Unmarshal(body, &ev); err != nil {
 		return nil, fmt.Errorf("ses: SES event is not JSON: %w", err)
 	}
-	f, err := mapEvent(&ev)
+	f, err := mapEvent(&ev, published)
 	if err != nil {
 		return nil, err
 	}
 	return []Feedback{f}, nil
 }
 
-func mapEvent(ev *sesEvent) (Feedback, error) {
+// mapEvent maps one SES event; published is when SNS published it, the
+// last resort for the event's time (empty with raw message delivery).
+func mapEvent(ev *sesEvent, published string) (Feedback, error) {
 	typ := ev.EventType
 	if typ == "" {
 		typ = ev.NotificationType
@@ -151,7 +156,10 @@ func mapEvent(ev *sesEvent) (Feedback, error) {
 		if ev.Delivery == nil {
 			return Feedback{}, errors.New("ses: Delivery event without delivery object")
 		}
-		at := eventTime(ev.Delivery.Timestamp, ev.Mail.Timestamp)
+		at, err := eventTime(typ, ev.Delivery.Timestamp, ev.Mail.Timestamp, published)
+		if err != nil {
+			return Feedback{}, err
+		}
 		rcpts := sorted(ev.Delivery.Recipients)
 		f.Event = &email.Delivered{
 			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, rcpts),
@@ -161,7 +169,10 @@ func mapEvent(ev *sesEvent) (Feedback, error) {
 		if ev.Bounce == nil {
 			return Feedback{}, errors.New("ses: Bounce event without bounce object")
 		}
-		at := eventTime(ev.Bounce.Timestamp, ev.Mail.Timestamp)
+		at, err := eventTime(typ, ev.Bounce.Timestamp, ev.Mail.Timestamp, published)
+		if err != nil {
+			return Feedback{}, err
+		}
 		rcpts := addresses(ev.Bounce.BouncedRecipients)
 		f.Event = &email.Bounced{
 			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, rcpts),
@@ -172,7 +183,10 @@ func mapEvent(ev *sesEvent) (Feedback, error) {
 		if ev.Complaint == nil {
 			return Feedback{}, errors.New("ses: Complaint event without complaint object")
 		}
-		at := eventTime(ev.Complaint.Timestamp, ev.Mail.Timestamp)
+		at, err := eventTime(typ, ev.Complaint.Timestamp, ev.Mail.Timestamp, published)
+		if err != nil {
+			return Feedback{}, err
+		}
 		rcpts := addresses(ev.Complaint.ComplainedRecipients)
 		f.Event = &email.Complained{
 			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, rcpts),
@@ -182,7 +196,10 @@ func mapEvent(ev *sesEvent) (Feedback, error) {
 		if ev.Open == nil {
 			return Feedback{}, errors.New("ses: Open event without open object")
 		}
-		at := eventTime(ev.Open.Timestamp, ev.Mail.Timestamp)
+		at, err := eventTime(typ, ev.Open.Timestamp, ev.Mail.Timestamp, published)
+		if err != nil {
+			return Feedback{}, err
+		}
 		f.Event = &email.Opened{
 			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, []string{ev.Open.IPAddress, ev.Open.UserAgent}),
 			UserAgent: ev.Open.UserAgent, OccurredAt: at,
@@ -191,7 +208,10 @@ func mapEvent(ev *sesEvent) (Feedback, error) {
 		if ev.Click == nil {
 			return Feedback{}, errors.New("ses: Click event without click object")
 		}
-		at := eventTime(ev.Click.Timestamp, ev.Mail.Timestamp)
+		at, err := eventTime(typ, ev.Click.Timestamp, ev.Mail.Timestamp, published)
+		if err != nil {
+			return Feedback{}, err
+		}
 		f.Event = &email.Clicked{
 			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, []string{ev.Click.Link, ev.Click.IPAddress}),
 			Link: ev.Click.Link, OccurredAt: at,
@@ -225,16 +245,21 @@ func feedbackID(messageID, eventType string, at time.Time, parts []string) strin
 	return "ses_" + hex.EncodeToString(h.Sum(nil))[:32]
 }
 
-func eventTime(candidates ...string) time.Time {
+// eventTime is the first of candidates that is a time. An event without
+// one cannot be placed on its email's timeline (its status depends on when
+// things happened) and SES always sends one, so such a document is refused
+// rather than dated at the year 1 or at its arrival (which would differ
+// between redeliveries of the same document).
+func eventTime(typ string, candidates ...string) (time.Time, error) {
 	for _, c := range candidates {
 		if c == "" {
 			continue
 		}
 		if t, err := time.Parse(time.RFC3339Nano, c); err == nil {
-			return t.UTC()
+			return t.UTC(), nil
 		}
 	}
-	return time.Time{}
+	return time.Time{}, fmt.Errorf("ses: %s event without a valid timestamp", typ)
 }
 
 func addresses(rs []recipient) []string {

@@ -226,6 +226,27 @@ func TestParseFeedbackRejectsGarbage(t *testing.T) {
 	}
 }
 
+// An event whose own and mail timestamps are missing or unparsable takes
+// the time SNS published it, the same on every redelivery; a raw event
+// with no time at all is refused, not dated at the year 1.
+func TestFeedbackWithoutATimestamp(t *testing.T) {
+	untimed := func(d map[string]any) {
+		d["delivery"].(map[string]any)["timestamp"] = ""
+		d["mail"].(map[string]any)["timestamp"] = "yesterday"
+	}
+	if fbs, err := ParseFeedback(sesDoc(t, "delivery.json", "em_1", untimed)); err == nil {
+		t.Errorf("a raw delivery without a time was parsed: %#v", fbs[0].Event)
+	}
+	fbs, err := ParseFeedback(snsWrap(t, sesDoc(t, "delivery.json", "em_1", untimed)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := fbs[0].Event.(*email.Delivered)
+	if !ok || !d.OccurredAt.Equal(time.Date(2017, 8, 5, 0, 41, 3, 0, time.UTC)) {
+		t.Errorf("delivery = %#v, want it at the SNS time 2017-08-05T00:41:03Z", fbs[0].Event)
+	}
+}
+
 func TestPollFeedbackDeletesOnlyAfterHandleSucceeds(t *testing.T) {
 	f := newFakeAWS(t)
 	const queue = "https://sqs.us-east-1.amazonaws.com/123456789012/mailroom-events"
