@@ -221,17 +221,17 @@ func (p Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	case *email.Delivered:
 		progress(e.EmailID)
 		b.Queue(`UPDATE emails SET delivered_at = LEAST(coalesce(delivered_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
-		timeline(e.EmailID, "delivered", map[string]any{"recipients": e.Recipients}, e.OccurredAt)
+		timeline(e.EmailID, "delivered", map[string]any{"recipients": listed(e.Recipients)}, e.OccurredAt)
 	case *email.Bounced:
 		progress(e.EmailID)
 		b.Queue(`UPDATE emails SET bounced_at = LEAST(coalesce(bounced_at, $2), $2) WHERE id = $1`, e.EmailID, e.OccurredAt)
-		timeline(e.EmailID, "bounced", map[string]any{"bounce_type": e.BounceType, "bounce_subtype": e.BounceSubtype, "recipients": e.Recipients}, e.OccurredAt)
+		timeline(e.EmailID, "bounced", map[string]any{"bounce_type": e.BounceType, "bounce_subtype": e.BounceSubtype, "recipients": listed(e.Recipients)}, e.OccurredAt)
 		if email.Permanent(e.BounceType) {
 			suppress(e.EmailID, e.Recipients, e.RecipientKeys, "bounce", e.OccurredAt)
 		}
 	case *email.Complained:
 		progress(e.EmailID)
-		meta := map[string]any{"recipients": e.Recipients}
+		meta := map[string]any{"recipients": listed(e.Recipients)}
 		if e.FeedbackType != "" {
 			meta["feedback_type"] = e.FeedbackType
 		}
@@ -289,4 +289,12 @@ func nullTime(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// listed is a list for the timeline's JSON: none is [], not null.
+func listed(v []string) []string {
+	if v == nil {
+		return []string{}
+	}
+	return v
 }

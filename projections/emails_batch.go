@@ -408,10 +408,7 @@ func (o jsonObject) str(k, v string) jsonObject { return appendJSONString(o.key(
 // strs writes v as an array, or null when nil, as json.Marshal does.
 func (o jsonObject) strs(k string, v []string) jsonObject {
 	o = o.key(k)
-	if v == nil {
-		return append(o, "null"...)
-	}
-	o = append(o, '[')
+	o = append(o, '[') // none is an empty list, as the row path writes it
 	for i, s := range v {
 		if i > 0 {
 			o = append(o, ',')

@@ -48,13 +48,27 @@ func (r *Runner) Projector(name Name) Projector {
 	return nil
 }
 
+// ErrNewerRelease means a newer release has rebuilt a projection to a
+// version this code does not know: projecting into its tables, or
+// rebuilding them back, would undo its work.
+var ErrNewerRelease = errors.New("projection kept by a newer release")
+
+func newerRelease(p Projector, stored int) error {
+	return fmt.Errorf("%w: %s is at version %d, this release writes version %d; this process leaves it to the newer release",
+		ErrNewerRelease, p.Name(), stored, p.Version())
+}
+
 // Prepare creates missing read-model tables and rebuilds every projector
-// whose stored version is older than its code.
+// whose stored version is older than its code. One a newer release keeps
+// is an error.
 func (r *Runner) Prepare(ctx context.Context) error {
 	for _, p := range r.projectors {
 		st, err := r.checkpoint(ctx, r.pool, string(p.Name()))
 		if err != nil {
 			return err
+		}
+		if st.exists && st.version > p.Version() {
+			return newerRelease(p, st.version)
 		}
 		if st.exists && st.version == p.Version() {
 			if err := r.ensureSchema(ctx, p); err != nil {
@@ -208,7 +222,7 @@ func (r *Runner) step(ctx context.Context, p Projector) (eventstore.Position, in
 	if err != nil && isDataError(err) && ctx.Err() == nil {
 		pos, n, err = r.stepTx(ctx, p, true)
 	}
-	if err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrNewerRelease) {
 		r.recordFailure(string(p.Name()), err)
 	}
 	return pos, n, err
@@ -223,6 +237,11 @@ func (r *Runner) stepTx(ctx context.Context, p Projector, isolate bool) (eventst
 	st, err := r.lockCheckpoint(ctx, tx, p)
 	if err != nil {
 		return eventstore.Position{}, 0, err
+	}
+	if st.version > p.Version() {
+		// Rebuilt by a newer release while this process ran (a rolling
+		// upgrade): its failure is not recorded, the newer one is healthy.
+		return st.pos, 0, newerRelease(p, st.version)
 	}
 	clean := st.exists && !st.failing && len(st.quarantined) == 0
 	res, err := r.applyBatch(ctx, tx, p, st.pos, target{checkpoint: string(p.Name()), version: p.Version(), skip: st.quarantined}, isolate)

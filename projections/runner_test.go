@@ -422,6 +422,41 @@ func TestVersionChangeRebuilds(t *testing.T) {
 	}
 }
 
+// A projection a newer release rebuilt is left alone by an older one: its
+// start is refused rather than rebuild it back, and an older process
+// still running stops projecting into the newer tables without marking the
+// projection failed.
+func TestNewerVersionIsLeftToItsRelease(t *testing.T) {
+	pool, store := setup(t)
+	ctx := context.Background()
+	last := appendN(t, store, "s-1", "Counted", 10)
+	older := projections.NewRunner(pool, store, nil, quiet, tally{version: 1})
+	if err := older.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	catchUpTo(t, older, tally{version: 1}, last)
+	newer := projections.NewRunner(pool, store, nil, quiet, tally{version: 2})
+	if err := newer.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	catchUpTo(t, newer, tally{version: 2}, last)
+
+	waitVisible(t, store, appendN(t, store, "s-2", "Counted", 5))
+	if _, err := older.CatchUp(ctx, tally{version: 1}); !errors.Is(err, projections.ErrNewerRelease) {
+		t.Fatalf("the older runner's catch-up: %v, want ErrNewerRelease", err)
+	}
+	if err := projections.NewRunner(pool, store, nil, quiet, tally{version: 1}).Prepare(ctx); !errors.Is(err, projections.ErrNewerRelease) {
+		t.Fatalf("an older start: %v, want ErrNewerRelease", err)
+	}
+	st, err := newer.Status(ctx, 0)
+	if err != nil || st[0].Version != 2 || st[0].Failing != nil {
+		t.Fatalf("status after the older runner tried: %+v %v", st, err)
+	}
+	if total, seen := counts(t, pool); total != 10 || seen != 10 {
+		t.Fatalf("the older runner wrote into the newer tables: total %d seen %d, want 10", total, seen)
+	}
+}
+
 // A rebuild while the live runner keeps projecting new events ends with
 // every event applied exactly once in the swapped-in tables.
 func TestRebuildWhileLive(t *testing.T) {

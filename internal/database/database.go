@@ -134,6 +134,10 @@ func isDuplicateDatabase(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "42P04"
 }
 
+// ErrNewerRelease means the database was migrated by a release newer than
+// this one, which must not run against it.
+var ErrNewerRelease = errors.New("database migrated by a newer release")
+
 // Migrate applies every pending migration. Concurrent callers are
 // serialised by a session advisory lock.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
@@ -152,6 +156,16 @@ func up(ctx context.Context, db *sql.DB, pool *pgxpool.Pool) error {
 	provider, err := goose.NewProvider(goose.DialectPostgres, db, mustSub(migrations, "migrations"))
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
+	}
+	current, known, err := provider.GetVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if current > known {
+		// An older binary on a newer schema would read events and tables
+		// whose shape it does not know, and could undo what the newer
+		// release did (erased emails reappear in rebuilt read models).
+		return fmt.Errorf("%w: the database is at migration %d, this release knows migrations up to %d; run the newer release", ErrNewerRelease, current, known)
 	}
 	results, err := provider.Up(ctx)
 	if err != nil {

@@ -2,6 +2,7 @@ package database_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/mailroom/mailroom/internal/database"
@@ -23,4 +24,19 @@ func TestOpenWithPoolSettings(t *testing.T) {
 	if err := database.Migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A database migrated by a newer release is refused, so that an older
+// binary never runs on a schema and a log it does not know.
+func TestMigrateRefusesADatabaseOfANewerRelease(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t) // migrated to this release
+	if _, err := pool.Exec(ctx, `INSERT INTO goose_db_version (version_id, is_applied) VALUES (9999, true)`); err != nil {
+		t.Fatal(err)
+	}
+	err := database.Migrate(ctx, pool)
+	if !errors.Is(err, database.ErrNewerRelease) {
+		t.Fatalf("Migrate = %v, want ErrNewerRelease", err)
+	}
+	t.Log(err)
 }
