@@ -252,3 +252,74 @@ func TestCrashWhileSending(t *testing.T) {
 		t.Errorf(".eml files of no email: %v", onDisk)
 	}
 }
+
+// On SIGTERM an API process first answers /readyz with 503 while it still
+// serves (MAILROOM_SHUTDOWN_DELAY), so a load balancer stops sending to it
+// before its listener closes, then exits 0. A second signal ends it at once.
+func TestStopSignalDrainsThenExits(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := pgtest.NewURL(t)
+	p := startServe(t, bin, freeAddr(t), db, t.TempDir(), "--shutdown-delay", "2s")
+	go func() {
+		for p.stdout.Scan() {
+		}
+	}()
+	get := func(path string) (int, string, error) {
+		resp, err := http.Get("http://" + p.addr + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		var body strings.Builder
+		_, _ = bufio.NewReader(resp.Body).WriteTo(&body)
+		return resp.StatusCode, body.String(), nil
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if code, _, _ := get("/readyz"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never ready")
+		}
+	}
+	exited := make(chan error, 1)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	go func() { exited <- p.cmd.Wait() }()
+	code, body, err := get("/readyz")
+	if err != nil || code != 503 || !strings.Contains(body, "shutting down") {
+		t.Fatalf("/readyz right after SIGTERM: %d %q %v, want 503 while still listening", code, body, err)
+	}
+	if code, _, err := get("/healthz"); err != nil || code != 200 {
+		t.Fatalf("/healthz during the shutdown delay: %d %v", code, err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v, want 0", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("did not exit after SIGTERM")
+	}
+
+	// A second signal does not wait for the delay.
+	p2 := startServe(t, bin, freeAddr(t), db, t.TempDir(), "--shutdown-delay", "10m")
+	go func() {
+		for p2.stdout.Scan() {
+		}
+	}()
+	exited2 := make(chan error, 1)
+	p2.cmd.Process.Signal(syscall.SIGTERM)
+	go func() { exited2 <- p2.cmd.Wait() }()
+	time.Sleep(500 * time.Millisecond)
+	p2.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited2:
+	case <-time.After(60 * time.Second):
+		t.Fatal("a second SIGTERM did not end the process")
+	}
+}

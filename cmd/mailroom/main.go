@@ -27,6 +27,12 @@ func main() {
 	app.Version = version
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// After the first signal a second one ends the process at once,
+		// as a second Ctrl-C should.
+		<-ctx.Done()
+		stop()
+	}()
 	if err := root().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "mailroom:", err)
 		os.Exit(1)

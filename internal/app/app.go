@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,6 +77,7 @@ type App struct {
 	Now           func() time.Time
 	proxies       []netip.Prefix // MAILROOM_TRUSTED_PROXIES
 	ready         readyCache
+	stopping      atomic.Bool // a stop signal came: /readyz answers 503
 }
 
 // PoolSize is the database pool a process needs unless the database URL
@@ -222,8 +224,22 @@ func openStore(cfg config.Config, pool *pgxpool.Pool) (eventstore.Store, error) 
 // Close releases connections.
 func (a *App) Close() {
 	a.Store.Close()
-	a.Pool.Close()
+	// Closing the pool waits for connections still in use; a query stuck
+	// on an unreachable database would hold the exit for ever.
+	closed := make(chan struct{})
+	go func() {
+		a.Pool.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(closeWait):
+		a.Log.Warn("database connections still in use; not waiting for them", "waited", closeWait)
+	}
 }
+
+// closeWait bounds how long Close waits for connections in use.
+const closeWait = 5 * time.Second
 
 // Handler is the HTTP API with /healthz and /readyz. Without an operator
 // listener (MAILROOM_OPS_ADDR) it also serves /metrics and the detail of
@@ -296,6 +312,9 @@ type readyCache struct {
 // unready, as the service works for every other stream; they are returned
 // as notes.
 func (a *App) Ready(ctx context.Context) (map[string]any, error) {
+	if a.stopping.Load() {
+		return nil, errors.New("shutting down")
+	}
 	notes, err := a.storesReady(ctx)
 	if err != nil {
 		return nil, err
@@ -400,22 +419,39 @@ func (a *App) Serve(ctx context.Context) error {
 		}
 	}
 
-	g, ctx := errgroup.WithContext(ctx)
+	// The roles outlive the listeners: a request in flight at shutdown may
+	// wait for its write to reach the read models, which needs the
+	// projections of this process.
+	roles, stopRoles := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRoles()
+	g, rolesCtx := errgroup.WithContext(roles)
 	if a.Config.Has("projections") {
-		g.Go(func() error { return a.Runner.Run(ctx) })
+		g.Go(func() error { return a.Runner.Run(rolesCtx) })
 	}
 	if a.Config.Has("workers") {
-		g.Go(func() error { return a.RunWorkers(ctx) })
+		g.Go(func() error { return a.RunWorkers(rolesCtx) })
 	}
-	a.serveOn(ctx, g, ln, public)
+	servers := []*http.Server{a.serveOn(g, ln, public)}
 	if opsLn != nil {
-		a.serveOn(ctx, g, opsLn, a.OpsHandler())
+		servers = append(servers, a.serveOn(g, opsLn, a.OpsHandler()))
 	}
-	return g.Wait()
+	g.Go(func() error {
+		select {
+		case <-ctx.Done():
+			a.Log.Info("stop signal received; shutting down")
+		case <-rolesCtx.Done(): // a role failed
+		}
+		a.drain(ctx.Err() != nil, servers)
+		stopRoles()
+		return nil
+	})
+	err = g.Wait()
+	a.Log.Info("stopped")
+	return err
 }
 
-// serveOn serves handler on ln in g until ctx ends.
-func (a *App) serveOn(ctx context.Context, g *errgroup.Group, ln net.Listener, handler http.Handler) {
+// serveOn serves handler on ln in g until the server is shut down.
+func (a *App) serveOn(g *errgroup.Group, ln net.Listener, handler http.Handler) *http.Server {
 	srv := a.HTTPServer(handler)
 	a.Log.Info("listening", "addr", ln.Addr().String())
 	g.Go(func() error {
@@ -424,12 +460,33 @@ func (a *App) serveOn(ctx context.Context, g *errgroup.Group, ln net.Listener, h
 		}
 		return nil
 	})
-	g.Go(func() error {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return srv.Shutdown(shutdown)
-	})
+	return srv
+}
+
+// drain stops the HTTP servers. On a stop signal an API process first
+// answers /readyz with 503 for MAILROOM_SHUTDOWN_DELAY while still
+// serving, so that load balancers take it out of rotation before its
+// listener closes; then requests in flight get MAILROOM_SHUTDOWN_TIMEOUT
+// to finish, and what is left is cut off.
+func (a *App) drain(signalled bool, servers []*http.Server) {
+	a.stopping.Store(true)
+	if d := a.Config.ShutdownDelay; signalled && d > 0 && a.Config.Has("api") {
+		a.Log.Info("answering /readyz not ready before closing the listener", "shutdown_delay", d)
+		time.Sleep(d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.Config.ShutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Go(func() {
+			if err := srv.Shutdown(ctx); err != nil {
+				a.Log.Warn("requests still in flight at the end of the shutdown timeout were cut off",
+					"shutdown_timeout", a.Config.ShutdownTimeout, "err", err)
+				srv.Close()
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // SettleInline makes commands bring the affected projections up to date
@@ -576,12 +633,18 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	g.Go(func() error { return router.Run(ctx) })
 	g.Go(func() error { return sends.Run(ctx) })
 	g.Go(func() error { return webhookReader.Run(ctx) })
+	// The liveness lock is held until the client has stopped, not only
+	// until shutdown begins: the jobs still running meanwhile are this
+	// process's, and another that saw the lock free would run them again.
 	alive := make(chan struct{})
+	liveCtx, endLife := context.WithCancel(context.WithoutCancel(ctx))
+	defer endLife()
 	g.Go(func() error {
-		jobs.KeepAlive(ctx, a.Pool, clientID, a.Log, alive)
+		jobs.KeepAlive(liveCtx, a.Pool, clientID, a.Log, alive)
 		return nil
 	})
 	g.Go(func() error {
+		defer endLife()
 		// Claim nothing before the liveness lock tells others we are alive.
 		select {
 		case <-alive:

@@ -220,6 +220,51 @@ func TestTwoWorkersShareSending(t *testing.T) {
 	b.Stop()
 }
 
+// A worker process stopped gracefully (a rolling deploy's SIGTERM) finishes
+// the send it has in flight, and no other worker takes that send over
+// meanwhile: the email reaches the provider once.
+func TestGracefulStopHandsNothingOver(t *testing.T) {
+	relayA, relayB := smtptest.Start(t), smtptest.Start(t)
+	// Longer than a live worker takes to hand back a stopped one's jobs.
+	relayA.Delay(5 * time.Second)
+	relayB.Delay(5 * time.Second)
+	url := pgtest.NewURL(t) + "&pool_max_conns=10"
+	shared := t.TempDir()
+	cfgFor := func(relay *smtptest.Relay) config.Config {
+		cfg := apptest.Config(t, url)
+		cfg.DataDir, cfg.BlobDir = shared, shared+"/blobs"
+		cfg.Provider, cfg.SMTPURL = "smtp", "smtp://"+relay.Addr
+		return cfg
+	}
+	a := apptest.StartWith(t, cfgFor(relayA))
+	b := apptest.StartWith(t, cfgFor(relayB))
+	acct, admin, key := a.Sender("acme.test")
+	w := &sendWorld{Server: a, account: acct, admin: admin, key: key}
+	ids := sendMany(t, w, 1)
+	sending := a
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if relayB.Receiving() > 0 {
+			sending = b
+			break
+		}
+		if relayA.Receiving() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no worker started sending")
+		}
+	}
+	sending.Stop() // returns once its workers have stopped
+	other := &sendWorld{Server: a, account: acct, admin: admin, key: key}
+	if sending == a {
+		other.Server = b
+	}
+	waitSent(t, other, ids)
+	time.Sleep(3 * time.Second) // room for a wrongful hand-over to show
+	waitJobsIdle(t, other)
+	checkOnce(t, relayCounts(t, relayA, relayB), ids)
+}
+
 // A relay asking to slow down (421) delays an email without failing it
 // and without making the provider count as failing; once the relay
 // accepts again the email goes.

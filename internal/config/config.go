@@ -46,6 +46,8 @@ type Config struct {
 	HTTPReadTimeout    time.Duration
 	HTTPWriteTimeout   time.Duration
 	HTTPIdleTimeout    time.Duration
+	ShutdownDelay      time.Duration
+	ShutdownTimeout    time.Duration
 	ConsistencyTimeout time.Duration
 	MaxInflightBytes   int64
 	ReadyMaxLag        int64
@@ -114,6 +116,8 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	c.duration(fs, &c.HTTPReadTimeout, "http-read-timeout", "MAILROOM_HTTP_READ_TIMEOUT", 2*time.Minute, "time allowed to read a whole request, body included (0: none)")
 	c.duration(fs, &c.HTTPWriteTimeout, "http-write-timeout", "MAILROOM_HTTP_WRITE_TIMEOUT", 3*time.Minute, "time allowed from the end of a request's headers to the end of its response; keep it above http-read-timeout (0: none)")
 	c.duration(fs, &c.HTTPIdleTimeout, "http-idle-timeout", "MAILROOM_HTTP_IDLE_TIMEOUT", time.Minute, "how long an idle keep-alive connection is kept open (0: none)")
+	c.duration(fs, &c.ShutdownDelay, "shutdown-delay", "MAILROOM_SHUTDOWN_DELAY", 0, "on a stop signal, how long an API process keeps serving while /readyz answers 503, so that load balancers stop sending to it before it closes its listener (e.g. 5s behind a Kubernetes Service)")
+	c.duration(fs, &c.ShutdownTimeout, "shutdown-timeout", "MAILROOM_SHUTDOWN_TIMEOUT", 15*time.Second, "on a stop signal, how long requests in flight have to finish before they are cut off")
 	c.duration(fs, &c.ConsistencyTimeout, "consistency-timeout", "MAILROOM_CONSISTENCY_TIMEOUT", 2*time.Second, "how long a write waits for the read models to show it")
 	c.int64Flag(fs, &c.MaxInflightBytes, "max-inflight-bytes", "MAILROOM_MAX_INFLIGHT_BYTES", 512<<20, "request body bytes one API process accepts at once (by Content-Length, 45 MiB when unknown); beyond it 503 with Retry-After; 0 disables")
 	c.int64Flag(fs, &c.ReadyMaxLag, "ready-max-lag", "MAILROOM_READY_MAX_LAG", 10000, "events a projection may lag before /readyz fails")
@@ -210,6 +214,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTPReadTimeout < 0 || c.HTTPWriteTimeout < 0 || c.HTTPIdleTimeout < 0 {
 		return errors.New("http-read-timeout, http-write-timeout and http-idle-timeout must not be negative")
+	}
+	if c.ShutdownDelay < 0 || c.ShutdownTimeout <= 0 {
+		return errors.New("shutdown-delay (MAILROOM_SHUTDOWN_DELAY) must not be negative and shutdown-timeout (MAILROOM_SHUTDOWN_TIMEOUT) must be positive")
 	}
 	if c.HTTPWriteTimeout > 0 && c.HTTPWriteTimeout < c.HTTPReadTimeout {
 		// The write deadline runs from the end of the headers, so it also

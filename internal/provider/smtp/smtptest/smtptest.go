@@ -30,6 +30,15 @@ type Relay struct {
 	delay  time.Duration
 	gate   <-chan struct{}
 	datas  int // DATA commands answered, accepted or not
+	open   int // DATA commands being received or waited on
+}
+
+// Receiving is how many messages the relay is taking in and has not yet
+// answered: a sender is in the middle of handing them over.
+func (r *Relay) Receiving() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.open
 }
 
 // Attempts is how many messages the relay was offered (DATA), whatever it
@@ -109,6 +118,7 @@ func (s *session) Data(rd io.Reader) error {
 	}
 	s.r.mu.Lock()
 	delay, gate := s.r.delay, s.r.gate
+	s.r.open++
 	s.r.mu.Unlock()
 	time.Sleep(delay)
 	if gate != nil {
@@ -119,6 +129,7 @@ func (s *session) Data(rd io.Reader) error {
 	}
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
+	s.r.open--
 	s.r.datas++
 	if s.r.reject != nil {
 		return s.r.reject
