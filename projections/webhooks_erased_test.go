@@ -78,7 +78,7 @@ func TestErasedEmailsPendingDeliveriesLeaveTheDueSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{first.DeliveryID: "failed", retried.DeliveryID: "failed", delivered.DeliveryID: "delivered", other.DeliveryID: "pending"}
-	for _, d := range log {
+	for _, d := range log.Deliveries {
 		if d.Status != want[d.ID] {
 			t.Errorf("delivery %s is %s, want %s", d.ID, d.Status, want[d.ID])
 		}

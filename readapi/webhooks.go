@@ -3,6 +3,7 @@ package readapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,38 +96,94 @@ type Delivery struct {
 	DeliveredAt    apitime.Time `json:"delivered_at"`
 }
 
-// DeliveryFilter selects an endpoint's latest deliveries.
+// DeliveryFilter selects a page of an endpoint's deliveries, newest first.
 type DeliveryFilter struct {
 	Status string // pending, delivered or failed; empty for all
 	Limit  int
+	// After is the id of the last delivery of the previous page: the page
+	// holds the ones listed after it (older). Empty for the first page.
+	After string
 }
 
-// Deliveries lists the latest deliveries to an endpoint of an account,
+// DeliveryPage is one page of deliveries.
+type DeliveryPage struct {
+	Deliveries []Delivery
+	HasMore    bool // more are listed after the last of this page
+}
+
+// ErrNoSuchDelivery: DeliveryFilter.After names no delivery of the endpoint.
+var ErrNoSuchDelivery = errors.New("no such delivery of this endpoint")
+
+// deliveriesByStatus are the list's queries, one per status filter, with
+// the status written out: the partial index of failed deliveries (rare,
+// and the ones a reader looks for) serves only a query that names it.
+var deliveriesByStatus = map[string]string{
+	"":          deliveriesQuery(""),
+	"pending":   deliveriesQuery("AND status = 'pending'"),
+	"delivered": deliveriesQuery("AND status = 'delivered'"),
+	"failed":    deliveriesQuery("AND status = 'failed'"),
+}
+
+// deliveriesQuery lists an endpoint's deliveries ($1, of account $2) newest
+// first, after the delivery $4 when it is given, $3 at most.
+func deliveriesQuery(status string) string {
+	return `WITH after AS (SELECT created_at, id FROM webhook_deliveries WHERE id = $4 AND endpoint_id = $1)
+		SELECT (SELECT count(*) FROM after) = 0 AND $4 <> '', d.*
+		FROM (SELECT 1) one LEFT JOIN LATERAL (
+			SELECT id, email_id, event_type, status, attempts, response_status, error,
+				created_at, last_attempt_at, delivered_at
+			FROM webhook_deliveries WHERE endpoint_id = $1 AND account_id = $2 ` + status + `
+				AND ($4 = '' OR (created_at, id) < (SELECT created_at, id FROM after))
+			ORDER BY created_at DESC, id DESC LIMIT $3) d ON true`
+}
+
+// Deliveries lists a page of the deliveries to an endpoint of an account,
 // newest first; none when the account has no such endpoint.
-func (r *Reader) Deliveries(ctx context.Context, accountID, endpointID string, f DeliveryFilter) ([]Delivery, error) {
-	rows, err := r.pool.Query(ctx, `SELECT id, email_id, event_type, status, attempts, response_status, error,
-			created_at, last_attempt_at, delivered_at
-		FROM webhook_deliveries WHERE endpoint_id = $1 AND account_id = $4 AND ($2 = '' OR status = $2)
-		ORDER BY created_at DESC, id DESC LIMIT $3`, endpointID, f.Status, f.Limit, accountID)
-	if err != nil {
-		return nil, err
+func (r *Reader) Deliveries(ctx context.Context, accountID, endpointID string, f DeliveryFilter) (DeliveryPage, error) {
+	query, ok := deliveriesByStatus[f.Status]
+	if !ok {
+		return DeliveryPage{}, fmt.Errorf("deliveries: unknown status %q", f.Status)
 	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Delivery, error) {
+	rows, err := r.pool.Query(ctx, query, endpointID, accountID, f.Limit+1, f.After)
+	if err != nil {
+		return DeliveryPage{}, err
+	}
+	unknownAfter := false
+	var list []Delivery
+	for rows.Next() {
 		var d Delivery
-		var created time.Time
-		var last, delivered *time.Time
-		err := row.Scan(&d.ID, &d.EmailID, &d.EventType, &d.Status, &d.Attempts, &d.ResponseStatus, &d.Error, &created, &last, &delivered)
-		d.CreatedAt = apitime.Of(created)
+		var id, emailID, eventType, status *string
+		var attempts *int
+		var created, last, delivered *time.Time
+		if err := rows.Scan(&unknownAfter, &id, &emailID, &eventType, &status, &attempts, &d.ResponseStatus, &d.Error, &created, &last, &delivered); err != nil {
+			rows.Close()
+			return DeliveryPage{}, err
+		}
+		if id == nil {
+			continue // the page is empty
+		}
+		d.ID, d.EmailID, d.EventType, d.Status, d.Attempts = *id, *emailID, *eventType, *status, *attempts
+		d.CreatedAt = apitime.Of(*created)
 		if last != nil {
 			d.LastAttemptAt = apitime.Of(*last)
 		}
 		if delivered != nil {
 			d.DeliveredAt = apitime.Of(*delivered)
 		}
-		return d, err
-	})
-	if list == nil {
-		list = []Delivery{}
+		list = append(list, d)
 	}
-	return list, err
+	if err := rows.Err(); err != nil {
+		return DeliveryPage{}, err
+	}
+	if unknownAfter {
+		return DeliveryPage{}, ErrNoSuchDelivery
+	}
+	page := DeliveryPage{Deliveries: list, HasMore: len(list) > f.Limit}
+	if page.HasMore {
+		page.Deliveries = list[:f.Limit]
+	}
+	if page.Deliveries == nil {
+		page.Deliveries = []Delivery{}
+	}
+	return page, nil
 }

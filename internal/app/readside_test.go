@@ -256,3 +256,24 @@ func TestOperatorListener(t *testing.T) {
 		t.Fatalf("public /healthz: %d", code)
 	}
 }
+
+// mailroom_emails_stuck counts the emails queued for more than 15 minutes,
+// in every account, and none that is younger.
+func TestStuckEmailsAreCounted(t *testing.T) {
+	s := apptest.Start(t, noWorkers)
+	_, _, key := s.Sender("acme.test")
+	_, _, otherKey := s.Sender("other.test")
+	s.Clock.Advance(-20 * time.Minute)
+	for k, from := range map[string]string{key: "a@acme.test", otherKey: "b@other.test"} {
+		if r := s.Do("POST", "/v1/emails/send", k, map[string]any{"from": from, "to": "x@example.org", "subject": "old", "text": "t"}); r.Status != 202 {
+			t.Fatalf("send: %d %s", r.Status, r.Body)
+		}
+	}
+	s.Clock.Advance(20 * time.Minute)
+	if r := s.Do("POST", "/v1/emails/send", key, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "new", "text": "t"}); r.Status != 202 {
+		t.Fatalf("send: %d %s", r.Status, r.Body)
+	}
+	if m := string(s.Do("GET", "/metrics", "", nil).Body); !strings.Contains(m, "\nmailroom_emails_stuck 2\n") {
+		t.Errorf("metrics: want mailroom_emails_stuck 2 in\n%s", m)
+	}
+}

@@ -427,7 +427,7 @@ func TestEmailList(t *testing.T) {
 		t.Fatalf("a page past any end: %v %d", pg, len(data))
 	}
 	for _, q := range []string{"page=0", "page=-2", "per_page=0", "per_page=x", "date_to=13/01/2026",
-		"date_from=" + today + "&date_to=" + yesterday, "status=%00", "to=%FF"} {
+		"date_from=" + today + "&date_to=" + yesterday, "status=%00", "status=nonsense", "status=Delivered", "to=%FF"} {
 		wantProblem(t, w.Do("GET", "/v1/emails?"+q, w.key, nil), 422, "validation_failed")
 	}
 	// A query that does not parse would lose its filters: refused, not ignored.

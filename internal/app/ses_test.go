@@ -239,7 +239,7 @@ func TestSESProvider(t *testing.T) {
 	deliveredAt := time.Now().UTC()
 	time.Sleep(20 * time.Millisecond)
 	rcv2 := newReceiver(t, always(204))
-	w.endpoint(t, map[string]any{"url": rcv2.URL, "events": []string{"email.delivered"}})
+	w.endpoint(t, map[string]any{"url": rcv2.URL, "event_types": []string{"email.delivered"}})
 	fake.Enqueue(sesEventEdited(t, "delivery.json", late, func(d map[string]any) {
 		d["delivery"].(map[string]any)["timestamp"] = deliveredAt.Format("2006-01-02T15:04:05.000Z")
 	}))

@@ -652,3 +652,48 @@ func TestWebhookRefusalQuotesNoAddress(t *testing.T) {
 		t.Fatalf("refusal: %s", r.Body)
 	}
 }
+
+// The delivery log pages newest first: after= the last id of a page gives
+// the next, has_more says whether there is one, and every delivery is
+// listed once. An after that names no delivery of the endpoint is a 422.
+func TestDeliveriesArePaged(t *testing.T) {
+	w := newHookWorld(t)
+	rcv := newReceiver(t, always(204))
+	id, _ := w.endpoint(t, map[string]any{"url": rcv.URL})
+	other, _ := w.endpoint(t, map[string]any{"url": rcv.URL + "/other", "event_types": []string{"email.sent"}})
+	for i := range 4 {
+		w.send(t, map[string]any{"from": "a@acme.test", "to": fmt.Sprintf("p%d@example.org", i), "subject": "s", "text": "t"})
+	}
+	rcv.waitFor(t, 12) // sent and delivered of 4 emails here, sent of 4 there
+	all := w.Do("GET", "/v1/webhooks/"+id+"/deliveries?limit=100", w.key, nil).JSON(t)
+	if len(all["data"].([]any)) != 8 || all["has_more"] != false {
+		t.Fatalf("one page of everything: %d deliveries, has_more %v", len(all["data"].([]any)), all["has_more"])
+	}
+	var paged []string
+	after := ""
+	for range 10 {
+		r := w.Do("GET", "/v1/webhooks/"+id+"/deliveries?limit=3"+after, w.key, nil).JSON(t)
+		page := r["data"].([]any)
+		for _, d := range page {
+			paged = append(paged, d.(map[string]any)["id"].(string))
+		}
+		if r["has_more"] != true {
+			break
+		}
+		after = "&after=" + paged[len(paged)-1]
+	}
+	var want []string
+	for _, d := range all["data"].([]any) {
+		want = append(want, d.(map[string]any)["id"].(string))
+	}
+	if fmt.Sprint(paged) != fmt.Sprint(want) {
+		t.Fatalf("paged by 3: %v\nin one page: %v", paged, want)
+	}
+	if r := w.Do("GET", "/v1/webhooks/"+id+"/deliveries?status=delivered&limit=2&after="+want[0], w.key, nil).JSON(t); len(r["data"].([]any)) != 2 {
+		t.Fatalf("a filtered page after the newest: %v", r)
+	}
+	otherDelivery := w.Do("GET", "/v1/webhooks/"+other+"/deliveries", w.key, nil).JSON(t)["data"].([]any)[0].(map[string]any)["id"].(string)
+	for _, bad := range []string{"nothing", otherDelivery} {
+		wantProblem(t, w.Do("GET", "/v1/webhooks/"+id+"/deliveries?after="+bad, w.key, nil), 422, "validation_failed")
+	}
+}

@@ -3,10 +3,13 @@ package httpapi
 import (
 	"math"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/authn"
 	"github.com/mailroom/mailroom/internal/httpserver"
@@ -67,14 +70,19 @@ func (h handlers) listEmails(c echo.Context) error {
 	perPage, perPageErr := httpserver.QueryInt(c, "per_page", 20, 100)
 	from, fromErr := queryDate(c, "date_from", false)
 	to, toErr := queryDate(c, "date_to", true)
-	if err := validationOf(pageErr, perPageErr, fromErr, toErr); err != nil {
+	status := c.QueryParam("status")
+	var statusErr *httpserver.FieldError
+	if status != "" && !slices.Contains(email.Statuses, email.Status(status)) {
+		statusErr = &httpserver.FieldError{Field: "status", Message: "must be one of " + statusNames()}
+	}
+	if err := validationOf(pageErr, perPageErr, fromErr, toErr, statusErr); err != nil {
 		return err
 	}
 	if !from.IsZero() && !to.IsZero() && !from.Before(to) {
 		return validationOf(&httpserver.FieldError{Field: "date_to", Message: "must not be before date_from"})
 	}
 	list, err := h.reads.ListEmails(c.Request().Context(), authn.From(c).AccountID, readapi.EmailFilter{
-		Status: c.QueryParam("status"), To: c.QueryParam("to"),
+		Status: status, To: c.QueryParam("to"),
 		CreatedFrom: from, CreatedBefore: to, Page: page, PerPage: perPage,
 	})
 	if err != nil {
@@ -95,4 +103,13 @@ func (h handlers) getEmail(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, e)
+}
+
+// statusNames lists the statuses for an error message.
+func statusNames() string {
+	names := make([]string, len(email.Statuses))
+	for i, s := range email.Statuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
 }

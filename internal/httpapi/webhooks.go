@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -156,9 +157,19 @@ func (h handlers) listDeliveries(c echo.Context) error {
 	if err := validationOf(limitErr, statusErr); err != nil {
 		return err
 	}
-	list, err := h.reads.Deliveries(ctx, acct, id, readapi.DeliveryFilter{Status: status, Limit: limit})
+	page, err := h.reads.Deliveries(ctx, acct, id, readapi.DeliveryFilter{Status: status, Limit: limit, After: c.QueryParam("after")})
+	if errors.Is(err, readapi.ErrNoSuchDelivery) {
+		return validationOf(&httpserver.FieldError{Field: "after", Message: "names no delivery of this endpoint"})
+	}
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"data": list})
+	return c.JSON(http.StatusOK, deliveryList{Data: page.Deliveries, HasMore: page.HasMore})
+}
+
+// deliveryList is a page of deliveries; has_more says the next page, asked
+// with after= the last id of this one, is not empty.
+type deliveryList struct {
+	Data    []readapi.Delivery `json:"data"`
+	HasMore bool               `json:"has_more"`
 }

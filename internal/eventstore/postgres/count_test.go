@@ -1,0 +1,40 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/mailroom/mailroom/internal/pgtest"
+)
+
+// The lag count reads the position index from where it starts, also in
+// the generic plan a prepared statement ends up with and before the log
+// was ever analysed (autovacuum off): a probe's cost follows the lag, not
+// the log.
+func TestCountAfterWalksThePositionIndex(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO events (transaction_id, event_id, stream_id, stream_revision, event_type, schema_version, data, metadata, hash)
+		SELECT (1000 + g / 3)::text::xid8, gen_random_uuid(), 's-' || g, 0, 'T', 1, '{}', '{}', 'h' FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, q := range []string{`SET plan_cache_mode = force_generic_plan`, `PREPARE lag(xid8, bigint, bigint) AS ` + countAfter} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer conn.Exec(ctx, `DEALLOCATE lag; RESET plan_cache_mode`)
+	var plan string
+	if err := conn.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE lag('7000', 19000, 9223372036854775807)`).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan, "events_position_idx") || strings.Contains(plan, "Seq Scan") {
+		t.Fatalf("the generic plan of the lag count does not walk the position index:\n%s", plan)
+	}
+}
