@@ -101,8 +101,8 @@ type recipient struct {
 // with SNS raw message delivery, the SES event itself (configuration-set
 // event publishing format; the identity notification format with
 // notificationType is read the same way, but carries no email id). It
-// returns one Feedback per SES
-// event. An error means the body can never be parsed (redelivery won't help).
+// returns one Feedback per SES event. An error means the body can never be
+// parsed (redelivery won't help).
 func ParseFeedback(body []byte) ([]Feedback, error) {
 	var probe struct {
 		snsEnvelope
