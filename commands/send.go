@@ -493,6 +493,7 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 	}
 	decoded := make([][]byte, len(req.Attachments))
 	total := 0
+	contentIDs := map[string]int{} // ContentIDKey -> the attachment that has it
 	for i, a := range req.Attachments {
 		f := func(name string) string { return fmt.Sprintf("attachments.%d.%s", i, name) }
 		total += len(a.Content)
@@ -534,8 +535,18 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 			v.Add(f("content_id"), "must be at most %d bytes", MaxContentID)
 		case strings.ContainsAny(a.ContentID, " \t"):
 			v.Add(f("content_id"), "must not contain spaces or line breaks")
-		default:
+		case domain.TextProblem(a.ContentID, false) != "":
 			v.CheckLine(f("content_id"), a.ContentID)
+		case a.ContentID != "":
+			// As stored: surrounding angle brackets dropped.
+			id := strings.Trim(a.ContentID, "<>")
+			if err := mailmsg.CheckContentID(id); err != nil {
+				v.Add(f("content_id"), "%s", err)
+			} else if j, dup := contentIDs[mailmsg.ContentIDKey(id)]; dup {
+				v.Add(f("content_id"), "is already the content_id of attachment %d", j)
+			} else {
+				contentIDs[mailmsg.ContentIDKey(id)] = i
+			}
 		}
 		if a.ContentType != "" {
 			mt, _, err := mime.ParseMediaType(a.ContentType)
@@ -548,6 +559,8 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 				v.Add(f("content_type"), "must be a MIME type such as application/pdf")
 			case strings.HasPrefix(mt, "multipart/") || strings.HasPrefix(mt, "message/"):
 				v.Add(f("content_type"), "%s cannot be sent as an attachment", mt)
+			case mailmsg.CheckContentType(a.ContentType) != nil:
+				v.Add(f("content_type"), "must be a MIME type such as application/pdf, with parameter names of at most 64 characters and no '*'")
 			}
 		}
 	}

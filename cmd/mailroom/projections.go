@@ -62,10 +62,15 @@ serving the live tables, which stay current, until the new ones are swapped in.`
 			if err != nil {
 				return err
 			}
-			total := int64(-1)
+			total := int64(-1) // unknown: the bar counts without an end
 			if c, ok := a.Store.(eventstore.Counter); ok {
-				if total, err = c.CountAfter(cmd.Context(), eventstore.Start, 0); err != nil {
+				n, err := c.CountAfter(cmd.Context(), eventstore.Start, 0)
+				switch {
+				case errors.Is(err, errors.ErrUnsupported):
+				case err != nil:
 					return err
+				default:
+					total = n
 				}
 			}
 			for _, p := range targets {

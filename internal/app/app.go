@@ -349,7 +349,7 @@ func (a *App) checkStores(ctx context.Context) (map[string]any, error) {
 	if err := a.Pool.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("postgres unreachable: %v", err)
 	}
-	if _, err := a.Store.ReadAll(ctx, eventstore.Start, 1); err != nil {
+	if err := eventstore.Ping(ctx, a.Store); err != nil {
 		return nil, fmt.Errorf("event store unreachable: %v", err)
 	}
 	// Lag is counted no further than the bound, however far behind.

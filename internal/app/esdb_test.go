@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/mailroom/mailroom/internal/config"
@@ -39,5 +40,26 @@ func TestOnEventStoreDB(t *testing.T) {
 	w.Pool.QueryRow(t.Context(), "SELECT count(*) FROM events").Scan(&n)
 	if n != 0 {
 		t.Fatalf("%d events went to PostgreSQL instead", n)
+	}
+	// The largest email the API takes fits in one append of the strictest
+	// EventStoreDB (the fake keeps its 1 MiB limit): 50 recipients and 50
+	// reply-to addresses whose display names are at their longest.
+	name := strings.Repeat("🎉", 998)
+	var to, replyTo []string
+	for i := range 50 {
+		to = append(to, fmt.Sprintf(`"%s" <r%d@example.org>`, name, i))
+		replyTo = append(replyTo, fmt.Sprintf(`"%s" <reply%d@acme.test>`, name, i))
+	}
+	big := w.send(t, map[string]any{"from": `"` + name + `" <a@acme.test>`, "to": to, "reply_to": replyTo,
+		"subject": strings.Repeat("🎉", 998), "text": "t"})["id"].(string)
+	w.waitFor(t, big, status("delivered"))
+
+	// EventStoreDB cannot count events: readiness goes without the lags,
+	// and the projections' status and metrics too.
+	if r := w.Do("GET", "/readyz", "", nil); r.Status != 200 {
+		t.Fatalf("/readyz on EventStoreDB: %d %s", r.Status, r.Body)
+	}
+	if m := string(w.Do("GET", "/metrics", "", nil).Body); !strings.Contains(m, `mailroom_projection_failing{projection="emails"} 0`) {
+		t.Errorf("metrics lack the projections on EventStoreDB")
 	}
 }

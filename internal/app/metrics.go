@@ -55,6 +55,9 @@ func (m *meteredStore) observe(start time.Time, err error) {
 	m.appends.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
 }
 
+// Ping passes through to the store.
+func (m *meteredStore) Ping(ctx context.Context) error { return eventstore.Ping(ctx, m.Store) }
+
 // CountAfter passes through to stores that can count.
 func (m *meteredStore) CountAfter(ctx context.Context, from eventstore.Position, limit int64) (int64, error) {
 	c, ok := m.Store.(eventstore.Counter)

@@ -103,6 +103,15 @@ func TestSendValidation(t *testing.T) {
 		{"256-character filename", with("attachments", att(map[string]any{"filename": strings.Repeat("é", 252) + ".pdf", "content": content})), "attachments.0.filename"},
 		{"256-byte content_type", with("attachments", att(map[string]any{"filename": "a.txt", "content": content, "content_type": "text/" + strings.Repeat("x", 251)})), "attachments.0.content_type"},
 		{"256-byte content_id", with("attachments", att(map[string]any{"filename": "a.txt", "content": content, "content_id": strings.Repeat("c", 256)})), "attachments.0.content_id"},
+		{"display name of 999", with("to", `"`+strings.Repeat("n", 999)+`" <x@example.org>`), "to.0"},
+		// What the message builder refuses is refused here, not after the 202.
+		{"content_id that is not atext", with("attachments", att(map[string]any{"filename": "a.png", "content": content, "content_id": "logo(1)"})), "attachments.0.content_id"},
+		{"content_id of angle brackets only", with("attachments", att(map[string]any{"filename": "a.png", "content": content, "content_id": "<>"})), "attachments.0.content_id"},
+		{"content_id used twice", with("attachments", []map[string]any{
+			{"filename": "a.png", "content": content, "content_id": "logo"},
+			{"filename": "b.png", "content": content, "content_id": "<Logo>"}}), "attachments.1.content_id"},
+		{"content_type parameter name of 70", with("attachments", att(map[string]any{"filename": "a.txt", "content": content,
+			"content_type": "text/plain; " + strings.Repeat("p", 70) + "=1"})), "attachments.0.content_type"},
 		{"missing from", with("from", nil), "from"},
 		{"missing to", with("to", nil), "to"},
 		{"missing subject", with("subject", nil), "subject"},
@@ -155,9 +164,12 @@ func TestSendValidation(t *testing.T) {
 	b["subject"], b["text"], b["html"] = "Ümlaut — 日本 🎉 \uFFFD", "lines\r\nand\ttabs\n", "<p>\n\t</p>"
 	b["attachments"] = att(map[string]any{"filename": strings.Repeat("é", 251) + ".pdf", "content": content,
 		"content_type": "text/" + strings.Repeat("x", 250), "content_id": strings.Repeat("c", 255)})
-	if r := w.DoHeader("POST", "/v1/emails/send", w.key, http.Header{"Idempotency-Key": {strings.Repeat("k", 256)}}, b); r.Status != 202 {
+	r = w.DoHeader("POST", "/v1/emails/send", w.key, http.Header{"Idempotency-Key": {strings.Repeat("k", 256)}}, b)
+	if r.Status != 202 {
 		t.Fatalf("every limit reached exactly: %d %s", r.Status, r.Body)
 	}
+	// ...and such an email is sent: the message builder takes what the API took.
+	w.waitFor(t, r.JSON(t)["id"].(string), status("delivered"))
 	// The Idempotency-Key header is bounded and printable too.
 	for _, key := range []string{strings.Repeat("k", 257), "a\tb", "k\u0085", "k\xff"} {
 		r := w.DoHeader("POST", "/v1/emails/send", w.key, http.Header{"Idempotency-Key": {key}}, base())

@@ -216,6 +216,35 @@ type RecordedEvent struct {
 	Hash string
 }
 
+// CheckParts refuses an AppendMany that no store could write whole: a part
+// without a stream name or events, a stream named twice, an event without
+// a type or whose data is not JSON. Stores check it before writing any
+// part, so a bad part never leaves the good ones before it written.
+func CheckParts(parts []StreamAppend) error {
+	seen := make(map[string]bool, len(parts))
+	for _, p := range parts {
+		if p.Stream == "" {
+			return errors.New("eventstore: empty stream name")
+		}
+		if seen[p.Stream] {
+			return fmt.Errorf("eventstore: stream %s appears twice in one append", p.Stream)
+		}
+		seen[p.Stream] = true
+		if len(p.Events) == 0 {
+			return fmt.Errorf("eventstore: append to %s has no events", p.Stream)
+		}
+		for j, ev := range p.Events {
+			if ev.Type == "" {
+				return fmt.Errorf("eventstore: append to %s: event %d has no type", p.Stream, j)
+			}
+			if !json.Valid(ev.Data) {
+				return fmt.Errorf("eventstore: append to %s: event %d data is not valid JSON", p.Stream, j)
+			}
+		}
+	}
+	return nil
+}
+
 // StreamAppend is one stream's part of an AppendMany.
 type StreamAppend struct {
 	Stream   string
@@ -241,6 +270,23 @@ type HeadRecorder interface {
 type StreamHead struct {
 	Revision uint64
 	Hash     string
+}
+
+// Pinger is implemented by stores with a cheaper way to tell that they
+// answer than reading the start of the log (EventStoreDB's log starts
+// with system events, read past one round trip at a time).
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Ping checks that s answers: its own Ping, or else a read of the first
+// event of the log.
+func Ping(ctx context.Context, s Store) error {
+	if p, ok := s.(Pinger); ok {
+		return p.Ping(ctx)
+	}
+	_, err := s.ReadAll(ctx, Start, 1)
+	return err
 }
 
 // Counter is implemented by stores that can count events cheaply; it feeds

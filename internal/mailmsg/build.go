@@ -64,7 +64,7 @@ var reservedHeaders = map[string]bool{
 }
 
 const (
-	maxContentIDLen  = 250
+	maxContentIDLen  = 255 // its header line is then 270 octets, well inside 998
 	maxHeaderNameLen = 76
 	maxMediaTypeLen  = 255 // RFC 6838: type and subtype of at most 127 each
 	maxParamNameLen  = 64
@@ -120,7 +120,7 @@ func (m Message) Validate() error {
 			return fmt.Errorf("mailmsg: attachments[%d]: %w", i, err)
 		}
 		if a.ContentID != "" {
-			id := strings.ToLower(trimAngles(a.ContentID))
+			id := ContentIDKey(a.ContentID)
 			if cids[id] {
 				return fmt.Errorf("mailmsg: attachments[%d]: content_id %q is used twice", i, a.ContentID)
 			}
@@ -182,17 +182,37 @@ func checkAttachment(a Attachment) error {
 		return errors.New("filename must not contain control characters")
 	}
 	if a.ContentID != "" {
-		id := trimAngles(a.ContentID)
-		if id == "" || len(id) > maxContentIDLen {
-			return fmt.Errorf("content_id %q is empty or too long", a.ContentID)
-		}
-		for i := 0; i < len(id); i++ {
-			if !isAtext(id[i]) && id[i] != '.' && id[i] != '@' {
-				return fmt.Errorf("content_id %q has characters that are not allowed", a.ContentID)
-			}
+		if err := CheckContentID(a.ContentID); err != nil {
+			return fmt.Errorf("content_id %q %w", a.ContentID, err)
 		}
 	}
 	_, _, err := attachmentType(a)
+	return err
+}
+
+// CheckContentID says why id (angle brackets optional) cannot name an
+// inline attachment, or nil: the API refuses what Build would.
+func CheckContentID(id string) error {
+	id = trimAngles(id)
+	if id == "" || len(id) > maxContentIDLen {
+		return fmt.Errorf("must be 1 to %d characters", maxContentIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if !isAtext(id[i]) && id[i] != '.' && id[i] != '@' {
+			return errors.New("may hold only letters, digits, '.', '@' and !#$%&'*+-/=?^_`{|}~")
+		}
+	}
+	return nil
+}
+
+// ContentIDKey is what makes two content ids the same one: they compare
+// without angle brackets and without regard to case.
+func ContentIDKey(id string) string { return strings.ToLower(trimAngles(id)) }
+
+// CheckContentType says why ct cannot be an attachment's media type, or
+// nil: the API refuses what Build would.
+func CheckContentType(ct string) error {
+	_, _, err := attachmentType(Attachment{ContentType: ct})
 	return err
 }
 

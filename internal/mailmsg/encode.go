@@ -260,8 +260,13 @@ func isAttrChar(b byte) bool {
 // (attr*=utf-8”%XX...), split into numbered continuations when long so no
 // header line has to exceed the preferred length by much.
 func paramTokens(attr, value string) []string {
-	if len(value) <= maxRawWordLen/4 {
-		if isToken(value) {
+	// A value that reads as an encoded-word is decoded as one by common
+	// parsers and clients, though RFC 2047 does not apply to parameters:
+	// RFC 2231 keeps it literal.
+	if len(value) <= maxRawWordLen/4 && !strings.Contains(value, "=?") {
+		// A bare token holds no RFC 2231 syntax characters (' * %), which
+		// some parsers take for it.
+		if isToken(value) && strings.IndexFunc(value, func(r rune) bool { return r >= utf8.RuneSelf || !isAttrChar(byte(r)) }) < 0 {
 			return []string{attr + "=" + value}
 		}
 		if isPrintableASCII(value) {

@@ -596,6 +596,26 @@ func TestContentTypeParameters(t *testing.T) {
 	}
 }
 
+// File names with RFC 2231's syntax characters, or that read as an
+// encoded-word, are written so that every parser reads them as given:
+// quoted or RFC 2231-encoded, never as a bare token or a quoted "=?...?=".
+func TestFilenamesReadAsGiven(t *testing.T) {
+	for _, name := range []string{"O'Brien.pdf", "report*final.pdf", "percent%20and*star.txt", "=?utf-8?b?SGk=?=", "=?utf-8?q?looks_encoded?=.txt", "plain.txt"} {
+		m := baseMessage()
+		m.Attachments = []Attachment{{Filename: name, Content: []byte("a")}}
+		raw, _, root := mustParse(t, m)
+		n := root.parts[1]
+		if n.dispParams["filename"] != name || n.params["name"] != name {
+			t.Errorf("%q read back as filename %q, name %q", name, n.dispParams["filename"], n.params["name"])
+		}
+		for _, bad := range []string{"filename=" + name, `filename="=?`} {
+			if name != "plain.txt" && bytes.Contains(raw, []byte(bad)) {
+				t.Errorf("%q written as %s", name, bad)
+			}
+		}
+	}
+}
+
 func TestBodiesQuotedPrintable(t *testing.T) {
 	m := baseMessage()
 	m.Text = "Line with trailing space \nA=B and 100% sure\r\nFrom the start\r\n.\r\n" +

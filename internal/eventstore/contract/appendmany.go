@@ -120,3 +120,26 @@ func testAppendManyConflict(t *testing.T, s eventstore.Store) {
 		t.Fatalf("%s has %d events after refused appends, want 1", b, len(evs))
 	}
 }
+
+// testAppendManyRefusesBadParts: a part no store could write (no events,
+// a stream named twice, data that is not JSON) refuses the whole append
+// before any part is written, also where appends of several streams are
+// not atomic.
+func testAppendManyRefusesBadParts(t *testing.T, s eventstore.Store) {
+	cat := category(t)
+	good := eventstore.StreamAppend{Stream: cat + "-good", Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{event("E", `{}`)}}
+	for name, bad := range map[string]eventstore.StreamAppend{
+		"no events":    {Stream: cat + "-empty", Expected: eventstore.Any},
+		"named twice":  {Stream: good.Stream, Expected: eventstore.Any, Events: []eventstore.EventData{event("E", `{}`)}},
+		"not JSON":     {Stream: cat + "-bad", Expected: eventstore.Any, Events: []eventstore.EventData{event("E", `{`)}},
+		"without type": {Stream: cat + "-untyped", Expected: eventstore.Any, Events: []eventstore.EventData{event("", `{}`)}},
+	} {
+		if _, err := s.AppendMany(testContext(t), good, bad); err == nil {
+			t.Fatalf("%s: append many succeeded", name)
+		}
+		if _, err := s.ReadStream(testContext(t), good.Stream, 0, 10); !errors.Is(err, eventstore.ErrStreamNotFound) {
+			t.Fatalf("%s: the good part was written before the bad one was refused (read: %v)", name, err)
+		}
+	}
+}

@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 	t.Run("ConcurrentAppendsWithSubscriber", func(t *testing.T) { testConcurrentSubscriber(t, newStore(t)) })
 	t.Run("AppendMany", func(t *testing.T) { testAppendMany(t, newStore(t)) })
 	t.Run("AppendManyConflict", func(t *testing.T) { testAppendManyConflict(t, newStore(t)) })
+	t.Run("AppendManyRefusesBadParts", func(t *testing.T) { testAppendManyRefusesBadParts(t, newStore(t)) })
 }
 
 // ---- helpers ----

@@ -334,11 +334,11 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 // AppendMany appends the parts one after the other: EventStoreDB has no
 // transaction across streams, so an error may leave earlier parts written.
 func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	if err := eventstore.CheckParts(parts); err != nil {
+		return nil, err
+	}
 	res := make([]eventstore.AppendResult, 0, len(parts))
 	for _, p := range parts {
-		if len(p.Events) == 0 {
-			return nil, fmt.Errorf("eventstore/esdb: append to %s has no events", p.Stream)
-		}
 		r, err := s.Append(ctx, p.Stream, p.Expected, p.Events...)
 		if err != nil {
 			return nil, err

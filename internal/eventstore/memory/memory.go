@@ -9,7 +9,6 @@ package memory
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -135,29 +134,15 @@ func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend
 // prepare checks parts as the PostgreSQL adapter does and copies them, so
 // that the caller may reuse its slices and bytes.
 func prepare(parts []eventstore.StreamAppend) ([]eventstore.StreamAppend, error) {
-	seen := make(map[string]bool, len(parts))
+	if err := eventstore.CheckParts(parts); err != nil {
+		return nil, err
+	}
 	out := make([]eventstore.StreamAppend, len(parts))
 	for i, p := range parts {
-		if p.Stream == "" {
-			return nil, errors.New("eventstore/memory: empty stream name")
-		}
-		if seen[p.Stream] {
-			return nil, fmt.Errorf("eventstore/memory: stream %s appears twice in one append", p.Stream)
-		}
-		seen[p.Stream] = true
-		if len(p.Events) == 0 {
-			return nil, fmt.Errorf("eventstore/memory: append to %s has no events", p.Stream)
-		}
 		events := make([]eventstore.EventData, len(p.Events))
 		for j, ev := range p.Events {
 			if ev.ID == uuid.Nil {
 				ev.ID = uuid.New()
-			}
-			if ev.Type == "" {
-				return nil, fmt.Errorf("eventstore/memory: append to %s: event %d has no type", p.Stream, j)
-			}
-			if !json.Valid(ev.Data) {
-				return nil, fmt.Errorf("eventstore/memory: append to %s: event %d data is not valid JSON", p.Stream, j)
 			}
 			ev.Data = bytes.Clone(ev.Data)
 			events[j] = ev

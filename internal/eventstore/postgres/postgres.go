@@ -118,30 +118,15 @@ func (s *Store) AppendMany(ctx context.Context, parts ...eventstore.StreamAppend
 	if len(parts) == 0 {
 		return nil, nil
 	}
-	seen := make(map[string]bool, len(parts))
+	if err := eventstore.CheckParts(parts); err != nil {
+		return nil, err
+	}
 	prepared := make([]eventstore.StreamAppend, len(parts))
 	for i, p := range parts {
-		if p.Stream == "" {
-			return nil, errors.New("eventstore/postgres: empty stream name")
-		}
-		if seen[p.Stream] {
-			return nil, fmt.Errorf("eventstore/postgres: stream %s appears twice in one append", p.Stream)
-		}
-		seen[p.Stream] = true
-		if len(p.Events) == 0 {
-			return nil, fmt.Errorf("eventstore/postgres: append to %s has no events", p.Stream)
-		}
 		events := append([]eventstore.EventData(nil), p.Events...) // do not touch the caller's slice
 		for j := range events {
-			ev := &events[j]
-			if ev.ID == uuid.Nil {
-				ev.ID = uuid.New()
-			}
-			if ev.Type == "" {
-				return nil, fmt.Errorf("eventstore/postgres: append to %s: event %d has no type", p.Stream, j)
-			}
-			if !json.Valid(ev.Data) {
-				return nil, fmt.Errorf("eventstore/postgres: append to %s: event %d data is not valid JSON", p.Stream, j)
+			if events[j].ID == uuid.Nil {
+				events[j].ID = uuid.New()
 			}
 		}
 		prepared[i] = eventstore.StreamAppend{Stream: p.Stream, Expected: p.Expected, Events: events}

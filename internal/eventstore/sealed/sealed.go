@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/mailroom/mailroom/internal/codec"
@@ -89,14 +90,19 @@ func (s *Store) SubscribeAll(ctx context.Context, from eventstore.Position) (eve
 	return &subscription{Subscription: sub, store: s}, nil
 }
 
-// CountAfter passes counting through to a store that can count.
+// CountAfter passes counting through to a store that can count; for one
+// that cannot (EventStoreDB) it is errors.ErrUnsupported, which callers
+// take as "no count", as if the wrapper were not there.
 func (s *Store) CountAfter(ctx context.Context, from eventstore.Position, limit int64) (int64, error) {
 	c, ok := s.Store.(eventstore.Counter)
 	if !ok {
-		return 0, fmt.Errorf("event store %T cannot count events", s.Store)
+		return 0, fmt.Errorf("event store %T cannot count events: %w", s.Store, errors.ErrUnsupported)
 	}
 	return c.CountAfter(ctx, from, limit)
 }
+
+// Ping checks the wrapped store answers.
+func (s *Store) Ping(ctx context.Context) error { return eventstore.Ping(ctx, s.Store) }
 
 // Inner is the wrapped store, which holds the sealed records as they are.
 func (s *Store) Inner() eventstore.Store { return s.Store }

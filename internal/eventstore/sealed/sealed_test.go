@@ -231,3 +231,28 @@ func TestAClearFieldQuotingTheSealedMemberStaysText(t *testing.T) {
 		t.Fatalf("opened EmailFailed = %+v", f)
 	}
 }
+
+// pinging is a store with a check of its own, which must be the one used.
+type pinging struct {
+	eventstore.Store
+	pings int
+}
+
+func (p *pinging) Ping(context.Context) error { p.pings++; return nil }
+
+func (p *pinging) ReadAll(context.Context, eventstore.Position, int) ([]eventstore.RecordedEvent, error) {
+	return nil, errors.New("read the log instead of pinging")
+}
+
+// The sealed store answers a readiness check with the wrapped store's own
+// Ping where it has one, and with a read of the log's start otherwise.
+func TestPingGoesToTheWrappedStore(t *testing.T) {
+	w := newWorld(t)
+	inner := &pinging{Store: w.raw}
+	if err := eventstore.Ping(context.Background(), sealed.New(inner, w.keys)); err != nil || inner.pings != 1 {
+		t.Fatalf("ping through the sealed store: %v, %d pings of the wrapped store", err, inner.pings)
+	}
+	if err := eventstore.Ping(context.Background(), w.store); err != nil {
+		t.Fatalf("ping of a store without its own: %v", err)
+	}
+}

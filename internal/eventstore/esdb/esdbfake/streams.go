@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Metadata keys every recorded event carries; the client calls log.Fatalf
@@ -35,6 +36,11 @@ type streamsService struct {
 
 // ---- Append ----
 
+// MaxAppendSize is the most one append may carry, the default of
+// EventStoreDB 24.10 and KurrentDB 25.0: the strictest a Mailroom in
+// production may meet.
+const MaxAppendSize = 1 << 20
+
 // Append takes the options message, then the proposed events, and writes
 // them atomically if the expected revision holds.
 func (a *streamsService) Append(srv streams.Streams_AppendServer) error {
@@ -51,6 +57,7 @@ func (a *streamsService) Append(srv streams.Streams_AppendServer) error {
 		return status.Error(codes.InvalidArgument, "esdbfake: empty stream name")
 	}
 	var recs []*record
+	size := 0
 	for {
 		m, err := srv.Recv()
 		if errors.Is(err, io.EOF) {
@@ -63,6 +70,11 @@ func (a *streamsService) Append(srv streams.Streams_AppendServer) error {
 		if p == nil {
 			return status.Error(codes.InvalidArgument, "esdbfake: expected a proposed message")
 		}
+		// As the server does, up to its default limit (EventStoreDB 24.10
+		// and KurrentDB 25.0; later releases allow more).
+		if size += proto.Size(p); size > MaxAppendSize {
+			return status.Errorf(codes.InvalidArgument, "Maximum Append Size of %d Exceeded.", MaxAppendSize)
+		}
 		id, err := fromProtoUUID(p.GetId())
 		if err != nil {
 			return status.Errorf(codes.InvalidArgument, "esdbfake: event id: %v", err)
@@ -73,7 +85,7 @@ func (a *streamsService) Append(srv streams.Streams_AppendServer) error {
 		}
 		ct := p.GetMetadata()[metaContentType]
 		if ct == "" {
-			ct = "application/octet-stream"
+			return status.Error(codes.InvalidArgument, "esdbfake: event without content-type")
 		}
 		recs = append(recs, &record{
 			id:             id,
