@@ -106,42 +106,66 @@ func (r *Runner) ensureSchema(ctx context.Context, p Projector) error {
 }
 
 // Run keeps every projector caught up until ctx ends. New events are noticed
-// through a subscription; a periodic poll covers anything it misses.
+// through a subscription; a periodic poll covers anything it misses. A lost
+// subscription (the database dropped its connection) is taken up again:
+// without it every write would wait for the poll.
 func (r *Runner) Run(ctx context.Context) error {
-	sub, err := r.store.SubscribeAll(ctx, r.head(ctx))
-	if err != nil {
-		return fmt.Errorf("projections: subscribe: %w", err)
-	}
-	defer sub.Close()
-
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	for _, p := range r.projectors {
 		wake := make(chan struct{}, 1)
 		r.mu.Lock()
 		r.wake = append(r.wake, wake)
 		r.mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.follow(ctx, p, wake)
-		}()
+		wg.Go(func() { r.follow(ctx, p, wake) })
 	}
+	backoff := 100 * time.Millisecond
+	for {
+		woke, err := r.wakeOnEvents(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if woke {
+			backoff = 100 * time.Millisecond
+		}
+		r.log.Warn("projections: wake-up subscription lost; subscribing again", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// wakeOnEvents subscribes from the lowest checkpoint and wakes every
+// projector at each new event, until the subscription fails; it reports
+// whether any event came.
+func (r *Runner) wakeOnEvents(ctx context.Context) (bool, error) {
+	sub, err := r.store.SubscribeAll(ctx, r.head(ctx))
+	if err != nil {
+		return false, fmt.Errorf("projections: subscribe: %w", err)
+	}
+	defer sub.Close()
+	r.wakeAll() // whatever came while there was no subscription
+	woke := false
 	for {
 		if _, err := sub.Next(ctx); err != nil {
-			wg.Wait()
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("projections: subscription: %w", err)
+			return woke, fmt.Errorf("projections: subscription: %w", err)
 		}
-		r.mu.Lock()
-		for _, w := range r.wake {
-			select {
-			case w <- struct{}{}:
-			default:
-			}
+		woke = true
+		r.wakeAll()
+	}
+}
+
+func (r *Runner) wakeAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.wake {
+		select {
+		case w <- struct{}{}:
+		default:
 		}
-		r.mu.Unlock()
 	}
 }
 

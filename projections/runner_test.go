@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -595,5 +596,59 @@ func instancesApplyOnce(t *testing.T, p projections.Projector) {
 	}
 	if got := (eventstore.Position{Commit: uint64(c), Prepare: uint64(pr)}); got != last || quarantined != 0 {
 		t.Fatalf("checkpoint %v with %d streams quarantined, want %v and none", got, quarantined, last)
+	}
+}
+
+// lostOnce is a store whose first subscription fails at its first Next, as
+// one whose database connection dropped.
+type lostOnce struct {
+	eventstore.Store
+	subs atomic.Int32
+}
+
+func (s *lostOnce) SubscribeAll(ctx context.Context, from eventstore.Position) (eventstore.Subscription, error) {
+	sub, err := s.Store.SubscribeAll(ctx, from)
+	if s.subs.Add(1) == 1 && err == nil {
+		return lostSubscription{sub}, nil
+	}
+	return sub, err
+}
+
+type lostSubscription struct{ eventstore.Subscription }
+
+func (lostSubscription) Next(context.Context) (eventstore.RecordedEvent, error) {
+	return eventstore.RecordedEvent{}, errors.New("connection reset by peer")
+}
+
+// A runner whose wake-up subscription is lost subscribes again and goes on
+// projecting, rather than fall back for good on its poll.
+func TestRunnerSubscribesAgainAfterALostSubscription(t *testing.T) {
+	pool, store := setup(t)
+	flaky := &lostOnce{Store: store}
+	r := projections.NewRunner(pool, flaky, nil, quiet, tally{version: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := r.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	for deadline := time.Now().Add(20 * time.Second); flaky.subs.Load() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the runner never subscribed again")
+		}
+	}
+	last := appendN(t, store, "s-1", "Counted", 5)
+	waitVisible(t, store, last)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if total, _ := counts(t, pool); total == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("events after the lost subscription were never projected")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
