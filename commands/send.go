@@ -427,7 +427,7 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 		v.Add("from", "is required")
 	} else if p := domain.TextProblem(req.From, false); p != "" {
 		v.Add("from", "%s", p)
-	} else if _, err := mailmsg.ParseAddress(req.From); err != nil {
+	} else if _, err := mailmsg.ParseNewAddress(req.From); err != nil {
 		v.Add("from", "%s", err.Error())
 	}
 	if len(req.To) == 0 {
@@ -453,7 +453,7 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 			f := fmt.Sprintf("%s.%d", l.field, i)
 			if p := domain.TextProblem(a, false); p != "" {
 				v.Add(f, "%s", p)
-			} else if _, err := mailmsg.ParseAddress(a); err != nil {
+			} else if _, err := mailmsg.ParseNewAddress(a); err != nil {
 				v.Add(f, "%s", err.Error())
 			}
 		}

@@ -54,6 +54,23 @@ func TestOnEventStoreDB(t *testing.T) {
 		"subject": strings.Repeat("🎉", 998), "text": "t"})["id"].(string)
 	w.waitFor(t, big, status("delivered"))
 
+	// Every field at its limit, of characters JSON escapes (< & >), makes a
+	// record past that append: 413, not a 500 that a retry would meet again.
+	esc := strings.Repeat("<", 998)
+	var attachments []map[string]any
+	for i := range 20 {
+		attachments = append(attachments, map[string]any{"filename": fmt.Sprintf("%d", i) + strings.Repeat("<", 250),
+			"path": "https://127.0.0.1/" + strings.Repeat("&", 2000), "content_id": fmt.Sprintf("%d", i) + strings.Repeat("&", 250)})
+	}
+	to, replyTo = nil, nil
+	for i := range 50 {
+		to = append(to, fmt.Sprintf(`"%s" <r%d@example.org>`, esc, i))
+		replyTo = append(replyTo, fmt.Sprintf(`"%s" <reply%d@acme.test>`, esc, i))
+	}
+	r = w.Do("POST", "/v1/emails/send", w.key, map[string]any{"from": `"` + esc + `" <a@acme.test>`, "to": to, "reply_to": replyTo,
+		"subject": esc, "text": "t", "attachments": attachments})
+	wantProblem(t, r, 413, "payload_too_large")
+
 	// EventStoreDB cannot count events: readiness goes without the lags,
 	// and the projections' status and metrics too.
 	if r := w.Do("GET", "/readyz", "", nil); r.Status != 200 {

@@ -151,6 +151,11 @@ func (e ExpectedVersion) Satisfied(current uint64, exists bool) bool {
 	}
 }
 
+// ErrTooLarge is returned for an append larger than the store takes in
+// one write (EventStoreDB 24.10 and KurrentDB 25.0 take 1 MiB by default).
+// Trying again cannot help: the request has to be smaller.
+var ErrTooLarge = errors.New("eventstore: the append is larger than the store takes in one write")
+
 // ErrStreamNotFound is returned when reading a stream that has no events.
 var ErrStreamNotFound = errors.New("eventstore: stream not found")
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/readapi"
 )
@@ -86,6 +87,8 @@ func problemOf(err error, resource string) error {
 		return httpserver.NotFound("no such " + resource)
 	case errors.As(err, &limit):
 		return httpserver.LimitExceeded(limit.Detail)
+	case errors.Is(err, eventstore.ErrTooLarge):
+		return httpserver.TooLarge("the request makes a record larger than the event store takes in one write; shorten its text fields (names, subject, tags, file names)")
 	case errors.Is(err, commands.ErrNotVisible):
 		p := httpserver.NewProblem(http.StatusServiceUnavailable, "not_yet_visible", err.Error())
 		p.RetryAfter = time.Second

@@ -136,12 +136,22 @@ func ParseAddress(s string) (Address, error) {
 	if err := checkName(name); err != nil {
 		return Address{}, addrErr("the display name " + err.Error())
 	}
-	// Bounded where addresses come in, not in Build: an email queued
-	// before the bound still goes out.
-	if n := utf8.RuneCountInString(name); n > MaxNameLength {
+	return Address{Name: name, Email: raw}, nil
+}
+
+// ParseNewAddress is ParseAddress for an address coming in with a request:
+// its display name is also bounded by MaxNameLength. Addresses already
+// recorded are read with ParseAddress, so an email queued before the bound
+// still goes out and keeps its recipients.
+func ParseNewAddress(s string) (Address, error) {
+	a, err := ParseAddress(s)
+	if err != nil {
+		return Address{}, err
+	}
+	if n := utf8.RuneCountInString(a.Name); n > MaxNameLength {
 		return Address{}, addrErr(fmt.Sprintf("the display name must be at most %d characters; got %d", MaxNameLength, n))
 	}
-	return Address{Name: name, Email: raw}, nil
+	return a, nil
 }
 
 // checkEmail applies ParseAddress's rules to a bare addr-spec.
@@ -220,9 +230,9 @@ func checkDomain(domain string) error {
 }
 
 // MaxNameLength bounds a display name, in characters: one header line's
-// worth (RFC 5322). It also keeps an email's record well inside the size an
-// event store takes in one append (1 MiB by default on EventStoreDB), with
-// 50 recipients and 50 reply-to addresses all at the limit.
+// worth (RFC 5322). Without a bound one name could make an email's record
+// larger than an event store takes in one append (1 MiB by default on
+// EventStoreDB).
 const MaxNameLength = 998
 
 // checkName refuses display names that cannot be rendered safely: invalid

@@ -46,3 +46,18 @@ func TestWireAddress(t *testing.T) {
 		}
 	}
 }
+
+// A display name past MaxNameLength is refused where addresses come in,
+// but one already recorded is still read.
+func TestLongDisplayNameIsBoundedOnlyOnTheWayIn(t *testing.T) {
+	long := `"` + strings.Repeat("n", MaxNameLength+1) + `" <ann@example.org>`
+	if _, err := ParseNewAddress(long); err == nil {
+		t.Error("a new address with a display name past the bound was accepted")
+	}
+	if a, err := ParseAddress(long); err != nil || a.Email != "ann@example.org" {
+		t.Errorf("a recorded address with a long display name: %v, %v", a, err)
+	}
+	if got := Addresses([]string{long}); len(got) != 1 {
+		t.Errorf("the envelope lost a recorded recipient with a long display name: %v", got)
+	}
+}

@@ -431,6 +431,9 @@ func (s *Store) appendAt(ctx context.Context, stream string, h head, events []ev
 			}
 			return eventstore.AppendResult{}, c
 		}
+		if strings.Contains(err.Error(), "Maximum Append Size") {
+			return eventstore.AppendResult{}, fmt.Errorf("eventstore/esdb: append to %s: %w (%v)", stream, eventstore.ErrTooLarge, err)
+		}
 		return eventstore.AppendResult{}, fmt.Errorf("eventstore/esdb: append to %s: %w", stream, err)
 	}
 	return eventstore.AppendResult{
