@@ -130,10 +130,11 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 		return Accepted{}, err
 	}
 	a, stored, err := s.queue(ctx, q, meta)
-	if !stored {
+	if !stored || errors.Is(err, eventstore.ErrTooLarge) {
 		// A concurrent first request under the same key was recorded
-		// instead: what this one staged belongs to no email. Should the
-		// delete fail, the blobs stay, sealed under that email's key.
+		// instead, or the store refused the record outright: what this one
+		// staged belongs to no email. Should the delete fail, the blobs
+		// stay, sealed under that email's key.
 		_ = s.content.Delete(context.WithoutCancel(ctx), contentOf(q)...)
 	}
 	return a, err

@@ -405,10 +405,11 @@ func (o jsonObject) key(k string) jsonObject {
 
 func (o jsonObject) str(k, v string) jsonObject { return appendJSONString(o.key(k), v) }
 
-// strs writes v as an array, or null when nil, as json.Marshal does.
+// strs writes v as an array; none is an empty list, as the row path
+// writes it (never null).
 func (o jsonObject) strs(k string, v []string) jsonObject {
 	o = o.key(k)
-	o = append(o, '[') // none is an empty list, as the row path writes it
+	o = append(o, '[')
 	for i, s := range v {
 		if i > 0 {
 			o = append(o, ',')

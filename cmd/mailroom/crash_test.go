@@ -325,7 +325,15 @@ func TestStopSignalDrainsThenExits(t *testing.T) {
 	exited2 := make(chan error, 1)
 	p2.cmd.Process.Signal(syscall.SIGTERM)
 	go func() { exited2 <- p2.cmd.Wait() }()
-	time.Sleep(500 * time.Millisecond)
+	p = p2
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if code, _, _ := get("/readyz"); code == 503 {
+			break // the first signal has arrived
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first SIGTERM never arrived")
+		}
+	}
 	p2.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-exited2:

@@ -223,23 +223,28 @@ func openStore(cfg config.Config, pool *pgxpool.Pool) (eventstore.Store, error) 
 
 // Close releases connections.
 func (a *App) Close() {
-	a.Store.Close()
-	// Closing the pool waits for connections still in use; a query stuck
-	// on an unreachable database would hold the exit for ever.
-	closed := make(chan struct{})
+	closeWithin(a.Log, "event store", func() { a.Store.Close() })
+	closeWithin(a.Log, "database", a.Pool.Close)
+}
+
+// closeWait bounds how long a close waits for connections in use.
+const closeWait = 5 * time.Second
+
+// closeWithin runs close for at most closeWait. Closing a pool waits for
+// the connections still in use, and a query stuck on an unreachable
+// database would hold the exit for ever.
+func closeWithin(log *slog.Logger, what string, close func()) {
+	closed := make(chan struct{}, 1)
 	go func() {
-		a.Pool.Close()
-		close(closed)
+		close()
+		closed <- struct{}{}
 	}()
 	select {
 	case <-closed:
 	case <-time.After(closeWait):
-		a.Log.Warn("database connections still in use; not waiting for them", "waited", closeWait)
+		log.Warn("connections still in use; not waiting for them", "store", what, "waited", closeWait)
 	}
 }
-
-// closeWait bounds how long Close waits for connections in use.
-const closeWait = 5 * time.Second
 
 // Handler is the HTTP API with /healthz and /readyz. Without an operator
 // listener (MAILROOM_OPS_ADDR) it also serves /metrics and the detail of
@@ -613,7 +618,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("job queue: %w", err)
 	}
-	defer queuePool.Close()
+	defer closeWithin(a.Log, "job queue", queuePool.Close)
 	client, err := jobs.NewClient(queuePool, jobs.Config{
 		ID: clientID,
 		Queues: map[string]int{

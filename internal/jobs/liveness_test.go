@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,24 +42,37 @@ func stateOf(t *testing.T, pool *pgxpool.Pool, id int64) string {
 	return s
 }
 
-// The running jobs of a process whose liveness lock is free are handed
-// back at once; a live process keeps its own.
+// The running jobs of a process whose liveness lock stays free are handed
+// back, once a later pass finds it still free after DeadAfter; a live
+// process keeps its own, and so does one whose lock was free for a moment
+// (its connection dropped) and is held again.
 func TestRescueDeadClientsJobs(t *testing.T) {
 	pool := pgtest.NewPool(t)
-	live, dead := jobs.NewClientID(), jobs.NewClientID()
+	live, dead, back := jobs.NewClientID(), jobs.NewClientID(), jobs.NewClientID()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	held := make(chan struct{})
 	go jobs.KeepAlive(ctx, pool, live, slog.New(slog.DiscardHandler), held)
 	<-held
 
-	liveJob, deadJob := runningJob(t, pool, live), runningJob(t, pool, dead)
-	n, err := jobs.RescueDead(context.Background(), pool, jobs.NewClientID())
+	liveJob, deadJob, backJob := runningJob(t, pool, live), runningJob(t, pool, dead), runningJob(t, pool, back)
+	r := &jobs.Rescuer{Pool: pool, Self: jobs.NewClientID(), DeadAfter: 300 * time.Millisecond}
+	if n, err := r.Pass(ctx); err != nil || n != 0 {
+		t.Fatalf("first pass moved %d (%v): a lock free once is no proof of death", n, err)
+	}
+	backCtx, backGone := context.WithCancel(ctx)
+	defer backGone()
+	backHeld := make(chan struct{})
+	go jobs.KeepAlive(backCtx, pool, back, slog.New(slog.DiscardHandler), backHeld)
+	<-backHeld
+	time.Sleep(400 * time.Millisecond)
+	n, err := r.Pass(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 1 || stateOf(t, pool, deadJob) != "available" || stateOf(t, pool, liveJob) != "running" {
-		t.Fatalf("moved %d; dead's job %s, live's job %s", n, stateOf(t, pool, deadJob), stateOf(t, pool, liveJob))
+	if n != 1 || stateOf(t, pool, deadJob) != "available" || stateOf(t, pool, liveJob) != "running" || stateOf(t, pool, backJob) != "running" {
+		t.Fatalf("moved %d; dead's job %s, live's job %s, the job of the one back %s",
+			n, stateOf(t, pool, deadJob), stateOf(t, pool, liveJob), stateOf(t, pool, backJob))
 	}
 }
 
