@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 )
 
@@ -398,4 +400,30 @@ func TestRecoverReraisesAbort(t *testing.T) {
 	}()
 	_ = h(echo.New().NewContext(nil, nil))
 	t.Error("no panic")
+}
+
+// A database that cannot be reached is a 503 the client should retry, with
+// Retry-After; a statement the database refuses stays an unexpected 500.
+func TestUnreachableDatabaseIs503(t *testing.T) {
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := newServer(t, func(e *echo.Echo) {
+		e.GET("/down", func(c echo.Context) error {
+			_, err := pool.Exec(c.Request().Context(), "SELECT 1")
+			return err
+		})
+		e.GET("/refused", func(c echo.Context) error {
+			return fmt.Errorf("insert: %w", &pgconn.PgError{Code: "23505", Message: "duplicate key"})
+		})
+	})
+	res := s.get(t, "/down")
+	if p := res.problem(t); res.status != 503 || p.Code != "store_unavailable" || res.header.Get("Retry-After") != "5" {
+		t.Fatalf("unreachable database: %d %s (Retry-After %q)", res.status, res.body, res.header.Get("Retry-After"))
+	}
+	if res := s.get(t, "/refused"); res.status != 500 || res.problem(t).Code != "internal_error" {
+		t.Fatalf("refused statement: %d %s", res.status, res.body)
+	}
 }

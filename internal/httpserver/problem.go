@@ -8,13 +8,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
 )
 
@@ -233,7 +236,32 @@ func toProblem(err error) *Problem {
 	if errors.As(err, &he) {
 		return fromHTTPError(he)
 	}
+	if storeUnreachable(err) {
+		p := NewProblem(http.StatusServiceUnavailable, "store_unavailable",
+			"the database cannot be reached at the moment; nothing was recorded unless a repeat says so, so retry (with the same Idempotency-Key)")
+		p.RetryAfter = 5 * time.Second
+		return p
+	}
 	return internalProblem()
+}
+
+// storeUnreachable reports whether err is the database's connection
+// failing (refused, reset, timed out, the server shutting down or full)
+// rather than a statement failing: a passing outage, which a client should
+// retry, not a bug.
+func storeUnreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", "53300": // admin/crash shutdown, cannot connect now, too many connections
+			return true
+		}
+		return false
+	}
+	var connect *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connect) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		pgconn.Timeout(err) || pgconn.SafeToRetry(err)
 }
 
 func internalProblem() *Problem {

@@ -83,6 +83,9 @@ const readHeaderTimeout = 10 * time.Second
 // NewServer returns the server every listener uses, so that slow or idle
 // clients cannot hold connections forever.
 func NewServer(h http.Handler, t Timeouts) *http.Server {
+	if t.Write > 0 {
+		h = withDeadline(h, t.Write-answerTime(t.Write))
+	}
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -91,6 +94,23 @@ func NewServer(h http.Handler, t Timeouts) *http.Server {
 		IdleTimeout:       t.Idle,
 	}
 }
+
+// withDeadline gives each request's context a deadline a little before the
+// write timeout. The write timeout alone closes the connection but lets
+// the handler go on (waiting on a database that answers nothing, say) and
+// leaves the client without an answer; with the deadline the handler's
+// calls end and the client still gets its problem (a 503).
+func withDeadline(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// answerTime is what a request keeps of the write timeout to send its
+// answer once its deadline has passed.
+func answerTime(write time.Duration) time.Duration { return min(5*time.Second, write/10) }
 
 // PanicError is a recovered panic, returned as an error so it becomes a 500.
 type PanicError struct {

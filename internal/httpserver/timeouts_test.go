@@ -94,3 +94,23 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 	}
 	closedByServer(t, conn, r)
 }
+
+// A request whose handler waits on something that never answers (a
+// database cut off) ends before the write timeout, and the client gets a
+// 503 rather than a connection closed on it.
+func TestStuckRequestIsAnsweredBeforeTheWriteTimeout(t *testing.T) {
+	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
+	e.GET("/stuck", func(c echo.Context) error {
+		<-c.Request().Context().Done()
+		return c.Request().Context().Err()
+	})
+	srv := startWith(t, e, Timeouts{Write: 2 * time.Second})
+	res, err := http.Get(srv.URL + "/stuck")
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d, Retry-After %q", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+}
