@@ -271,6 +271,20 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 		}
 	}
 
+	spf := isSPF(want.value)
+	if spf && want.qtype == dns.TypeTXT {
+		// RFC 7208 4.5: two SPF records are a permanent error, so the
+		// right one beside another does not make SPF pass.
+		n := 0
+		for _, rr := range resp.Answer {
+			if v, ok := rr.(*dns.TXT); ok && owners[strings.ToLower(rr.Header().Name)] && isSPF(joinTXT(v.Txt)) {
+				n++
+			}
+		}
+		if n > 1 {
+			return false, "more than one SPF record"
+		}
+	}
 	found, priorityOnly := 0, false
 	for _, rr := range resp.Answer {
 		if rr.Header().Rrtype != want.qtype || !owners[strings.ToLower(rr.Header().Name)] {
@@ -279,7 +293,7 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 		found++
 		switch v := rr.(type) {
 		case *dns.TXT:
-			if strings.TrimSpace(joinTXT(v.Txt)) == want.value {
+			if txtMatches(want.value, joinTXT(v.Txt)) {
 				return true, ""
 			}
 		case *dns.MX:
@@ -303,6 +317,79 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 	default:
 		return false, "value differs"
 	}
+}
+
+// txtMatches reports whether a published TXT value does what want asks.
+// DKIM keys and SPF policies are read as what they mean, as receivers read
+// them, since DNS providers' forms rewrite spacing, case and tag order;
+// anything else must match as written (spaces around it aside).
+func txtMatches(want, got string) bool {
+	switch {
+	case isDKIM(want):
+		return dkimMatches(want, got)
+	case isSPF(want):
+		return spfMatches(want, got)
+	}
+	return strings.TrimSpace(got) == want
+}
+
+func isDKIM(v string) bool {
+	t := dkimTags(v)
+	return strings.EqualFold(t["v"], "DKIM1") && t["p"] != ""
+}
+
+// dkimTags reads a DKIM key record's tag=value list (RFC 6376 3.6.1);
+// whitespace inside a value (the key's base64 may be folded) is dropped.
+func dkimTags(v string) map[string]string {
+	tags := map[string]string{}
+	for _, part := range strings.Split(v, ";") {
+		k, val, ok := strings.Cut(part, "=")
+		if !ok {
+			continue
+		}
+		tags[strings.ToLower(strings.TrimSpace(k))] = strings.Join(strings.Fields(val), "")
+	}
+	return tags
+}
+
+// dkimMatches: the same public key of the same type. A missing v= or k=
+// takes its default (DKIM1, rsa); other tags (t=, h=, s=, n=) do not change
+// which key signs.
+func dkimMatches(want, got string) bool {
+	w, g := dkimTags(want), dkimTags(got)
+	if v, ok := g["v"]; ok && !strings.EqualFold(v, "DKIM1") {
+		return false
+	}
+	kind := func(t map[string]string) string {
+		if k := strings.ToLower(t["k"]); k != "" {
+			return k
+		}
+		return "rsa"
+	}
+	return g["p"] != "" && g["p"] == w["p"] && kind(g) == kind(w)
+}
+
+func isSPF(v string) bool {
+	f := strings.Fields(v)
+	return len(f) > 0 && strings.EqualFold(f[0], "v=spf1")
+}
+
+// spfMatches: an SPF record holding every include the wanted one has, in
+// any case, order or company; how it ends (~all, -all) is the owner's.
+func spfMatches(want, got string) bool {
+	if !isSPF(got) {
+		return false
+	}
+	have := map[string]bool{}
+	for _, term := range strings.Fields(got)[1:] {
+		have[strings.ToLower(strings.TrimPrefix(term, "+"))] = true
+	}
+	for _, term := range strings.Fields(want)[1:] {
+		if t := strings.ToLower(term); strings.HasPrefix(t, "include:") && !have[t] {
+			return false
+		}
+	}
+	return true
 }
 
 // joinTXT concatenates TXT character-strings, undoing the presentation

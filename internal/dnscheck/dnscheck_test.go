@@ -188,14 +188,68 @@ func TestLongTXTIsJoinedFromChunks(t *testing.T) {
 		t.Fatalf("chunked DKIM TXT not matched: %+v", res)
 	}
 
-	// Joining must not insert separators: a value with a space at the
-	// 255-byte boundary is a different value.
-	spaced := dkim
-	spaced.Value = dkim.Value[:255] + " " + dkim.Value[255:]
-	res = c.Check(context.Background(), []dnscheck.Record{spaced})
-	if r := res.Servers[0].Records[0]; r.Seen || r.Reason != "value differs" {
-		t.Errorf("value with an extra space matched: seen=%v reason=%q", r.Seen, r.Reason)
+	// Joining must not insert separators: a plain TXT value (not a DKIM
+	// key, whose base64 may hold spaces) with a space at the 255-byte
+	// boundary is a different value.
+	long := dnscheck.Record{Type: "TXT", Name: "long.example.com", Value: "token=" + dkimKey}
+	a.Set(long)
+	spaced := long
+	spaced.Value = long.Value[:255] + " " + long.Value[255:]
+	res = c.Check(context.Background(), []dnscheck.Record{long, spaced})
+	if r := res.Servers[0].Records; !r[0].Seen || r[1].Seen || r[1].Reason != "value differs" {
+		t.Errorf("long TXT: %+v, want the value seen and the spaced one not", r)
 	}
+}
+
+// A DKIM key or an SPF policy written as DNS providers' forms write them is
+// seen: other spacing, case, tag order, extra tags, default tags left out,
+// the key's base64 folded, other includes, another all. A different key,
+// key type or version, or an SPF record without the include, is not; nor is
+// the right SPF record beside a second one, which makes SPF fail.
+func TestDKIMAndSPFAreReadForWhatTheyMean(t *testing.T) {
+	a, _, c := startPair(t)
+	c = dnscheck.New([]string{a.Addr()}, 2*time.Second)
+	dkim, spf := domainRecords()[0], domainRecords()[2]
+	check := func(name string, published []dnscheck.Record, want dnscheck.Record, seen bool, reason string) {
+		t.Helper()
+		a.Clear()
+		a.Set(published...)
+		r := c.Check(context.Background(), []dnscheck.Record{want}).Servers[0].Records[0]
+		if r.Seen != seen || (!seen && reason != "" && r.Reason != reason) {
+			t.Errorf("%s: seen=%v reason=%q, want seen=%v %s", name, r.Seen, r.Reason, seen, reason)
+		}
+	}
+	txt := func(name, value string) dnscheck.Record { return dnscheck.Record{Type: "TXT", Name: name, Value: value} }
+	for name, value := range map[string]string{
+		"no spaces":        "v=DKIM1;k=rsa;p=" + dkimKey,
+		"extra tags":       "v=DKIM1; k=rsa; t=s; h=sha256; p=" + dkimKey + ";",
+		"no k":             "v=DKIM1; p=" + dkimKey,
+		"no v":             "k=rsa; p=" + dkimKey,
+		"tags reordered":   "p=" + dkimKey + "; k=RSA; v=DKIM1",
+		"folded base64":    "v=DKIM1; k=rsa; p=" + dkimKey[:100] + " " + dkimKey[100:200] + "\t" + dkimKey[200:],
+		"upper-case names": "V=DKIM1; K=rsa; P=" + dkimKey,
+	} {
+		check("DKIM "+name, []dnscheck.Record{txt(dkim.Name, value)}, dkim, true, "")
+	}
+	for name, value := range map[string]string{
+		"another key":     "v=DKIM1; k=rsa; p=" + strings.Repeat("Q", len(dkimKey)),
+		"revoked":         "v=DKIM1; k=rsa; p=",
+		"another type":    "v=DKIM1; k=ed25519; p=" + dkimKey,
+		"another version": "v=DKIM2; k=rsa; p=" + dkimKey,
+	} {
+		check("DKIM "+name, []dnscheck.Record{txt(dkim.Name, value)}, dkim, false, "value differs")
+	}
+	for name, value := range map[string]string{
+		"-all":           "v=spf1 include:amazonses.com -all",
+		"other includes": "v=spf1 include:_spf.google.com include:amazonses.com ~all",
+		"upper case":     "V=SPF1 INCLUDE:AMAZONSES.COM ~ALL",
+		"double spaces":  "v=spf1  include:amazonses.com  ~all",
+	} {
+		check("SPF "+name, []dnscheck.Record{txt(spf.Name, value)}, spf, true, "")
+	}
+	check("SPF without the include", []dnscheck.Record{txt(spf.Name, "v=spf1 include:_spf.google.com ~all")}, spf, false, "value differs")
+	check("two SPF records", []dnscheck.Record{spf, txt(spf.Name, "v=spf1 include:_spf.google.com ~all")}, spf, false, "more than one SPF record")
+	check("SPF beside another TXT", []dnscheck.Record{spf, txt(spf.Name, "google-site-verification=abc")}, spf, true, "")
 }
 
 func TestTXTSpecialCharactersAndWhitespace(t *testing.T) {
