@@ -219,7 +219,9 @@ func TestDKIMAndSPFAreReadForWhatTheyMean(t *testing.T) {
 			t.Errorf("%s: seen=%v reason=%q, want seen=%v %s", name, r.Seen, r.Reason, seen, reason)
 		}
 	}
-	txt := func(name, value string) dnscheck.Record { return dnscheck.Record{Type: "TXT", Name: name, Value: value} }
+	txt := func(name, value string) dnscheck.Record {
+		return dnscheck.Record{Type: "TXT", Name: name, Value: value}
+	}
 	for name, value := range map[string]string{
 		"no spaces":        "v=DKIM1;k=rsa;p=" + dkimKey,
 		"extra tags":       "v=DKIM1; k=rsa; t=s; h=sha256; p=" + dkimKey + ";",
