@@ -67,7 +67,9 @@ type DomainToPoll struct {
 // DomainsToPoll lists the domains pending verification or in a key
 // transition, oldest first.
 func DomainsToPoll(ctx context.Context, q Querier) ([]DomainToPoll, error) {
-	states, err := queryDomains(ctx, q, `status = 'pending' OR transition_kind IS NOT NULL`, `created_at`)
+	// A key change of a domain that is not verified waits for nothing
+	// (none starts now; an older one of a failed domain never cuts over).
+	states, err := queryDomains(ctx, q, `status = 'pending' OR (transition_kind IS NOT NULL AND status = 'verified')`, `created_at`)
 	if err != nil {
 		return nil, err
 	}

@@ -105,6 +105,11 @@ func CanRotate(s State, accountID string) error {
 	if s.Transition != nil {
 		return &domain.ConflictError{Code: "transition_in_progress", Detail: "a DKIM key change is already under way"}
 	}
+	if s.Status != StatusVerified {
+		// Its key signs nothing yet: publishing the one asked for and
+		// verifying is the way on.
+		return &domain.ConflictError{Code: "domain_not_verified", Detail: "only a verified domain's key is rotated; publish its records and verify it"}
+	}
 	return nil
 }
 

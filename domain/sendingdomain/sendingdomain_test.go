@@ -287,7 +287,14 @@ func TestKeyChecksBeforeKeys(t *testing.T) {
 			t.Errorf("%s: %v, want not found", name, err)
 		}
 	}
-	if sd.CanRotate(added(), "a1") != nil || sd.CanUpgrade(legacy, "a1") != nil {
+	verified := apply(added())(sd.VerifyBySandbox(added(), t0))
+	if sd.CanRotate(verified, "a1") != nil || sd.CanUpgrade(legacy, "a1") != nil {
 		t.Error("allowed changes refused")
+	}
+	// A key that signs nothing yet is not rotated: the domain is verified
+	// with the one it was given.
+	var conflict *domain.ConflictError
+	if err := sd.CanRotate(added(), "a1"); !errors.As(err, &conflict) || conflict.Code != "domain_not_verified" {
+		t.Errorf("rotate a pending domain: %v, want domain_not_verified", err)
 	}
 }

@@ -275,13 +275,14 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 	if spf && want.qtype == dns.TypeTXT {
 		// RFC 7208 4.5: two SPF records are a permanent error, so the
 		// right one beside another does not make SPF pass.
-		n := 0
+		// (The same record twice is one: DNS keeps a set of records.)
+		records := map[string]bool{}
 		for _, rr := range resp.Answer {
 			if v, ok := rr.(*dns.TXT); ok && owners[strings.ToLower(rr.Header().Name)] && isSPF(joinTXT(v.Txt)) {
-				n++
+				records[joinTXT(v.Txt)] = true
 			}
 		}
-		if n > 1 {
+		if len(records) > 1 {
 			return false, "more than one SPF record"
 		}
 	}
