@@ -114,33 +114,55 @@ type DeliveryPage struct {
 // ErrNoSuchDelivery: DeliveryFilter.After names no delivery of the endpoint.
 var ErrNoSuchDelivery = errors.New("no such delivery of this endpoint")
 
-// deliveriesByStatus are the list's queries, one per status filter, with
-// the status written out: the partial index of failed deliveries (rare,
-// and the ones a reader looks for) serves only a query that names it.
-var deliveriesByStatus = map[string]string{
-	"":          deliveriesQuery(""),
-	"pending":   deliveriesQuery("AND status = 'pending'"),
-	"delivered": deliveriesQuery("AND status = 'delivered'"),
-	"failed":    deliveriesQuery("AND status = 'failed'"),
+// deliveriesQueries are the list's queries, by status filter and by
+// whether a page follows a cursor, with both written out: the partial
+// index of failed deliveries (rare, and the ones a reader looks for) serves
+// only a query that names the status, and the cursor bounds the index scan
+// only where the query holds it unconditionally (a plan made for any cursor
+// would otherwise filter the whole log).
+var deliveriesQueries = func() map[deliveriesKey]string {
+	out := map[deliveriesKey]string{}
+	for _, status := range []string{"", "pending", "delivered", "failed"} {
+		for _, after := range []bool{false, true} {
+			out[deliveriesKey{status, after}] = deliveriesQuery(status, after)
+		}
+	}
+	return out
+}()
+
+type deliveriesKey struct {
+	status string
+	after  bool
 }
 
 // deliveriesQuery lists an endpoint's deliveries ($1, of account $2) newest
-// first, after the delivery $4 when it is given, $3 at most.
-func deliveriesQuery(status string) string {
+// first, $3 at most; with after, those listed after the delivery $4 (and
+// whether $4 is one of the endpoint's), else $4 is ignored.
+func deliveriesQuery(status string, after bool) string {
+	filter := ""
+	if status != "" {
+		filter = "AND status = '" + status + "'"
+	}
+	if !after {
+		return `SELECT false, id, email_id, event_type, status, attempts, response_status, error,
+				created_at, last_attempt_at, delivered_at
+			FROM webhook_deliveries WHERE endpoint_id = $1 AND account_id = $2 ` + filter + ` AND $4::text IS NOT NULL
+			ORDER BY created_at DESC, id DESC LIMIT $3`
+	}
 	return `WITH after AS (SELECT created_at, id FROM webhook_deliveries WHERE id = $4 AND endpoint_id = $1)
-		SELECT (SELECT count(*) FROM after) = 0 AND $4 <> '', d.*
+		SELECT NOT EXISTS (SELECT 1 FROM after), d.*
 		FROM (SELECT 1) one LEFT JOIN LATERAL (
 			SELECT id, email_id, event_type, status, attempts, response_status, error,
 				created_at, last_attempt_at, delivered_at
-			FROM webhook_deliveries WHERE endpoint_id = $1 AND account_id = $2 ` + status + `
-				AND ($4 = '' OR (created_at, id) < (SELECT created_at, id FROM after))
+			FROM webhook_deliveries WHERE endpoint_id = $1 AND account_id = $2 ` + filter + `
+				AND (created_at, id) < (SELECT created_at, id FROM after)
 			ORDER BY created_at DESC, id DESC LIMIT $3) d ON true`
 }
 
 // Deliveries lists a page of the deliveries to an endpoint of an account,
 // newest first; none when the account has no such endpoint.
 func (r *Reader) Deliveries(ctx context.Context, accountID, endpointID string, f DeliveryFilter) (DeliveryPage, error) {
-	query, ok := deliveriesByStatus[f.Status]
+	query, ok := deliveriesQueries[deliveriesKey{f.Status, f.After != ""}]
 	if !ok {
 		return DeliveryPage{}, fmt.Errorf("deliveries: unknown status %q", f.Status)
 	}
