@@ -226,7 +226,11 @@ func (s *Service) checkDNS(ctx context.Context, st sendingdomain.State) sendingd
 		NewKeyOK:   newKeyOK,
 	}
 	for _, srv := range res.Servers {
-		o.Servers = append(o.Servers, sendingdomain.ServerCheck{Server: srv.Server, OK: srv.SeenAll(required)})
+		sc := sendingdomain.ServerCheck{Server: srv.Server, OK: srv.SeenAll(required)}
+		for _, r := range srv.Records {
+			sc.Records = append(sc.Records, sendingdomain.RecordVerdict{Type: r.Record.Type, Name: r.Record.Name, OK: r.Seen, Reason: r.Reason})
+		}
+		o.Servers = append(o.Servers, sc)
 	}
 	if s.identity != nil && (o.DkimOK || o.MailFromOK) {
 		// The provider must see it too; if it cannot be asked, nothing is

@@ -131,6 +131,18 @@ type (
 type ServerCheck struct {
 	Server string `json:"server"`
 	OK     bool   `json:"ok"`
+	// Records says what the resolver found of each record, and why one did
+	// not count: what an owner needs to mend it. (Checks recorded before
+	// it existed have none.)
+	Records []RecordVerdict `json:"records,omitempty"`
+}
+
+// RecordVerdict is one resolver's verdict on one record.
+type RecordVerdict struct {
+	Type   string `json:"type"`
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Reason string `json:"reason,omitempty"` // e.g. "NXDOMAIN", "value differs", "timeout"
 }
 
 func (*Added) EventType() string                 { return "DomainAdded" }

@@ -217,6 +217,20 @@ func TestDomainVerification(t *testing.T) {
 	if v["status"] != "pending" || results[0].(map[string]any)["ok"] != true || results[1].(map[string]any)["ok"] != false {
 		t.Fatalf("published on one: %s %v", statuses(v), results)
 	}
+	// Each result says what the resolver found of each record, and why one
+	// did not count.
+	for i, want := range []string{"", "NXDOMAIN"} {
+		records, _ := results[i].(map[string]any)["records"].([]any)
+		if len(records) != len(d["dns_records"].([]any)) {
+			t.Fatalf("resolver %d lists %d records, want each of %d: %v", i, len(records), len(d["dns_records"].([]any)), results[i])
+		}
+		for _, r := range records {
+			r := r.(map[string]any)
+			if r["type"] == "" || r["name"] == "" || r["ok"] != (want == "") || (r["reason"] != nil && r["reason"] != want) || (want != "" && r["reason"] != want) {
+				t.Fatalf("resolver %d record %v, want ok=%v reason %q", i, r, want == "", want)
+			}
+		}
+	}
 
 	// Published on both: verified.
 	publish(t, d, w.b)
