@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
@@ -60,22 +61,34 @@ func (p *DomainPoller) poll(ctx context.Context, _ *pglock.Conn) error {
 		return err
 	}
 
+	// Several domains at a time: one whose DNS answers slowly (each query
+	// may wait out MAILROOM_DNS_TIMEOUT) holds up only a slot, not every
+	// other account's domains behind it.
 	now := p.Now()
+	var g errgroup.Group
+	g.SetLimit(pollConcurrency)
 	for _, d := range work {
-		meta := commands.Started("system:domain-poller") // each domain's check is its own story
-		var err error
-		t := d.State.Transition
-		switch {
-		case d.State.Status == sendingdomain.StatusPending && !now.Before(d.State.Deadline):
-			err = p.Commands.ExpireDomain(ctx, d.ID, meta)
-		case d.State.Status == sendingdomain.StatusPending || (t != nil && t.State == sendingdomain.AwaitingDNS):
-			_, err = p.Commands.RecheckDomain(ctx, d.ID, meta)
-		case t != nil && t.State == sendingdomain.CutOver && !now.Before(t.OldKeyRetiresAt):
-			err = p.Commands.RetireOldDKIMKey(ctx, d.ID, meta)
-		}
-		if err != nil {
-			p.Log.Warn("domain poll", "domain_id", d.ID, "err", err)
-		}
+		g.Go(func() error {
+			meta := commands.Started("system:domain-poller") // each domain's check is its own story
+			var err error
+			t := d.State.Transition
+			switch {
+			case d.State.Status == sendingdomain.StatusPending && !now.Before(d.State.Deadline):
+				err = p.Commands.ExpireDomain(ctx, d.ID, meta)
+			case d.State.Status == sendingdomain.StatusPending || (t != nil && t.State == sendingdomain.AwaitingDNS):
+				_, err = p.Commands.RecheckDomain(ctx, d.ID, meta)
+			case t != nil && t.State == sendingdomain.CutOver && !now.Before(t.OldKeyRetiresAt):
+				err = p.Commands.RetireOldDKIMKey(ctx, d.ID, meta)
+			}
+			if err != nil && ctx.Err() == nil {
+				p.Log.Warn("domain poll", "domain_id", d.ID, "err", err)
+			}
+			return nil
+		})
 	}
+	g.Wait()
 	return nil
 }
+
+// pollConcurrency is how many domains one poll checks at once.
+const pollConcurrency = 8

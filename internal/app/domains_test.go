@@ -503,3 +503,20 @@ func TestDomainsOfAnotherAccount(t *testing.T) {
 		t.Fatal("first account's domain changed")
 	}
 }
+
+// The poller checks several domains at once: one account's domains whose
+// DNS answers slowly do not hold every other domain behind them.
+func TestPollerChecksDomainsSideBySide(t *testing.T) {
+	w := newDNSWorld(t)
+	for i := range 4 {
+		w.add(t, fmt.Sprintf("slow%d.example", i))
+	}
+	w.a.SetDelay(300 * time.Millisecond)
+	w.b.SetDelay(300 * time.Millisecond)
+	w.tick(t)
+	// One domain's check asks its four records at once; more than that
+	// in flight means several domains were being checked together.
+	if peak := w.a.PeakConcurrency(); peak <= 4 {
+		t.Fatalf("at most %d queries in flight: the domains were checked one after another", peak)
+	}
+}
