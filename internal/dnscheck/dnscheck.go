@@ -300,6 +300,10 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 		case *dns.MX:
 			if canonicalName(v.Mx) == want.value {
 				if int(v.Preference) == want.priority {
+					if preferredOver(resp, owners, v) {
+						// Mail to the name (bounces) goes there first.
+						return false, "another MX is preferred"
+					}
 					return true, ""
 				}
 				priorityOnly = true
@@ -318,6 +322,18 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 	default:
 		return false, "value differs"
 	}
+}
+
+// preferredOver reports whether another host's MX of the same owners has a
+// lower preference value than mx, so that mail goes there first.
+func preferredOver(resp *dns.Msg, owners map[string]bool, mx *dns.MX) bool {
+	for _, rr := range resp.Answer {
+		if o, ok := rr.(*dns.MX); ok && owners[strings.ToLower(o.Hdr.Name)] &&
+			o.Preference < mx.Preference && canonicalName(o.Mx) != canonicalName(mx.Mx) {
+			return true
+		}
+	}
+	return false
 }
 
 // txtMatches reports whether a published TXT value does what want asks.

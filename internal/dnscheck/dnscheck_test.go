@@ -288,6 +288,18 @@ func TestMX(t *testing.T) {
 		t.Errorf("B wrong host: seen=%v reason=%q, want unseen \"value differs\"", r.Seen, r.Reason)
 	}
 
+	// Another host's MX preferred over it takes the bounces: not seen.
+	b.Set(mx, dnscheck.Record{Type: "MX", Name: mx.Name, Value: "mx.example.net", Priority: 5})
+	res = c.Check(context.Background(), []dnscheck.Record{mx})
+	if r := res.Servers[1].Records[0]; r.Seen || r.Reason != "another MX is preferred" {
+		t.Errorf("B with a preferred MX: seen=%v reason=%q", r.Seen, r.Reason)
+	}
+	// One less preferred (a backup) changes nothing.
+	b.Set(mx, dnscheck.Record{Type: "MX", Name: mx.Name, Value: "mx.example.net", Priority: 20})
+	if r := c.Check(context.Background(), []dnscheck.Record{mx}).Servers[1].Records[0]; !r.Seen {
+		t.Errorf("B with a backup MX: unseen (%q)", r.Reason)
+	}
+
 	// The name exists (it has TXT) but has no MX: NOERROR, empty answer.
 	b.Remove(mx.Name, "MX")
 	b.Set(dnscheck.Record{Type: "TXT", Name: mx.Name, Value: "v=spf1 -all"})
