@@ -179,6 +179,28 @@ func TestUpgradeFromShardsSendsNothingTwice(t *testing.T) {
 	}
 }
 
+// twoWorkers starts two Mailroom processes on one database, with one
+// master key and blob store as in production, each sending through its own
+// relay; w sends through the first.
+func twoWorkers(t *testing.T, relayA, relayB *smtptest.Relay, configure func(*config.Config)) (a, b *apptest.Server, w *sendWorld) {
+	t.Helper()
+	url := pgtest.NewURL(t) + "&pool_max_conns=10"
+	shared := t.TempDir()
+	cfgFor := func(relay *smtptest.Relay) config.Config {
+		cfg := apptest.Config(t, url)
+		cfg.DataDir, cfg.BlobDir = shared, shared+"/blobs"
+		cfg.Provider, cfg.SMTPURL = "smtp", "smtp://"+relay.Addr
+		if configure != nil {
+			configure(&cfg)
+		}
+		return cfg
+	}
+	a = apptest.StartWith(t, cfgFor(relayA))
+	b = apptest.StartWith(t, cfgFor(relayB))
+	acct, admin, key := a.Sender("acme.test")
+	return a, b, &sendWorld{Server: a, account: acct, admin: admin, key: key}
+}
+
 // Two worker processes on one database share the sending: each sends some
 // of the emails, and no email is sent by both.
 func TestTwoWorkersShareSending(t *testing.T) {
@@ -197,19 +219,7 @@ func TestTwoWorkersShareSending(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
-	url := pgtest.NewURL(t) + "&pool_max_conns=10"
-	shared := t.TempDir() // one master key and blob store, as in production
-	cfgFor := func(relay *smtptest.Relay) config.Config {
-		cfg := apptest.Config(t, url)
-		cfg.DataDir, cfg.BlobDir = shared, shared+"/blobs"
-		cfg.Provider, cfg.SMTPURL = "smtp", "smtp://"+relay.Addr
-		cfg.ProviderConcurrency = 1
-		return cfg
-	}
-	a := apptest.StartWith(t, cfgFor(relayA))
-	b := apptest.StartWith(t, cfgFor(relayB))
-	acct, admin, key := a.Sender("acme.test")
-	w := &sendWorld{Server: a, account: acct, admin: admin, key: key}
+	_, b, w := twoWorkers(t, relayA, relayB, func(c *config.Config) { c.ProviderConcurrency = 1 })
 	ids := sendMany(t, w, 60)
 	waitSent(t, w, ids)
 	waitJobsIdle(t, w)
@@ -225,21 +235,11 @@ func TestTwoWorkersShareSending(t *testing.T) {
 // meanwhile: the email reaches the provider once.
 func TestGracefulStopHandsNothingOver(t *testing.T) {
 	relayA, relayB := smtptest.Start(t), smtptest.Start(t)
-	// Longer than a live worker takes to hand back a stopped one's jobs.
-	relayA.Delay(5 * time.Second)
-	relayB.Delay(5 * time.Second)
-	url := pgtest.NewURL(t) + "&pool_max_conns=10"
-	shared := t.TempDir()
-	cfgFor := func(relay *smtptest.Relay) config.Config {
-		cfg := apptest.Config(t, url)
-		cfg.DataDir, cfg.BlobDir = shared, shared+"/blobs"
-		cfg.Provider, cfg.SMTPURL = "smtp", "smtp://"+relay.Addr
-		return cfg
-	}
-	a := apptest.StartWith(t, cfgFor(relayA))
-	b := apptest.StartWith(t, cfgFor(relayB))
-	acct, admin, key := a.Sender("acme.test")
-	w := &sendWorld{Server: a, account: acct, admin: admin, key: key}
+	// Longer than a live worker takes to hand back a dead one's jobs (its
+	// lock free for 5 s, seen by passes 2 s apart).
+	relayA.Delay(10 * time.Second)
+	relayB.Delay(10 * time.Second)
+	a, b, w := twoWorkers(t, relayA, relayB, nil)
 	ids := sendMany(t, w, 1)
 	sending := a
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -255,13 +255,18 @@ func TestGracefulStopHandsNothingOver(t *testing.T) {
 		}
 	}
 	sending.Stop() // returns once its workers have stopped
-	other := &sendWorld{Server: a, account: acct, admin: admin, key: key}
+	other := *w
 	if sending == a {
 		other.Server = b
 	}
-	waitSent(t, other, ids)
+	waitSent(t, &other, ids)
 	time.Sleep(3 * time.Second) // room for a wrongful hand-over to show
-	waitJobsIdle(t, other)
+	waitJobsIdle(t, &other)
+	for deadline := time.Now().Add(30 * time.Second); relayA.Receiving()+relayB.Receiving() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a relay is still taking a message in")
+		}
+	}
 	checkOnce(t, relayCounts(t, relayA, relayB), ids)
 }
 
