@@ -386,7 +386,7 @@ func TestWebhookFilteringPausingAndLimits(t *testing.T) {
 		t.Fatalf("bounce event %s", got[0].body)
 	}
 	// The bounce names the address that bounced, not the email's to.
-	if data["to"] != "ok@example.org" || fmt.Sprint(data["recipients"]) != "[bounce@simulator.amazonses.com]" {
+	if data["to"] != "ok@example.org" || fmt.Sprint(data["recipients"]) != "[Bounce@simulator.amazonses.com]" {
 		t.Fatalf("bounce event's to %v and recipients %v", data["to"], data["recipients"])
 	}
 	// Give any stray delivery time to show up; none may.

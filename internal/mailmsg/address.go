@@ -290,17 +290,22 @@ func AddressOf(recipient string) string {
 }
 
 // Addresses reduces recipients (each "Name <addr>" or a bare address) to
-// their lower-case addresses in their wire form (WireAddress), each once,
-// in their first order, leaving out any that does not parse: an envelope
-// that names an address twice makes a relay deliver (and bill) it twice.
+// their envelope addresses, each once, in their first order, leaving out
+// any that does not parse: an envelope that names an address twice makes a
+// relay deliver (and bill) it twice. The domain is in its wire form
+// (WireAddress) and lower case; the local part stays as given, since only
+// the receiving host may read its case (RFC 5321 2.4). Two addresses that
+// differ in case alone count as one.
 func Addresses(recipients []string) []string {
 	out := make([]string, 0, len(recipients))
 	seen := make(map[string]bool, len(recipients))
 	for _, r := range recipients {
 		if a, err := ParseAddress(r); err == nil {
-			if addr := strings.ToLower(WireAddress(a.Email)); !seen[addr] {
-				seen[addr] = true
-				out = append(out, addr)
+			wire := WireAddress(a.Email)
+			if key := strings.ToLower(wire); !seen[key] {
+				seen[key] = true
+				at := strings.LastIndexByte(wire, '@')
+				out = append(out, wire[:at+1]+strings.ToLower(wire[at+1:]))
 			}
 		}
 	}

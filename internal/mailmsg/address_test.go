@@ -32,6 +32,12 @@ func TestAddressesNameEachOnce(t *testing.T) {
 	if want := "x@xn--bcher-kva.de,y@xn--bcher-kva.de"; strings.Join(got, ",") != want {
 		t.Errorf("Addresses = %q, want %s", got, want)
 	}
+	// The local part keeps its case: only the receiving host may read it
+	// (RFC 5321). The domain is lower case.
+	got = Addresses([]string{"Ann.Smith@Example.ORG", "ann.smith@example.org"})
+	if want := "Ann.Smith@example.org"; strings.Join(got, ",") != want {
+		t.Errorf("Addresses = %q, want %s", got, want)
+	}
 }
 
 func TestWireAddress(t *testing.T) {
