@@ -120,6 +120,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		wg.Go(func() { r.follow(ctx, p, wake) })
 	}
 	backoff := 100 * time.Millisecond
+	var lastLog time.Time
 	for {
 		woke, err := r.wakeOnEvents(ctx)
 		if ctx.Err() != nil {
@@ -128,13 +129,16 @@ func (r *Runner) Run(ctx context.Context) error {
 		if woke {
 			backoff = 100 * time.Millisecond
 		}
-		r.log.Warn("projections: wake-up subscription lost; subscribing again", "err", err, "retry_in", backoff)
+		if time.Since(lastLog) >= failureLogEvery {
+			r.log.Warn("projections: wake-up subscription lost; subscribing again", "err", err, "retry_in", backoff)
+			lastLog = time.Now()
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 10*time.Second)
+		backoff = min(backoff*2, time.Second) // back soon after the database is
 	}
 }
 
@@ -193,20 +197,31 @@ func (r *Runner) follow(ctx context.Context, p Projector, wake <-chan struct{}) 
 	poll := time.NewTicker(time.Second)
 	defer poll.Stop()
 	backoff := 100 * time.Millisecond
+	var failingSince, lastLog time.Time
 	for {
 		if _, err := r.CatchUp(ctx, p); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			r.log.Error("projection failed; retrying", "projection", p.Name(), "err", err, "retry_in", backoff)
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			if time.Since(lastLog) >= failureLogEvery {
+				r.log.Error("projection failed; retrying", "projection", p.Name(), "err", err,
+					"failing_for", time.Since(failingSince).Round(time.Second), "retry_in", backoff)
+				lastLog = time.Now()
+			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(backoff):
 			}
-			backoff = min(backoff*2, 10*time.Second)
+			// No longer than the poll: once the database is back, writes
+			// waiting to be visible must not wait out a long backoff.
+			backoff = min(backoff*2, time.Second)
 			continue
 		}
+		failingSince, lastLog = time.Time{}, time.Time{}
 		backoff = 100 * time.Millisecond
 		select {
 		case <-ctx.Done():
@@ -216,6 +231,9 @@ func (r *Runner) follow(ctx context.Context, p Projector, wake <-chan struct{}) 
 		}
 	}
 }
+
+// failureLogEvery is how often a projector that keeps failing says so.
+const failureLogEvery = 30 * time.Second
 
 // CatchUp applies batches until the projector has seen every visible event,
 // and returns its position.

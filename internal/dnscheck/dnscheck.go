@@ -301,7 +301,8 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 			if canonicalName(v.Mx) == want.value {
 				if int(v.Preference) == want.priority {
 					if preferredOver(resp, owners, v) {
-						// Mail to the name (bounces) goes there first.
+						// Mail to the name (bounces) goes there first, or
+						// half of it, at the same preference (RFC 5321 5.1).
 						return false, "another MX is preferred"
 					}
 					return true, ""
@@ -324,12 +325,13 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 	}
 }
 
-// preferredOver reports whether another host's MX of the same owners has a
-// lower preference value than mx, so that mail goes there first.
+// preferredOver reports whether another host's MX of the same owners has
+// a preference value as low as mx's or lower, so that mail goes there
+// first or shares the load with it.
 func preferredOver(resp *dns.Msg, owners map[string]bool, mx *dns.MX) bool {
 	for _, rr := range resp.Answer {
 		if o, ok := rr.(*dns.MX); ok && owners[strings.ToLower(o.Hdr.Name)] &&
-			o.Preference < mx.Preference && canonicalName(o.Mx) != canonicalName(mx.Mx) {
+			o.Preference <= mx.Preference && canonicalName(o.Mx) != canonicalName(mx.Mx) {
 			return true
 		}
 	}

@@ -294,6 +294,11 @@ func TestMX(t *testing.T) {
 	if r := res.Servers[1].Records[0]; r.Seen || r.Reason != "another MX is preferred" {
 		t.Errorf("B with a preferred MX: seen=%v reason=%q", r.Seen, r.Reason)
 	}
+	// One as preferred takes half the bounces: not seen either.
+	b.Set(mx, dnscheck.Record{Type: "MX", Name: mx.Name, Value: "mx.example.net", Priority: mx.Priority})
+	if r := c.Check(context.Background(), []dnscheck.Record{mx}).Servers[1].Records[0]; r.Seen || r.Reason != "another MX is preferred" {
+		t.Errorf("B with an MX as preferred: seen=%v reason=%q", r.Seen, r.Reason)
+	}
 	// One less preferred (a backup) changes nothing.
 	b.Set(mx, dnscheck.Record{Type: "MX", Name: mx.Name, Value: "mx.example.net", Priority: 20})
 	if r := c.Check(context.Background(), []dnscheck.Record{mx}).Servers[1].Records[0]; !r.Seen {
