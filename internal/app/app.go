@@ -230,13 +230,13 @@ func (a *App) Close() {
 // closeWait bounds how long a close waits for connections in use.
 const closeWait = 5 * time.Second
 
-// closeWithin runs close for at most closeWait. Closing a pool waits for
+// closeWithin runs shut for at most closeWait. Closing a pool waits for
 // the connections still in use, and a query stuck on an unreachable
 // database would hold the exit for ever.
-func closeWithin(log *slog.Logger, what string, close func()) {
+func closeWithin(log *slog.Logger, what string, shut func()) {
 	closed := make(chan struct{}, 1)
 	go func() {
-		close()
+		shut()
 		closed <- struct{}{}
 	}()
 	select {
