@@ -70,7 +70,7 @@ func TestRecordAttemptCountsExhaustedDeliveriesOnTheEndpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := h.svc.RecordAttempt(ctx, st, expected, o, schedule, 0, false, meta)
+		got, _, err := h.svc.RecordAttempt(ctx, st, expected, o, schedule, 0, false, meta)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,5 +108,38 @@ func TestRecordAttemptCountsExhaustedDeliveriesOnTheEndpoint(t *testing.T) {
 	want = []string{"WebhookDeliveryCreated", "WebhookAttemptFailed", "WebhookAttemptFailed"}
 	if got := h.types(t, delivery.Stream(first)); !slices.Equal(got, want) {
 		t.Fatalf("delivery stream %q, want %q", got, want)
+	}
+}
+
+func TestRecordAttemptSaysWhichAttemptDisabledTheEndpoint(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	ep := h.endpoint(t, h.newAccount(t))
+	var ds []commands.NewDelivery
+	for range webhook.DisableAfterExhausted + 1 {
+		ds = append(ds, newDelivery(ep, false))
+	}
+	if _, _, err := h.svc.CreateDeliveries(ctx, ds, meta); err != nil {
+		t.Fatal(err)
+	}
+	code := 500
+	for i, d := range ds {
+		st, expected, err := h.svc.Delivery(ctx, d.DeliveryID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, disabled, err := h.svc.RecordAttempt(ctx, st, expected, delivery.Outcome{ResponseStatus: &code}, nil, 0, false, meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != delivery.Failed {
+			t.Fatalf("delivery %d: %s after its only attempt", i, got.Status)
+		}
+		if want := i == webhook.DisableAfterExhausted-1; disabled != want {
+			t.Errorf("failed delivery %d: disabled %v, want %v", i+1, disabled, want)
+		}
+	}
+	if got, err := h.svc.Webhook(ctx, ep.ID); err != nil || got.Active {
+		t.Fatalf("endpoint after %d failed deliveries: %+v, %v", len(ds), got, err)
 	}
 }

@@ -358,31 +358,34 @@ func (s *Service) Delivery(ctx context.Context, id string) (delivery.State, even
 // endpoint's failure count changes, the endpoint's. An endpoint known
 // clean (no failures counted, by the read model) is not read for a
 // success. If another attempt was recorded meanwhile, nothing is. It
-// returns the delivery's new state.
+// returns the delivery's new state, and whether this attempt disabled the
+// endpoint.
 func (s *Service) RecordAttempt(ctx context.Context, st delivery.State, expected eventstore.ExpectedVersion, o delivery.Outcome,
-	schedule []time.Duration, jitter float64, endpointClean bool, meta Meta) (delivery.State, error) {
+	schedule []time.Duration, jitter float64, endpointClean bool, meta Meta) (delivery.State, bool, error) {
 	for attempt := 1; ; attempt++ {
 		now := s.now()
 		evs := delivery.RecordAttempt(st, o, schedule, jitter, now)
 		if len(evs) == 0 {
-			return st, nil
+			return st, false, nil
 		}
 		final := fold(st, delivery.Evolve, evs)
 		data, err := codec.EncodeAll(evs, meta.metadata())
 		if err != nil {
-			return st, err
+			return st, false, err
 		}
+		disabled := false
 		var parts []eventstore.StreamAppend
 		if final.Status == delivery.Failed || (final.Status == delivery.Delivered && !endpointClean) {
 			ep, epExpected, err := load(ctx, s.store, webhook.Stream(st.Created.EndpointID), webhook.Evolve)
 			if err != nil {
-				return st, err
+				return st, false, err
 			}
 			if epEvs := webhook.RecordOutcome(ep, st.Created.DeliveryID, final.Status == delivery.Delivered, now); len(epEvs) > 0 {
 				epData, err := codec.EncodeAll(epEvs, meta.metadata())
 				if err != nil {
-					return st, err
+					return st, false, err
 				}
+				disabled = ep.Active && !fold(ep, webhook.Evolve, epEvs).Active
 				// The endpoint's part goes first: deciding it again is a
 				// no-op, so a store appending stream by stream can repeat it.
 				parts = append(parts, eventstore.StreamAppend{Stream: webhook.Stream(ep.ID), Expected: epExpected, Events: epData})
@@ -394,17 +397,17 @@ func (s *Service) RecordAttempt(ctx context.Context, st delivery.State, expected
 			time.Sleep(time.Duration(rand.IntN(1000*attempt)) * time.Microsecond)
 			cur, curExpected, err := s.Delivery(ctx, st.Created.DeliveryID)
 			if err != nil {
-				return st, err
+				return st, false, err
 			}
 			if cur.Attempts != st.Attempts || cur.Status != st.Status {
-				return cur, nil // recorded meanwhile
+				return cur, false, nil // recorded meanwhile
 			}
 			st, expected, endpointClean = cur, curExpected, false
 			continue
 		}
 		if err != nil {
-			return st, fmt.Errorf("record attempt of %s: %w", st.Created.DeliveryID, err)
+			return st, false, fmt.Errorf("record attempt of %s: %w", st.Created.DeliveryID, err)
 		}
-		return final, nil
+		return final, disabled, nil
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/logs"
 	"github.com/mailroom/mailroom/internal/mailmsg"
 	"github.com/mailroom/mailroom/internal/outcomes"
 	"github.com/mailroom/mailroom/internal/provider"
@@ -110,7 +111,7 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	atts := st.Attachments()
 	if st.Scanned == nil {
 		var reason, detail string
-		reason, detail, atts, err = p.prepare(ctx, st, checks)
+		reason, detail, atts, err = p.prepare(ctx, st, checks, meta)
 		if errors.Is(err, datakeys.ErrErased) {
 			return nil // erased meanwhile: nothing happens to it any more
 		}
@@ -132,18 +133,19 @@ func (p *Pipeline) fail(ctx context.Context, meta commands.Meta, id, reason, det
 	if err := p.Commands.FailEmail(ctx, id, reason, detail, meta); err != nil {
 		return Transient(err)
 	}
+	p.Outcomes.Fail(reason)
 	return nil
 }
 
 // prepare runs the gateway within the preparation deadline: an email that
 // cannot be prepared in time fails rather than holding a worker for good.
-func (p *Pipeline) prepare(ctx context.Context, st email.State, checks Checks) (reason, detail string, atts []email.Attachment, err error) {
+func (p *Pipeline) prepare(ctx context.Context, st email.State, checks Checks, meta commands.Meta) (reason, detail string, atts []email.Attachment, err error) {
 	limit := cmp.Or(p.Prepare, PrepareDeadline)
 	pctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	reason, detail, atts, err = p.gateway(pctx, st, checks)
+	reason, detail, atts, err = p.gateway(pctx, st, checks, meta)
 	if err != nil && pctx.Err() != nil && ctx.Err() == nil {
-		p.logFailure(st.Queued.EmailID, "preparation deadline passed", err)
+		p.logFailure(meta, st.Queued.EmailID, "preparation deadline passed", err)
 		return email.ReasonAttachmentDownload, fmt.Sprintf("the attachments could not be fetched and scanned within %s", limit), nil, nil
 	}
 	return reason, detail, atts, err
@@ -153,7 +155,7 @@ func (p *Pipeline) prepare(ctx context.Context, st email.State, checks Checks) (
 // domain is known to send: no recipient is suppressed, attachments
 // download, and nothing is blocked by the content scanner. A non-empty
 // reason fails the email; an error means try again.
-func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks) (reason, detail string, atts []email.Attachment, err error) {
+func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, meta commands.Meta) (reason, detail string, atts []email.Attachment, err error) {
 	q := st.Queued
 	// What this pass downloads belongs to the email only once the pass
 	// succeeds: an email that fails keeps none of it, and a retry
@@ -216,7 +218,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks) (
 				return email.ReasonAttachmentsTooLarge, tooLarge, nil, nil
 			}
 			if err != nil {
-				p.logFailure(q.EmailID, "attachment download failed", err, "attachment", i)
+				p.logFailure(meta, q.EmailID, "attachment download failed", err, "attachment", i)
 				return email.ReasonAttachmentDownload, fmt.Sprintf("attachment %d (%s): %s", i, a.Filename, egress.Describe(err)), nil, nil
 			}
 			content = dl.Body
@@ -263,7 +265,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		return err
 	}
 	if err != nil { // the message cannot be rendered: it never leaves
-		p.logFailure(q.EmailID, "rendering failed", err)
+		p.logFailure(meta, q.EmailID, "rendering failed", err)
 		return p.fail(ctx, meta, q.EmailID, email.ReasonRenderingFailed, "the message could not be built from the email's fields")
 	}
 	recipients := mailmsg.Addresses(st.Recipients())
@@ -283,7 +285,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		// the pace (a full mailbox answers 452 for days): the email
 		// fails as on any transient error, so none waits for ever.
 		p.Outcomes.Send("failed", err, p.Now())
-		p.logFailure(q.EmailID, "provider kept throttling the message", err)
+		p.logFailure(meta, q.EmailID, "provider kept throttling the message", err)
 		return p.fail(ctx, meta, q.EmailID, email.ReasonProviderUnavailable,
 			fmt.Sprintf("the provider did not accept the message within %s", p.MaxAge))
 	case provider.IsThrottled(err):
@@ -293,7 +295,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		return err
 	case errors.As(err, &rejected):
 		p.Outcomes.Send("failed", err, p.Now())
-		p.logFailure(q.EmailID, "provider rejected the message", err)
+		p.logFailure(meta, q.EmailID, "provider rejected the message", err)
 		detail := "the provider rejected the message"
 		if rejected.Code != "" {
 			detail += " (" + rejected.Code + ")"
@@ -301,7 +303,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		return p.fail(ctx, meta, q.EmailID, email.ReasonProviderRejected, detail)
 	case err != nil && p.Now().Sub(q.QueuedAt) > p.MaxAge:
 		p.Outcomes.Send("failed", err, p.Now())
-		p.logFailure(q.EmailID, "provider unavailable", err)
+		p.logFailure(meta, q.EmailID, "provider unavailable", err)
 		return p.fail(ctx, meta, q.EmailID, email.ReasonProviderUnavailable,
 			fmt.Sprintf("the provider did not accept the message within %s", p.MaxAge))
 	case err != nil:
@@ -315,10 +317,13 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 	return nil
 }
 
-// logFailure records for operators the error behind a failure detail.
-func (p *Pipeline) logFailure(emailID, msg string, err error, attrs ...any) {
+// logFailure records for operators the error behind a failure detail,
+// with the request the email came from. Error texts of relays, providers
+// and downloads may name recipients or files, which the log would keep
+// after an erasure: they are logged redacted.
+func (p *Pipeline) logFailure(meta commands.Meta, emailID, msg string, err error, attrs ...any) {
 	if p.Log != nil {
-		p.Log.Warn(msg, append([]any{"email_id", emailID, "err", err}, attrs...)...)
+		p.Log.Warn(msg, append([]any{"email_id", emailID, "request_id", meta.RequestID, "err", logs.Redacted(err)}, attrs...)...)
 	}
 }
 

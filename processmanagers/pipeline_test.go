@@ -1,8 +1,10 @@
 package processmanagers_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
@@ -19,6 +23,7 @@ import (
 	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/memory"
+	"github.com/mailroom/mailroom/internal/outcomes"
 	"github.com/mailroom/mailroom/internal/pgtest"
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/provider/sandbox"
@@ -47,9 +52,11 @@ type pipelineRig struct {
 	content  *datakeys.Blobs
 	outbox   *sandbox.Outbox
 
-	checks processmanagers.Checks
-	sender provider.Sender // nil: the outbox
-	now    time.Time
+	checks   processmanagers.Checks
+	sender   provider.Sender // nil: the outbox
+	now      time.Time
+	logs     bytes.Buffer
+	outcomes *outcomes.Recorder
 }
 
 func newPipelineRig(t *testing.T) *pipelineRig {
@@ -69,7 +76,10 @@ func newPipelineRig(t *testing.T) *pipelineRig {
 		t.Fatal(err)
 	}
 	now := func() time.Time { return r.now }
+	r.outcomes = outcomes.New(prometheus.NewRegistry())
 	r.pipeline = &processmanagers.Pipeline{
+		Log:      slog.New(slog.NewJSONHandler(&r.logs, nil)),
+		Outcomes: r.outcomes,
 		Commands: commands.New(commands.Deps{Store: r.store, Now: now, Box: box, Content: r.content}),
 		Content:  r.content,
 		Scanner:  scan.New("", 0),
@@ -268,6 +278,9 @@ func TestPipelineFailsWhatMustNotLeave(t *testing.T) {
 			if f := r.failure(t, id); f == nil || f.Reason != c.reason {
 				t.Fatalf("email stream %q, failure %+v; want failed for %s", r.types(t, id), f, c.reason)
 			}
+			if n := testutil.ToFloat64(r.outcomes.Failures.WithLabelValues(c.reason)); n != 1 {
+				t.Errorf("mailroom_emails_failed_total{reason=%q} = %v, want 1", c.reason, n)
+			}
 			if _, err := os.Stat(r.outbox.Path(id)); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("a failed email reached the provider: %v", err)
 			}
@@ -279,7 +292,7 @@ func TestPipelineOnProviderErrors(t *testing.T) {
 	t.Run("rejected", func(t *testing.T) {
 		r := newPipelineRig(t)
 		r.sender = sendFunc(func(context.Context, provider.Outbound) (string, error) {
-			return "", &provider.RejectedError{Reason: "MessageRejected: relay says no", Code: "MessageRejected"}
+			return "", &provider.RejectedError{Reason: "MessageRejected: RCPT TO:<ann@example.org>: 550 5.1.1 <ann@example.org>: User unknown", Code: "MessageRejected"}
 		})
 		id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
 		if err := r.process(id); err != nil {
@@ -288,6 +301,13 @@ func TestPipelineOnProviderErrors(t *testing.T) {
 		f := r.failure(t, id)
 		if f == nil || f.Reason != email.ReasonProviderRejected || f.Detail != "the provider rejected the message (MessageRejected)" {
 			t.Fatalf("failure %+v", f)
+		}
+		// The log keeps what the provider said for operators, but not
+		// the address, which an erasure could not remove from it.
+		logged := r.logs.String()
+		if !strings.Contains(logged, "provider rejected the message") || !strings.Contains(logged, "User unknown") ||
+			!strings.Contains(logged, id) || strings.Contains(logged, "ann@example.org") {
+			t.Errorf("log:\n%s", logged)
 		}
 	})
 	t.Run("unavailable", func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/internal/logs"
 	"github.com/mailroom/mailroom/internal/provider"
 )
 
@@ -138,12 +139,14 @@ func (w *SendWorker) outcome(ctx context.Context, job *river.Job[SendArgs], err 
 		n := snoozes(job.Metadata) + 1
 		d := w.Retry.Delay(n)
 		if w.Log != nil && n > 1 {
-			w.Log.Warn("email send will be retried", "email_id", job.Args.EmailID, "err", err, "retry_in", d)
+			w.Log.Warn("email send will be retried", "email_id", job.Args.EmailID, "request_id", job.Args.CorrelationID,
+				"err", logs.Redacted(err), "retry_in", d)
 		}
 		return river.JobSnooze(d)
 	}
 	if w.Log != nil {
-		w.Log.Error("email send failed", "email_id", job.Args.EmailID, "attempt", job.Attempt, "err", err)
+		w.Log.Error("email send failed", "email_id", job.Args.EmailID, "request_id", job.Args.CorrelationID,
+			"attempt", job.Attempt, "err", logs.Redacted(err))
 	}
 	return err
 }

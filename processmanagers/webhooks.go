@@ -687,9 +687,17 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 		return err
 	}
 	w.Outcomes.Attempt(o.Succeeded())
-	final, err := w.Commands.RecordAttempt(ctx, st, expected, o, w.Schedule, rand.Float64()*2-1, ep.Clean, a.meta())
+	final, disabled, err := w.Commands.RecordAttempt(ctx, st, expected, o, w.Schedule, rand.Float64()*2-1, ep.Clean, a.meta())
 	if err != nil {
 		return err
+	}
+	if w.Log != nil && final.Status == delivery.Failed {
+		w.Log.Info("webhook delivery failed; no attempt left", "account_id", a.AccountID, "endpoint_id", a.EndpointID,
+			"delivery_id", a.DeliveryID, "attempts", final.Attempts, "err", o.Error)
+	}
+	if w.Log != nil && disabled {
+		w.Log.Warn("webhook endpoint disabled after consecutive failed deliveries", "account_id", a.AccountID,
+			"endpoint_id", a.EndpointID, "failed_deliveries", webhook.DisableAfterExhausted)
 	}
 	if final.Status != delivery.Pending || final.Attempts != a.Attempt {
 		return nil

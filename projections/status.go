@@ -17,7 +17,7 @@ type Status struct {
 	Name        string              `json:"name"`
 	Version     int                 `json:"version"`
 	Position    eventstore.Position `json:"position"`
-	Lag         int64               `json:"lag"` // events not yet applied; -1 when the store cannot count
+	Lag         int64               `json:"lag"` // events not yet applied, up to the bound asked; -1 when the store cannot count
 	UpdatedAt   apitime.Time        `json:"updated_at"`
 	Failing     *Failure            `json:"failing"`     // nil unless its last batch failed
 	Quarantined []Quarantine        `json:"quarantined"` // streams it passes over
@@ -30,6 +30,14 @@ type Failure struct {
 	Since    apitime.Time `json:"since"`
 	Attempts int          `json:"attempts"` // failed batches in a row, across processes
 }
+
+// Lag bounds: a count costs a walk of the position index (PostgreSQL) or a
+// read of the events (EventStoreDB) up to its bound, so each reader asks
+// for no more than it shows.
+const (
+	MetricsLagCap  = 10_000    // /metrics, scraped every few seconds
+	OperatorLagCap = 1_000_000 // `projections status`, run by hand
+)
 
 // Status reports every projector's checkpoint, lag, failure and quarantined
 // streams. With lagCap > 0 the lag is counted no further than lagCap, which

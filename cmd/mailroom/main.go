@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -18,6 +17,7 @@ import (
 	"github.com/mailroom/mailroom/internal/app"
 	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/database"
+	"github.com/mailroom/mailroom/internal/logs"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -70,15 +70,7 @@ func root() *cobra.Command {
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		level = slog.LevelInfo
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	if strings.EqualFold(cfg.LogFormat, "json") {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return logs.New(w, cfg.LogFormat, cfg.LogLevel)
 }
 
 // openTool opens the app for an operator command: quiet logs unless asked,

@@ -27,7 +27,7 @@ func projectionsCmd(cfg *config.Config) *cobra.Command {
 		Short: "Show each projection's position and lag, a failing projection, and quarantined streams",
 		Args:  cobra.NoArgs,
 		RunE: withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
-			st, err := a.Runner.Status(cmd.Context(), 0)
+			st, err := a.Runner.Status(cmd.Context(), projections.OperatorLagCap)
 			if err != nil {
 				return err
 			}

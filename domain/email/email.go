@@ -43,6 +43,10 @@ const (
 	ReasonAttachmentsTooLarge = "attachments_too_large"
 )
 
+// Reasons lists every failure reason.
+var Reasons = []string{ReasonBlockedAttachment, ReasonMalware, ReasonAttachmentDownload, ReasonSuppressed, ReasonDomainRemoved,
+	ReasonProviderRejected, ReasonProviderUnavailable, ReasonRenderingFailed, ReasonAttachmentsTooLarge}
+
 // IDTag is the tag that carries an email's id to a provider beside the
 // message (an SES message tag), so that its feedback finds the email: no
 // email's own tags may use the name.

@@ -289,7 +289,7 @@ func (a *App) OpsHandler() http.Handler { return a.healthServer(true) }
 func (a *App) healthServer(operator bool) *echo.Echo {
 	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics, NoMetricsRoute: !operator,
 		TrustedProxies: a.proxies, MaxInflightBytes: a.Config.MaxInflightBytes})
-	httpserver.Health(e, a.Ready, operator)
+	httpserver.Health(e, a.Ready, operator, a.Log)
 	return e
 }
 

@@ -95,7 +95,7 @@ func (c *projectionCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *projectionCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := c.runner.Status(ctx, 0)
+	st, err := c.runner.Status(ctx, projections.MetricsLagCap)
 	if err != nil {
 		for _, d := range []*prometheus.Desc{c.lag, c.quarantined, c.failing} {
 			ch <- prometheus.NewInvalidMetric(d, err)

@@ -166,6 +166,7 @@ func (a *Authenticator) APIKeys() echo.MiddlewareFunc {
 			}
 			a.touch(p)
 			c.Set(principalKey, p)
+			httpserver.AddLogAttrs(c, slog.String("account_id", p.AccountID), slog.String("credential", p.Actor()))
 			return next(c)
 		}
 	}
@@ -199,6 +200,7 @@ func (a *Authenticator) Tokens() echo.MiddlewareFunc {
 			}
 			a.touch(p)
 			c.Set(principalKey, p)
+			httpserver.AddLogAttrs(c, slog.String("account_id", p.AccountID), slog.String("credential", p.Actor()))
 			return next(c)
 		}
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"log/slog"
 	"math"
 	"net/http"
 	"slices"
@@ -42,6 +43,7 @@ func (h handlers) sendEmail(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	httpserver.AddLogAttrs(c, slog.String("email_id", acc.ID))
 	return c.JSON(http.StatusAccepted, acceptedEmail{
 		ID: acc.ID, Status: "queued", CreatedAt: apitime.Of(acc.CreatedAt),
 		Recipients: acc.Recipients, Attachments: acc.Attachments,

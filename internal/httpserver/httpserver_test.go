@@ -306,7 +306,8 @@ func TestHealth(t *testing.T) {
 		}
 		return notes, notReady
 	}
-	s := newServer(t, func(e *echo.Echo) { Health(e, ready, true) })
+	healthLog := &syncBuffer{}
+	s := newServer(t, func(e *echo.Echo) { Health(e, ready, true, slog.New(slog.NewJSONHandler(healthLog, nil))) })
 	if res := s.get(t, "/healthz"); res.status != 200 || strings.TrimSpace(string(res.body)) != `{"status":"ok"}` {
 		t.Errorf("healthz: %d %s", res.status, res.body)
 	}
@@ -323,11 +324,27 @@ func TestHealth(t *testing.T) {
 	if res.status != 503 || p.Code != "not_ready" || p.Detail != notReady.Error() {
 		t.Errorf("readyz not ready: %d %+v", res.status, p)
 	}
+	// Probes come every few seconds: the log says when readiness changes,
+	// not on every probe, and a not-ready answer is no failed request.
+	s.get(t, "/readyz")
+	notReady = nil
+	s.get(t, "/readyz")
+	s.get(t, "/readyz")
+	if n := strings.Count(healthLog.String(), `"msg":"not ready"`); n != 1 || !strings.Contains(healthLog.String(), "120 events behind") {
+		t.Errorf("%d lines say not ready, want 1 with the reason:\n%s", n, healthLog.String())
+	}
+	if n := strings.Count(healthLog.String(), `"msg":"ready again"`); n != 1 {
+		t.Errorf("%d lines say ready again, want 1:\n%s", n, healthLog.String())
+	}
+	if strings.Contains(s.logs.String(), "request failed") {
+		t.Errorf("a not-ready probe was logged as a failed request:\n%s", s.logs.String())
+	}
+	notReady = errors.New("projections catching up: 120 events behind")
 
 	// Without detail (a public listener beside an operator one), /readyz
 	// says ready or not and nothing else.
 	public := New(Options{Logger: slog.New(slog.DiscardHandler), Metrics: NewMetrics(), NoMetricsRoute: true})
-	Health(public, ready, false)
+	Health(public, ready, false, nil)
 	if res := serve(public, "GET", "/readyz"); res.Code != 503 || strings.Contains(res.Body.String(), "120 events") {
 		t.Errorf("public readyz not ready: %d %s", res.Code, res.Body)
 	}
@@ -341,7 +358,7 @@ func TestHealth(t *testing.T) {
 
 	// A nil readiness func is always ready.
 	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
-	Health(e, nil, true)
+	Health(e, nil, true, nil)
 	if res := serve(e, "GET", "/readyz"); res.Code != 200 {
 		t.Errorf("nil ready: %d", res.Code)
 	}
@@ -353,8 +370,12 @@ func TestHealth(t *testing.T) {
 
 func TestRequestLogger(t *testing.T) {
 	s := newServer(t, func(e *echo.Echo) {
-		Health(e, nil, true)
-		e.GET("/v1/emails/:id", func(c echo.Context) error { return c.String(200, "hello") })
+		Health(e, nil, true, nil)
+		e.GET("/v1/emails/:id", func(c echo.Context) error {
+			AddLogAttrs(c, slog.String("account_id", "acc_1"))
+			AddLogAttrs(c, slog.String("email_id", c.Param("id")))
+			return c.String(200, "hello")
+		})
 		e.POST("/v1/emails/send", func(c echo.Context) error { return Validation(FieldError{"to", "required"}) })
 	})
 	ok := s.do(t, "GET", "/v1/emails/em_123", nil, map[string]string{HeaderRequestID: "log-test-1"})
@@ -379,15 +400,16 @@ func TestRequestLogger(t *testing.T) {
 	}
 	l := reqLines[0]
 	if l["level"] != "INFO" || l["method"] != "GET" || l["route"] != "/v1/emails/:id" || l["status"] != float64(200) ||
-		l["client_request_id"] != "log-test-1" || !strings.HasPrefix(fmt.Sprint(l["request_id"]), "req_") || l["bytes"] != float64(5) {
+		l["client_request_id"] != "log-test-1" || !strings.HasPrefix(fmt.Sprint(l["request_id"]), "req_") || l["bytes"] != float64(5) ||
+		l["client_ip"] != "127.0.0.1" || l["account_id"] != "acc_1" || l["email_id"] != "em_123" {
 		t.Errorf("log line = %v", l)
 	}
 	if _, ok := l["duration_ms"].(float64); !ok {
 		t.Errorf("duration_ms missing: %v", l)
 	}
 	// The error status is what gets logged, not the default 200.
-	if reqLines[1]["status"] != float64(422) {
-		t.Errorf("error request logged as %v", reqLines[1]["status"])
+	if reqLines[1]["status"] != float64(422) || reqLines[1]["email_id"] != nil {
+		t.Errorf("error request logged as %v", reqLines[1])
 	}
 }
 

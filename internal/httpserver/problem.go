@@ -176,7 +176,7 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		}
 
 		p := toProblem(err)
-		if p.Status >= 500 {
+		if p.Status >= 500 && p.Code != "not_ready" { // readiness logs its own changes
 			attrs := append(ids, slog.String("method", c.Request().Method), slog.String("route", c.Path()), slog.Any("error", err))
 			var pe *PanicError
 			if errors.As(err, &pe) {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -151,8 +152,13 @@ type ReadyFunc func(ctx context.Context) (notes map[string]any, err error)
 // it is not ready (the error text, which readiness checks keep free of
 // secrets) and adds the notes to a 200; without (a public listener beside an
 // operator one), it says only ready or not ready. A nil ready is always
-// ready.
-func Health(e *echo.Echo, ready ReadyFunc, detail bool) {
+// ready. Probes come every few seconds, so log gets a line when readiness
+// changes, not one per probe.
+func Health(e *echo.Echo, ready ReadyFunc, detail bool, log *slog.Logger) {
+	if log == nil {
+		log = slog.Default()
+	}
+	var notReady atomic.Bool
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -163,10 +169,16 @@ func Health(e *echo.Echo, ready ReadyFunc, detail bool) {
 			defer cancel()
 			notes, err := ready(ctx)
 			if err != nil {
+				if !notReady.Swap(true) {
+					log.Warn("not ready", "reason", err.Error())
+				}
 				if !detail {
 					return NewProblem(http.StatusServiceUnavailable, "not_ready", "the service is not ready")
 				}
 				return NewProblem(http.StatusServiceUnavailable, "not_ready", err.Error())
+			}
+			if notReady.Swap(false) {
+				log.Info("ready again")
 			}
 			if detail {
 				for k, v := range notes {

@@ -53,7 +53,7 @@ func closedByServer(t *testing.T, conn net.Conn, r *bufio.Reader) {
 
 func TestIdleConnectionIsClosed(t *testing.T) {
 	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
-	Health(e, nil, true)
+	Health(e, nil, true, nil)
 	srv := startWith(t, e, Timeouts{Idle: 300 * time.Millisecond})
 	conn, r := dial(t, srv)
 

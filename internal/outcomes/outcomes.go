@@ -8,12 +8,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/logs"
 )
 
-// Recorder counts sends and webhook attempts by outcome, and tracks a run
-// of provider failures. A nil Recorder records nothing.
+// Recorder counts sends, failed emails and webhook attempts by outcome, and
+// tracks a run of provider failures. A nil Recorder records nothing.
 type Recorder struct {
 	Sends    *prometheus.CounterVec // mailroom_emails_sent_total{outcome}
+	Failures *prometheus.CounterVec // mailroom_emails_failed_total{reason}
 	Attempts *prometheus.CounterVec // mailroom_webhook_attempts_total{outcome}
 
 	mu          sync.Mutex
@@ -26,14 +30,19 @@ type Recorder struct {
 func New(reg prometheus.Registerer) *Recorder {
 	o := &Recorder{
 		Sends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_emails_sent_total",
-			Help: "Emails handed to the provider or failed, by outcome (sent, failed, retrying, throttled)."}, []string{"outcome"}),
+			Help: "Emails offered to the provider, by outcome (sent; failed: rejected, or not accepted in time; retrying; throttled)."}, []string{"outcome"}),
+		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_emails_failed_total",
+			Help: "Emails that failed, for whatever reason, by the reason their email.failed event gives."}, []string{"reason"}),
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_webhook_attempts_total",
 			Help: "Webhook delivery attempts, by outcome (success, failure)."}, []string{"outcome"}),
 	}
-	reg.MustRegister(o.Sends, o.Attempts)
+	reg.MustRegister(o.Sends, o.Failures, o.Attempts)
 	// Every series exists from the start, so an alert on it sees 0, not nothing.
 	for _, outcome := range []string{"sent", "failed", "retrying", "throttled"} {
 		o.Sends.WithLabelValues(outcome)
+	}
+	for _, reason := range email.Reasons {
+		o.Failures.WithLabelValues(reason)
 	}
 	for _, outcome := range []string{"success", "failure"} {
 		o.Attempts.WithLabelValues(outcome)
@@ -58,7 +67,15 @@ func (o *Recorder) Send(outcome string, err error, now time.Time) {
 		o.since = now
 	}
 	o.failing++
-	o.lastFailure = err.Error()
+	o.lastFailure = logs.Redacted(err) // readiness shows it, and the log keeps it
+}
+
+// Fail records an email that failed, with its reason.
+func (o *Recorder) Fail(reason string) {
+	if o == nil {
+		return
+	}
+	o.Failures.WithLabelValues(reason).Inc()
 }
 
 // Attempt records a webhook delivery attempt.

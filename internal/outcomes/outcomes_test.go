@@ -38,6 +38,7 @@ func TestFiveFailuresInARowMakeTheProviderFailingUntilASendGoesOut(t *testing.T)
 func TestANilRecorderRecordsNothing(t *testing.T) {
 	var r *outcomes.Recorder
 	r.Send("sent", nil, time.Now())
+	r.Fail("suppressed")
 	r.Attempt(true)
 }
 
@@ -46,7 +47,18 @@ func TestANilRecorderRecordsNothing(t *testing.T) {
 func TestEveryOutcomeIsExportedFromTheStart(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	outcomes.New(reg)
-	want := `# HELP mailroom_emails_sent_total Emails handed to the provider or failed, by outcome (sent, failed, retrying, throttled).
+	want := `# HELP mailroom_emails_failed_total Emails that failed, for whatever reason, by the reason their email.failed event gives.
+# TYPE mailroom_emails_failed_total counter
+mailroom_emails_failed_total{reason="attachment_download_failed"} 0
+mailroom_emails_failed_total{reason="attachments_too_large"} 0
+mailroom_emails_failed_total{reason="blocked_attachment_type"} 0
+mailroom_emails_failed_total{reason="domain_removed"} 0
+mailroom_emails_failed_total{reason="malware_detected"} 0
+mailroom_emails_failed_total{reason="provider_rejected"} 0
+mailroom_emails_failed_total{reason="provider_unavailable"} 0
+mailroom_emails_failed_total{reason="rendering_failed"} 0
+mailroom_emails_failed_total{reason="suppressed"} 0
+# HELP mailroom_emails_sent_total Emails offered to the provider, by outcome (sent; failed: rejected, or not accepted in time; retrying; throttled).
 # TYPE mailroom_emails_sent_total counter
 mailroom_emails_sent_total{outcome="failed"} 0
 mailroom_emails_sent_total{outcome="retrying"} 0

@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 	t.Run("AppendMany", func(t *testing.T) { testAppendMany(t, newStore(t)) })
 	t.Run("AppendManyConflict", func(t *testing.T) { testAppendManyConflict(t, newStore(t)) })
 	t.Run("AppendManyRefusesBadParts", func(t *testing.T) { testAppendManyRefusesBadParts(t, newStore(t)) })
+	t.Run("CountAfterUpToABound", func(t *testing.T) { testCountAfter(t, newStore(t)) })
 }
 
 // ---- helpers ----
@@ -418,6 +419,49 @@ func testReadAllPaging(t *testing.T, s eventstore.Store) {
 				t.Fatalf("%s@%d: stream read position %s, $all position %s", st, e.StreamRevision, e.Position, byID[e.ID])
 			}
 		}
+	}
+}
+
+// testCountAfter holds for a shared log: other writers only add events.
+func testCountAfter(t *testing.T, s eventstore.Store) {
+	c, ok := s.(eventstore.Counter)
+	if !ok {
+		t.Fatalf("%T cannot count events: projection lag and readiness need it", s)
+	}
+	ctx := testContext(t)
+	cat := category(t)
+	marker := mustAppend(t, s, cat+"-marker", eventstore.Any, event("Marker", `{}`))
+	for i := range 10 {
+		mustAppend(t, s, fmt.Sprintf("%s-%d", cat, i%3), eventstore.Any, event("Counted", fmt.Sprintf(`{"i":%d}`, i)))
+	}
+	own := readAllOwn(t, s, marker.Position, cat, 10, 1000)
+	count := func(from eventstore.Position, limit int64) int64 {
+		t.Helper()
+		n, err := c.CountAfter(ctx, from, limit)
+		if err != nil {
+			t.Fatalf("CountAfter(%s, %d): %v", from, limit, err)
+		}
+		return n
+	}
+	if n := count(marker.Position, 10); n != 10 {
+		t.Errorf("after the marker, bound 10: %d", n)
+	}
+	if n := count(own[4].Position, 3); n != 3 {
+		t.Errorf("after the 5th event, bound 3: %d", n)
+	}
+	if n := count(marker.Position, 1000); n < 10 {
+		t.Errorf("after the marker: %d, want at least the 10 written", n)
+	}
+	last := count(own[9].Position, 1000)
+	if before := count(own[8].Position, 1000); before < last+1 {
+		t.Errorf("after the last event %d, after the one before it %d", last, before)
+	}
+	switch n, err := c.CountAfter(ctx, marker.Position, 0); {
+	case errors.Is(err, errors.ErrUnsupported): // a store that must read what it counts needs a bound
+	case err != nil:
+		t.Fatal(err)
+	case n < 10:
+		t.Errorf("unbounded count after the marker: %d", n)
 	}
 }
 

@@ -504,16 +504,41 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, max 
 }
 
 // ReadAll returns up to max non-system events positioned strictly after
-// from. The server reads $all inclusively and has no filter on plain reads,
-// so the event at from and system events are skipped here.
+// from.
 func (s *Store) ReadAll(ctx context.Context, from eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
 	if max <= 0 {
 		return nil, fmt.Errorf("eventstore/esdb: read $all: max must be positive, got %d", max)
 	}
 	var out []eventstore.RecordedEvent
+	err := s.walkAll(ctx, from, max, func(e *esdb.RecordedEvent) { out = append(out, recorded(e)) })
+	return out, err
+}
+
+var _ eventstore.Counter = (*Store)(nil)
+
+// CountAfter counts the non-system events positioned after from, up to
+// limit. The server keeps no count, so the events are read (and dropped):
+// a count costs as much as reading as many events, which is why it needs a
+// bound. Lag and readiness give one; without one (limit <= 0) it is
+// errors.ErrUnsupported, and a rebuild's progress has no total.
+func (s *Store) CountAfter(ctx context.Context, from eventstore.Position, limit int64) (int64, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("eventstore/esdb: counting the whole log means reading it: %w", errors.ErrUnsupported)
+	}
+	var n int64
+	err := s.walkAll(ctx, from, int(min(limit, math.MaxInt32)), func(*esdb.RecordedEvent) { n++ })
+	return n, err
+}
+
+// walkAll calls take for up to max non-system events positioned strictly
+// after from, in order. The server reads $all inclusively and has no
+// filter on plain reads, so the event at from and system events are
+// skipped here.
+func (s *Store) walkAll(ctx context.Context, from eventstore.Position, max int, take func(*esdb.RecordedEvent)) error {
+	taken := 0
 	pos, atStart := from, from == eventstore.Start
-	for len(out) < max {
-		page := min(max-len(out)+1, readPage) // +1: the event at pos comes back too
+	for taken < max {
+		page := min(max-taken+1, readPage) // +1: the event at pos comes back too
 		var start esdb.AllPosition = esdb.Position{Commit: pos.Commit, Prepare: pos.Prepare}
 		if atStart {
 			start = esdb.Start{}
@@ -539,7 +564,7 @@ func (s *Store) ReadAll(ctx context.Context, from eventstore.Position, max int) 
 			}
 		})
 		if err != nil {
-			return nil, fmt.Errorf("eventstore/esdb: read $all from %s: %w", pos, err)
+			return fmt.Errorf("eventstore/esdb: read $all from %s: %w", pos, err)
 		}
 		for _, e := range evs {
 			p := position(e.Position)
@@ -550,8 +575,8 @@ func (s *Store) ReadAll(ctx context.Context, from eventstore.Position, max int) 
 			if isSystem(e) {
 				continue
 			}
-			out = append(out, recorded(e))
-			if len(out) == max {
+			take(e)
+			if taken++; taken == max {
 				break
 			}
 		}
@@ -559,7 +584,7 @@ func (s *Store) ReadAll(ctx context.Context, from eventstore.Position, max int) 
 			break // end of the log
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // permanent reports an error that retrying will not cure.

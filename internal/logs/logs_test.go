@@ -1,0 +1,106 @@
+package logs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// lines decodes the JSON lines written so far.
+func lines(t *testing.T, b *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func TestRepeatedWarningsAreFoldedPerWindow(t *testing.T) {
+	var b bytes.Buffer
+	h := Fold(slog.NewJSONHandler(&b, nil), 30*time.Second).WithAttrs([]slog.Attr{slog.String("worker", "sweep")})
+	t0 := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	log := func(at time.Duration, level slog.Level, msg string, attrs ...slog.Attr) {
+		r := slog.NewRecord(t0.Add(at), level, msg, 0)
+		r.AddAttrs(attrs...)
+		if err := h.Handle(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := func(port string) slog.Attr {
+		return slog.Any("err", errors.New("dial 127.0.0.1:"+port+": connection refused"))
+	}
+	for i := range 20 { // a retry a second, each error worded a little differently
+		log(time.Duration(i)*time.Second, slog.LevelWarn, "lock lost", refused(string(rune('a'+i))))
+	}
+	log(5*time.Second, slog.LevelWarn, "send retried", slog.String("email_id", "e1"))
+	log(6*time.Second, slog.LevelWarn, "send retried", slog.String("email_id", "e2"))
+	log(7*time.Second, slog.LevelInfo, "lock lost")
+	log(31*time.Second, slog.LevelWarn, "lock lost", refused("x"))
+
+	got := lines(t, &b)
+	var summary []string
+	for _, l := range got {
+		s := l["level"].(string) + " " + l["msg"].(string)
+		if id, ok := l["email_id"]; ok {
+			s += " " + id.(string)
+		}
+		if n, ok := l["repeated"]; ok {
+			s += fmt.Sprint(" repeated=", n)
+		}
+		if l["worker"] != "sweep" {
+			t.Errorf("line lost the logger's attributes: %v", l)
+		}
+		summary = append(summary, s)
+	}
+	want := []string{
+		"WARN lock lost",
+		"WARN send retried e1",
+		"WARN send retried e2",
+		"INFO lock lost",
+		"WARN lock lost repeated=19",
+	}
+	if strings.Join(summary, "\n") != strings.Join(want, "\n") {
+		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(summary, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestDurationsAreText(t *testing.T) {
+	var b bytes.Buffer
+	New(&b, "json", "info").Info("retry", "retry_in", 1500*time.Millisecond)
+	if l := lines(t, &b); len(l) != 1 || l[0]["retry_in"] != "1.5s" {
+		t.Errorf("got %s", b.String())
+	}
+}
+
+func TestRedactedKeepsNoAddressOrURLPath(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"RCPT TO:<secret.bcc@example.org>: relay replied 550 5.1.1 <secret.bcc@example.org>: User unknown",
+			"RCPT TO:<<address>>: relay replied 550 5.1.1 <<address>>: User unknown"},
+		{`Get "https://files.example.com/ann/report-ann.pdf?sig=abc": dial tcp: connection refused`,
+			`Get "https://files.example.com/…": dial tcp: connection refused`},
+		{"Email address is not verified. The following identities failed the check in region EU-WEST-1: Ann Smith <ann@example.com>, bob@exämple.org",
+			"Email address is not verified. The following identities failed the check in region EU-WEST-1: Ann Smith <<address>>, <address>"},
+		{"450 4.2.0 mailbox busy", "450 4.2.0 mailbox busy"},
+	} {
+		if got := Redacted(errors.New(c.in)); got != c.want {
+			t.Errorf("Redacted(%q)\n = %q\nwant %q", c.in, got, c.want)
+		}
+	}
+	if Redacted(nil) != "" {
+		t.Error("nil error has text")
+	}
+}
