@@ -166,10 +166,14 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 	var keyOpts []datakeys.Option
 	if _, inDatabase := store.(*postgres.Store); inDatabase {
 		keyOpts = append(keyOpts, datakeys.SharesLog())
+		if err := postgres.CheckWrittenHere(ctx, pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	keys := datakeys.New(pool, box, keyOpts...)
 	a := &App{Config: cfg, Log: log, Pool: pool, Ledger: store, Keys: keys, AddressKeys: addressKeys, Box: box,
-		Store: meter(sealed.New(store, keys), metrics.Registry()), Now: time.Now, Metrics: metrics}
+		Store: meter(sealed.New(store, keys), metrics.Registry()), Now: now, Metrics: metrics}
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
 	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All(addressKeys)...)
 	metrics.Registry().MustRegister(newProjectionCollector(a.Runner), newStuckCollector(pool))
@@ -674,3 +678,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	}
 	return g.Wait()
 }
+
+// now is the clock of what the app records: in UTC, so that the times in
+// events, messages and answers read alike whatever the process's zone.
+func now() time.Time { return time.Now().UTC() }
