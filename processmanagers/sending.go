@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"golang.org/x/sync/semaphore"
 
+	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/jobs"
@@ -83,6 +85,13 @@ type SendWorker struct {
 	river.WorkerDefaults[SendArgs]
 	Pipeline *Pipeline
 	Accounts *AccountSlots
+	// Memory bounds the attachment bytes of the emails this process
+	// prepares and sends at once (nil: no bound). Each is held whole,
+	// several times over (downloaded, sealed, rendered in base64), so a
+	// burst of large emails would otherwise take gigabytes.
+	Memory *semaphore.Weighted
+	// MemoryBytes is Memory's size: an email larger than it takes it all.
+	MemoryBytes int64
 	// Retry is the wait before a transient failure is tried again.
 	Retry jobs.Backoff
 	Log   *slog.Logger
@@ -113,7 +122,30 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 		}
 		defer w.Accounts.Release(st.Queued.AccountID)
 	}
+	if w.Memory != nil && st.Exists() {
+		n := min(MemoryWeight(st), w.MemoryBytes)
+		if !w.Memory.TryAcquire(n) {
+			return river.JobSnooze(overCapWait())
+		}
+		defer w.Memory.Release(n)
+	}
 	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, ver, pos, pipelineMeta.Following(job.Args.EventID, job.Args.CorrelationID)))
+}
+
+// MemoryWeight is what an email counts against SendWorker.Memory: its
+// attachments' bytes, an attachment still to be downloaded at the most it
+// may be, and 64 KiB for the rest, so that small emails still go out while
+// large ones hold most of the bound.
+func MemoryWeight(st email.State) int64 {
+	n := int64(64 << 10)
+	for _, a := range st.Attachments() {
+		if a.Path != "" && a.Digest == "" {
+			n += commands.MaxAttachmentBytes / 4 * 3
+		} else {
+			n += a.SizeBytes
+		}
+	}
+	return n
 }
 
 // overCapWait is how long a job of an account that has its share in flight

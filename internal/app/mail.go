@@ -7,6 +7,8 @@ import (
 	"net"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/dkimkey"
@@ -87,12 +89,16 @@ func (a *App) sendWorker(limit *ratelimit.Limiter) *processmanagers.SendWorker {
 	if limit != nil {
 		p.Sender = ratelimit.Sender{Next: p.Sender, Limiter: limit}
 	}
-	return &processmanagers.SendWorker{
+	w := &processmanagers.SendWorker{
 		Pipeline: p,
 		Accounts: processmanagers.NewAccountSlots(a.Config.AccountConcurrency),
 		Retry:    jobs.Backoff{Min: 100 * time.Millisecond, Max: time.Minute},
 		Log:      a.Log,
 	}
+	if n := a.Config.MaxSendingBytes; n > 0 {
+		w.Memory, w.MemoryBytes = semaphore.NewWeighted(n), n
+	}
+	return w
 }
 
 // rateLimit is the provider's maximum send rate shared by every worker

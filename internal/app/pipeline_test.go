@@ -17,10 +17,12 @@ import (
 	gosmtp "github.com/emersion/go-smtp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/pgtest"
 	"github.com/mailroom/mailroom/internal/provider/smtp/smtptest"
+	"github.com/mailroom/mailroom/processmanagers"
 )
 
 // relayCounts is how many times each email reached the relays.
@@ -385,6 +387,64 @@ func TestSlowAttachmentsDelayNoOtherAccount(t *testing.T) {
 		if e := w.Do("GET", "/v1/emails/"+id, w.key, nil).JSON(t); e["status"] == "delivered" || e["status"] == "sent" {
 			t.Fatalf("slow email %s already %s", id, e["status"])
 		}
+	}
+}
+
+// A worker holds attachments of at most MAILROOM_MAX_SENDING_BYTES at once:
+// emails with a download to come count at the largest it may be, so with
+// room for two, two download at a time, while emails without attachments
+// still go out.
+func TestWorkerHoldsNoMoreAttachmentBytesThanItsBound(t *testing.T) {
+	stop := make(chan struct{})
+	var downloading, most atomic.Int32
+	trickle := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		n := downloading.Add(1)
+		defer downloading.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		rw.Header().Set("Content-Type", "application/octet-stream")
+		for {
+			if _, err := rw.Write([]byte("x")); err != nil {
+				return
+			}
+			rw.(http.Flusher).Flush()
+			select {
+			case <-stop:
+				return
+			case <-r.Context().Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}))
+	defer trickle.Close()
+	defer close(stop)
+
+	download := processmanagers.MemoryWeight(email.State{Queued: &email.Queued{Attachments: []email.Attachment{{Path: "x"}}}})
+	w := newSendWorld(t, func(c *config.Config) {
+		c.ProviderConcurrency, c.AccountConcurrency = 8, 0
+		c.MaxSendingBytes = 2*download + 4<<20
+	})
+	for i := range 4 {
+		w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "large", "text": "t",
+			"attachments": []map[string]any{{"path": fmt.Sprintf("%s/files/large-%d.bin", trickle.URL, i)}}})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for downloading.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d downloads started", downloading.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var small []string
+	for range 3 {
+		small = append(small, w.send(t, map[string]any{"from": "a@acme.test", "to": "y@example.org", "subject": "small", "text": "t"})["id"].(string))
+	}
+	for _, id := range small {
+		w.waitFor(t, id, status("delivered"))
+	}
+	if n := most.Load(); n != 2 {
+		t.Fatalf("%d downloads at once, want 2", n)
 	}
 }
 

@@ -76,7 +76,10 @@ type Config struct {
 	// AccountConcurrency is the most emails of one account being prepared
 	// or sent at once per worker process.
 	AccountConcurrency int
-	WebhookRetries     string
+	// MaxSendingBytes bounds the attachment bytes of the emails a worker
+	// process prepares and sends at once.
+	MaxSendingBytes int64
+	WebhookRetries  string
 	// WebhookConcurrency bounds webhook attempts in flight per worker
 	// process; WebhookAccountConcurrency bounds one account's.
 	WebhookConcurrency        int
@@ -145,6 +148,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	c.integer(fs, &c.ProviderConcurrency, "provider-concurrency", "MAILROOM_PROVIDER_CONCURRENCY", 128, "messages in flight to the provider per worker process (emails being prepared or sent)")
 	c.float(fs, &c.ProviderMaxRate, "provider-max-rate", "MAILROOM_PROVIDER_MAX_RATE", 0, "messages per second sent by all worker processes together; 0: the provider's own (SES: the account's maximum send rate; sandbox and smtp: unlimited)")
 	c.integer(fs, &c.AccountConcurrency, "account-concurrency", "MAILROOM_ACCOUNT_CONCURRENCY", 96, "emails of one account being prepared or sent at once per worker process, so one account cannot take every slot (0: no cap); at or above provider-concurrency it caps nothing")
+	c.int64Flag(fs, &c.MaxSendingBytes, "max-sending-bytes", "MAILROOM_MAX_SENDING_BYTES", 96<<20, "attachment bytes of the emails one worker process prepares and sends at once, each held about three times over (each email counts its attachments, a download still to come at its most, plus 64 KiB); 0 disables")
 	str(fs, &c.WebhookRetries, "webhook-retry-schedule", "MAILROOM_WEBHOOK_RETRY_SCHEDULE", "30s,2m,10m,30m,1h30m,3h", "waits before each webhook retry (comma-separated Go durations)")
 	c.integer(fs, &c.WebhookConcurrency, "webhook-concurrency", "MAILROOM_WEBHOOK_CONCURRENCY", 128, "webhook attempts in flight per worker process")
 	c.integer(fs, &c.WebhookAccountConcurrency, "webhook-account-concurrency", "MAILROOM_WEBHOOK_ACCOUNT_CONCURRENCY", 16, "webhook attempts of one account in flight per worker process, so one account's slow endpoints cannot hold the others' up")
@@ -193,6 +197,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AccountConcurrency < 0 {
 		return errors.New("account-concurrency must not be negative")
+	}
+	if c.MaxSendingBytes < 0 {
+		return errors.New("max-sending-bytes must not be negative")
 	}
 	if c.Environment == "production" && (c.EgressAllowCIDRs != "" || c.WebhookAllowHTTP || c.EgressResolver != "") {
 		return errors.New("egress-allow-cidrs, egress-resolver and webhook-allow-http are for development only")

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -74,7 +73,12 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 	if body == nil {
 		return nil, BadRequest("invalid_json", "the request body is empty; expected a JSON document")
 	}
-	data, err := io.ReadAll(body)
+	// Read into one buffer of the declared size (BodyLimit has checked
+	// it): growing one to the largest body would leave as much again as
+	// garbage.
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(c.Request().ContentLength, 0), 64<<20)+1))
+	_, err := buf.ReadFrom(body)
+	data := buf.Bytes()
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -89,6 +93,9 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 		// encoding/json takes a root null as "nothing to do"; every body
 		// of the API is an object, so it is the wrong type like [] is.
 		return nil, BadRequest("invalid_type", "the request body must be an object")
+	}
+	if p := checkItems(data); p != nil {
+		return nil, p
 	}
 	// json.Unmarshal validates the whole input first, so syntax errors and
 	// trailing garbage are reported before any type mismatch.

@@ -348,3 +348,32 @@ func TestStringOrList(t *testing.T) {
 		}
 	}
 }
+
+// A body of a million tiny items is refused before it is decoded, naming
+// the field that holds them; at the bound, and with the same characters
+// inside strings, it is decoded as usual.
+func TestBindJSONRefusesHugeContainersBeforeDecoding(t *testing.T) {
+	s := bindServer(t)
+	items := func(n int, item string) string { return strings.TrimSuffix(strings.Repeat(item+",", n), ",") }
+	for _, c := range []struct{ body, field string }{
+		{`{"attachments":[` + items(1_000_000, `{}`) + `]}`, "attachments"},
+		{`{"to":[` + items(MaxItems+1, `""`) + `]}`, "to"},
+		{`{"from":"a","headers":{` + items(MaxItems+1, `"k":"v"`) + `}}`, "headers"},
+		{`{"attachments":[{},{"filename":[` + items(MaxItems+1, `1`) + `]}]}`, "attachments[1].filename"},
+		{`[` + items(MaxItems+1, `null`) + `]`, "body"},
+	} {
+		res := s.post(t, "/bind", c.body)
+		p := res.problem(t)
+		if res.status != 422 || len(p.Errors) != 1 || p.Errors[0].Field != c.field || !strings.Contains(p.Errors[0].Message, "at most 1000 items") {
+			t.Errorf("%.60q…: %d %s", c.body, res.status, res.body)
+		}
+	}
+	for _, body := range []string{
+		`{"to":[` + items(MaxItems, `"a@example.org"`) + `]}`,
+		`{"from":"` + items(5000, `[{}]`) + `","to":"a@example.org","headers":{"x":"{[,,,,]}\"[,]"}}`,
+	} {
+		if res := s.post(t, "/bind", body); res.status != 200 {
+			t.Errorf("%.60q…: %d %.300s", body, res.status, res.body)
+		}
+	}
+}

@@ -176,7 +176,9 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		}
 
 		p := toProblem(err)
-		if p.Status >= 500 && p.Code != "not_ready" { // readiness logs its own changes
+		// Refusals that shed load, or that readiness logs itself when it
+		// changes, are answers, not failures: the request line has them.
+		if p.Status >= 500 && p.Code != "not_ready" && p.Code != "server_busy" {
 			attrs := append(ids, slog.String("method", c.Request().Method), slog.String("route", c.Path()), slog.Any("error", err))
 			var pe *PanicError
 			if errors.As(err, &pe) {
