@@ -122,7 +122,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	c.duration(fs, &c.ShutdownDelay, "shutdown-delay", "MAILROOM_SHUTDOWN_DELAY", 0, "on a stop signal, how long an API process keeps serving while /readyz answers 503, so that load balancers stop sending to it before it closes its listener (e.g. 5s behind a Kubernetes Service)")
 	c.duration(fs, &c.ShutdownTimeout, "shutdown-timeout", "MAILROOM_SHUTDOWN_TIMEOUT", 15*time.Second, "on a stop signal, how long requests in flight have to finish before they are cut off")
 	c.duration(fs, &c.ConsistencyTimeout, "consistency-timeout", "MAILROOM_CONSISTENCY_TIMEOUT", 2*time.Second, "how long a write waits for the read models to show it")
-	c.int64Flag(fs, &c.MaxInflightBytes, "max-inflight-bytes", "MAILROOM_MAX_INFLIGHT_BYTES", 512<<20, "request body bytes one API process accepts at once (by Content-Length, 45 MiB when unknown); beyond it 503 with Retry-After; 0 disables")
+	c.int64Flag(fs, &c.MaxInflightBytes, "max-inflight-bytes", "MAILROOM_MAX_INFLIGHT_BYTES", 192<<20, "request body bytes one API process accepts at once (by Content-Length, 45 MiB when unknown), each held about 2.5 times over while it is decoded and stored; beyond it 503 with Retry-After; 0 disables")
 	c.int64Flag(fs, &c.ReadyMaxLag, "ready-max-lag", "MAILROOM_READY_MAX_LAG", 10000, "events a projection may lag before /readyz fails")
 	list(fs, &c.Roles, "roles", "MAILROOM_ROLES", []string{"api", "projections", "workers"}, "roles this process runs: api, projections, workers")
 	str(fs, &c.DNSResolvers, "dns-resolvers", "MAILROOM_DNS_RESOLVERS", "1.1.1.1:53,8.8.8.8:53", "resolvers (host:port, comma-separated) that domain verification queries directly; every one must see the records")
