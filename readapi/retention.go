@@ -78,11 +78,13 @@ type DayStats struct {
 
 // DailyStats reads an account's counts of every day from from to to (both
 // included, as UTC dates), oldest first; a day without events counts zeros.
+// The days are counted as dates, not as timestamps a day apart, which skip
+// a day where the session's time zone has no midnight (a DST change).
 func (r *Reader) DailyStats(ctx context.Context, accountID string, from, to time.Time) ([]DayStats, error) {
 	rows, err := r.pool.Query(ctx, `SELECT to_char(d.day, 'YYYY-MM-DD'), coalesce(s.sent, 0), coalesce(s.delivered, 0),
 			coalesce(s.bounced, 0), coalesce(s.complained, 0), coalesce(s.opened, 0), coalesce(s.clicked, 0)
-		FROM generate_series($2::date, $3::date, interval '1 day') AS d(day)
-		LEFT JOIN email_daily_stats s ON s.account_id = $1 AND s.day = d.day::date
+		FROM (SELECT $2::date + i FROM generate_series(0, $3::date - $2::date) AS i) AS d(day)
+		LEFT JOIN email_daily_stats s ON s.account_id = $1 AND s.day = d.day
 		ORDER BY d.day`, accountID, from.UTC().Format(time.DateOnly), to.UTC().Format(time.DateOnly))
 	if err != nil {
 		return nil, err

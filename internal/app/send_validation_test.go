@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -493,4 +494,35 @@ func TestDomainRemovedWhileQueued(t *testing.T) {
 			t.Fatalf("reason %v", r)
 		}
 	}
+}
+
+// date_to includes the millisecond it names, as answers show times, and a
+// finer time exactly as given.
+func TestDateToAtAndBelowTheMillisecond(t *testing.T) {
+	w := newSendWorld(t)
+	id := w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})["id"].(string)
+	var at time.Time
+	if err := w.Pool.QueryRow(context.Background(), `SELECT created_at FROM emails WHERE id = $1`, id).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	at = at.UTC()
+	total := func(dateTo string) any {
+		t.Helper()
+		r := w.Do("GET", "/v1/emails?date_to="+url.QueryEscape(dateTo), w.key, nil)
+		if r.Status != 200 {
+			t.Fatalf("date_to=%s: %d %s", dateTo, r.Status, r.Body)
+		}
+		return r.JSON(t)["pagination"].(map[string]any)["total"]
+	}
+	shown := w.Do("GET", "/v1/emails/"+id, w.key, nil).JSON(t)["created_at"].(string)
+	if got := total(shown); got != 1.0 {
+		t.Errorf("date_to=%s (the time shown): %v, want 1", shown, got)
+	}
+	if got := total(at.Format("2006-01-02T15:04:05.000000Z")); got != 1.0 {
+		t.Errorf("date_to at the microsecond: %v, want 1", got)
+	}
+	if got := total(at.Add(-time.Microsecond).Format("2006-01-02T15:04:05.000000Z")); got != 0.0 {
+		t.Errorf("date_to a microsecond before (%s): %v, want 0", at.Format(time.RFC3339Nano), got)
+	}
+	wantProblem(t, w.Do("GET", "/v1/emails?date_from="+url.QueryEscape("2026-11-27T07:35:38+24:00"), w.key, nil), 422, "validation_failed")
 }

@@ -210,6 +210,17 @@ func (c *Config) Validate() error {
 	if c.DomainPollInterval <= 0 {
 		return errors.New("domain-poll-interval must be positive")
 	}
+	// A write that may not wait for its read models answers 503 every
+	// time; an email that may not wait fails at the first outage.
+	if c.ConsistencyTimeout <= 0 {
+		return errors.New("consistency-timeout (MAILROOM_CONSISTENCY_TIMEOUT) must be positive")
+	}
+	if c.SendMaxAge <= 0 {
+		return errors.New("send-max-age (MAILROOM_SEND_MAX_AGE) must be positive")
+	}
+	if c.DNSTimeout <= 0 {
+		return errors.New("dns-timeout (MAILROOM_DNS_TIMEOUT) must be positive")
+	}
 	if c.RetentionDays < 1 || c.RetentionDays > 365 {
 		return errors.New("retention-days must be between 1 and 365")
 	}

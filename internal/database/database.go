@@ -52,6 +52,9 @@ func OpenSized(ctx context.Context, url string, conns int) (*pgxpool.Pool, error
 	if !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = int32(max(conns, 1))
 	}
+	// Dates are UTC dates everywhere in Mailroom, whatever the server's
+	// zone: a date taken from a timestamp in SQL is too.
+	cfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -40,16 +40,30 @@ func queryDate(c echo.Context, name string, endOfDay bool) (time.Time, *httpserv
 		}
 		return t, nil
 	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil && offsetHoursValid(t) {
 		if bad := outOfRange(name, t); bad != nil {
 			return time.Time{}, bad
 		}
 		if endOfDay {
-			t = t.Add(time.Millisecond)
+			// Times are shown to the millisecond, so a date_to copied from
+			// an answer includes that whole millisecond; a finer one is
+			// taken as given (times are kept to the microsecond).
+			if t.Nanosecond()%int(time.Millisecond) == 0 {
+				t = t.Add(time.Millisecond)
+			} else {
+				t = t.Truncate(time.Microsecond).Add(time.Microsecond)
+			}
 		}
 		return t, nil
 	}
 	return time.Time{}, &httpserver.FieldError{Field: name, Message: "must be an ISO date (YYYY-MM-DD) or timestamp"}
+}
+
+// offsetHoursValid refuses the zone offsets of 24 hours that Go's parser
+// takes but RFC 3339 does not (hours 00-23).
+func offsetHoursValid(t time.Time) bool {
+	_, off := t.Zone()
+	return off > -24*3600 && off < 24*3600
 }
 
 // validationOf collects query-parameter errors into one 422.
