@@ -45,13 +45,15 @@ func EmailChecks(ctx context.Context, q Querier, keys datakeys.AddressKeys, acco
 }
 
 // StuckEmails counts the emails queued longer than age ago that have not
-// left the service. It looks in each account's queued emails through the
+// left the service; a suspended account's emails wait by design and are
+// not counted. It looks in each account's queued emails through the
 // (account, status) index, so a scrape costs the accounts and the emails
 // queued, never a scan of every email ever sent.
 func StuckEmails(ctx context.Context, q Querier, age time.Duration) (int64, error) {
 	rows, err := q.Query(ctx, `SELECT coalesce(sum(n), 0)::bigint FROM accounts a, LATERAL (
 		SELECT count(*) AS n FROM emails e
-		WHERE e.account_id = a.id AND e.status = 'queued' AND e.created_at < now() - $1::interval) q`, age)
+		WHERE e.account_id = a.id AND e.status = 'queued' AND e.created_at < now() - $1::interval) q
+		WHERE a.status <> 'suspended'`, age)
 	if err != nil {
 		return 0, err
 	}

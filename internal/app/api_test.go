@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"strings"
@@ -304,10 +305,16 @@ func TestHealthReadyMetrics(t *testing.T) {
 		`mailroom_http_requests_total{method="POST",route="/api/auth/api-keys",status="201"} 1`,
 		`mailroom_eventstore_append_duration_seconds_count{outcome="ok"}`,
 		`mailroom_projection_lag_events{projection="api_keys"} 0`,
+		`mailroom_emails_failed_total{reason="suppressed"} 0`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	// The process and PostgreSQL share this machine's clock.
+	var skew float64
+	if _, err := fmt.Sscanf(m[strings.Index(m, "\nmailroom_clock_skew_seconds ")+1:], "mailroom_clock_skew_seconds %g", &skew); err != nil || math.Abs(skew) > 0.5 {
+		t.Errorf("mailroom_clock_skew_seconds %v (%v)", skew, err)
 	}
 }
 

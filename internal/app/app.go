@@ -176,7 +176,11 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 		Store: meter(sealed.New(store, keys), metrics.Registry()), Now: now, Metrics: metrics}
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
 	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All(addressKeys)...)
-	metrics.Registry().MustRegister(newProjectionCollector(a.Runner), newStuckCollector(pool))
+	metrics.Registry().MustRegister(newProjectionCollector(a.Runner), newStuckCollector(pool), newClockCollector(pool))
+	if skew, err := clockSkew(ctx, pool); err == nil && skew.Abs() > maxClockSkew {
+		log.Warn("this process's clock differs from PostgreSQL's; keep every machine's clock in sync (NTP): job schedules, "+
+			"webhook signature times and recorded times follow each process's clock", "ahead_by", skew.Round(time.Millisecond))
+	}
 	a.Outcomes = outcomes.New(metrics.Registry())
 	a.keysGenerated = newKeyCounter(metrics.Registry())
 	a.readModelLate = newLateCounter(metrics.Registry())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/app"
@@ -258,16 +259,21 @@ func TestOperatorListener(t *testing.T) {
 }
 
 // mailroom_emails_stuck counts the emails queued for more than 15 minutes,
-// in every account, and none that is younger.
+// in every account, and none that is younger; a suspended account's emails
+// wait by design and are not stuck.
 func TestStuckEmailsAreCounted(t *testing.T) {
 	s := apptest.Start(t, noWorkers)
 	_, _, key := s.Sender("acme.test")
 	_, _, otherKey := s.Sender("other.test")
+	suspended, _, suspendedKey := s.Sender("suspended.test")
 	s.Clock.Advance(-20 * time.Minute)
-	for k, from := range map[string]string{key: "a@acme.test", otherKey: "b@other.test"} {
+	for k, from := range map[string]string{key: "a@acme.test", otherKey: "b@other.test", suspendedKey: "c@suspended.test"} {
 		if r := s.Do("POST", "/v1/emails/send", k, map[string]any{"from": from, "to": "x@example.org", "subject": "old", "text": "t"}); r.Status != 202 {
 			t.Fatalf("send: %d %s", r.Status, r.Body)
 		}
+	}
+	if err := s.Commands.SuspendAccount(context.Background(), suspended, commands.Meta{Actor: "operator"}); err != nil {
+		t.Fatal(err)
 	}
 	s.Clock.Advance(20 * time.Minute)
 	if r := s.Do("POST", "/v1/emails/send", key, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "new", "text": "t"}); r.Status != 202 {
