@@ -326,10 +326,12 @@ func TestUnconfirmedEndpointAndDomainChanges(t *testing.T) {
 	pcfg := apptest.Config(t, first.DatabaseURL)
 	pcfg.Roles = []string{"projections"}
 	apptest.StartWith(t, pcfg)
+	// Each projector catches up on its own: wait for both removals.
 	deadline := time.Now().Add(20 * time.Second)
-	for api.Do("GET", "/api/domains/"+domainID, admin, nil).Status != http.StatusNotFound {
+	for api.Do("GET", "/api/domains/"+domainID, admin, nil).Status != http.StatusNotFound ||
+		api.Do("GET", "/v1/webhooks/"+endpoint, key, nil).Status != http.StatusNotFound {
 		if time.Now().After(deadline) {
-			t.Fatal("the removed domain is still listed")
+			t.Fatal("the removed domain or endpoint is still listed")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -353,30 +353,37 @@ func txtMatches(want, got string) bool {
 }
 
 func isDKIM(v string) bool {
-	t := dkimTags(v)
+	t, _ := dkimTags(v)
 	return strings.EqualFold(t["v"], "DKIM1") && t["p"] != ""
 }
 
 // dkimTags reads a DKIM key record's tag=value list (RFC 6376 3.6.1);
 // whitespace inside a value (the key's base64 may be folded) is dropped.
-func dkimTags(v string) map[string]string {
-	tags := map[string]string{}
+// A tag given twice makes the record invalid (RFC 6376 3.2): valid is
+// false then.
+func dkimTags(v string) (tags map[string]string, valid bool) {
+	tags = map[string]string{}
 	for _, part := range strings.Split(v, ";") {
 		k, val, ok := strings.Cut(part, "=")
 		if !ok {
 			continue
 		}
-		tags[strings.ToLower(strings.TrimSpace(k))] = strings.Join(strings.Fields(val), "")
+		k = strings.ToLower(strings.TrimSpace(k))
+		if _, twice := tags[k]; twice {
+			return tags, false
+		}
+		tags[k] = strings.Join(strings.Fields(val), "")
 	}
-	return tags
+	return tags, true
 }
 
 // dkimMatches: the same public key of the same type. A missing v= or k=
 // takes its default (DKIM1, rsa); other tags (t=, h=, s=, n=) do not change
 // which key signs.
 func dkimMatches(want, got string) bool {
-	w, g := dkimTags(want), dkimTags(got)
-	if v, ok := g["v"]; ok && !strings.EqualFold(v, "DKIM1") {
+	w, _ := dkimTags(want)
+	g, valid := dkimTags(got)
+	if v, ok := g["v"]; !valid || ok && !strings.EqualFold(v, "DKIM1") {
 		return false
 	}
 	kind := func(t map[string]string) string {
@@ -395,12 +402,18 @@ func isSPF(v string) bool {
 
 // spfMatches: an SPF record holding every include the wanted one has, in
 // any case, order or company; how it ends (~all, -all) is the owner's.
+// Receivers stop at "all" (RFC 7208 5.1), so includes after it count for
+// nothing.
 func spfMatches(want, got string) bool {
 	if !isSPF(got) {
 		return false
 	}
 	have := map[string]bool{}
 	for _, term := range strings.Fields(got)[1:] {
+		t := strings.ToLower(strings.TrimLeft(term, "+-~?"))
+		if t == "all" {
+			break
+		}
 		have[strings.ToLower(strings.TrimPrefix(term, "+"))] = true
 	}
 	for _, term := range strings.Fields(want)[1:] {

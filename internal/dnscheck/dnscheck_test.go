@@ -238,6 +238,7 @@ func TestDKIMAndSPFAreReadForWhatTheyMean(t *testing.T) {
 		"revoked":         "v=DKIM1; k=rsa; p=",
 		"another type":    "v=DKIM1; k=ed25519; p=" + dkimKey,
 		"another version": "v=DKIM2; k=rsa; p=" + dkimKey,
+		"a tag twice":     "v=DKIM1; k=rsa; p=" + strings.Repeat("Q", len(dkimKey)) + "; p=" + dkimKey,
 	} {
 		check("DKIM "+name, []dnscheck.Record{txt(dkim.Name, value)}, dkim, false, "value differs")
 	}
@@ -250,6 +251,9 @@ func TestDKIMAndSPFAreReadForWhatTheyMean(t *testing.T) {
 		check("SPF "+name, []dnscheck.Record{txt(spf.Name, value)}, spf, true, "")
 	}
 	check("SPF without the include", []dnscheck.Record{txt(spf.Name, "v=spf1 include:_spf.google.com ~all")}, spf, false, "value differs")
+	for _, end := range []string{"-all", "~all", "all", "?all"} { // nothing after all is read
+		check("SPF with the include after "+end, []dnscheck.Record{txt(spf.Name, "v=spf1 "+end+" include:amazonses.com")}, spf, false, "value differs")
+	}
 	check("two SPF records", []dnscheck.Record{spf, txt(spf.Name, "v=spf1 include:_spf.google.com ~all")}, spf, false, "more than one SPF record")
 	check("SPF beside another TXT", []dnscheck.Record{spf, txt(spf.Name, "google-site-verification=abc")}, spf, true, "")
 }

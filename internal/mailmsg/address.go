@@ -185,7 +185,16 @@ func checkEmail(email string) error {
 	if !isDotAtom(local) {
 		return addrErr("the part before @ has characters that are not allowed")
 	}
-	return checkDomain(domain)
+	if err := checkDomain(domain); err != nil {
+		return err
+	}
+	// An internationalised domain travels in punycode (WireAddress), which
+	// is longer, and from which the IDNA mapping drops some characters:
+	// the address as it travels must keep the limits too.
+	if wire := WireAddress(email); wire != email && len(wire) > maxEmailLen {
+		return addrErr("it is longer than 254 characters as it travels (in punycode)")
+	}
+	return nil
 }
 
 // checkDomain checks a host name: dot-separated labels of letters, digits
@@ -222,8 +231,14 @@ func checkDomain(domain string) error {
 		return addrErr("the domain ends in a number")
 	}
 	if !isASCII(domain) {
-		if _, err := idna.Lookup.ToASCII(domain); err != nil {
+		ascii, err := idna.Lookup.ToASCII(domain)
+		if err != nil {
 			return addrErr("the domain is not a valid internationalised domain name")
+		}
+		if err := checkDomain(ascii); err != nil {
+			var ae *AddressError
+			errors.As(err, &ae)
+			return addrErr(ae.Reason + " in punycode (" + ascii + "), as it travels")
 		}
 	}
 	return nil

@@ -775,6 +775,14 @@ func TestParseAddress(t *testing.T) {
 		"a@" + strings.Repeat(strings.Repeat("d", 60)+".", 5) + "com",
 		"a@b@c.com",
 		"user@exa\x00mple.com",
+		// Valid in Unicode, not as they travel in punycode: a label of 66
+		// characters, an empty label or a numeric end once the IDNA
+		// mapping drops a character, an address of 261 bytes.
+		"bob@ü" + strings.Repeat("a", 62) + ".com",
+		"bob@\u034F.com",
+		"bob@example.\uFE0F",
+		"bob@example.1\u034F",
+		"bob@" + strings.Repeat("ü"+strings.Repeat("a", 55)+".", 4) + "com",
 	}
 	for _, in := range invalid {
 		got, err := ParseAddress(in)
