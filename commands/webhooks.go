@@ -347,6 +347,15 @@ func (s *Service) DropDelivery(ctx context.Context, id string, emailErased bool,
 	return err
 }
 
+// DropUnsubscribedDelivery ends a pending delivery whose endpoint no longer
+// subscribes to its event's type, unattempted.
+func (s *Service) DropUnsubscribedDelivery(ctx context.Context, id string, meta Meta) error {
+	_, err := execute(ctx, s, delivery.Stream(id), delivery.Evolve, func(st delivery.State) ([]domain.Event, error) {
+		return delivery.DropUnsubscribed(st, s.now()), nil
+	}, meta)
+	return err
+}
+
 // Delivery returns a delivery's state from its stream, and the expected
 // version an append after it must meet.
 func (s *Service) Delivery(ctx context.Context, id string) (delivery.State, eventstore.ExpectedVersion, error) {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -656,6 +657,11 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 	}
 	if err != nil {
 		return err
+	}
+	if !slices.Contains(ep.EventTypes, st.Created.Type) {
+		// The endpoint stopped subscribing to this type after the event:
+		// its retries end here, unattempted.
+		return w.Commands.DropUnsubscribedDelivery(ctx, a.DeliveryID, a.meta())
 	}
 	if !ep.Active || ep.Suspended {
 		// Held, unattempted, so none of its retries is spent: resuming the

@@ -266,7 +266,7 @@ func (Webhooks) apply(e domain.Event, b *pgx.Batch) {
 	case *delivery.Expired:
 		b.Queue(`UPDATE webhook_deliveries SET status = 'failed', error = $2, next_attempt_at = NULL WHERE id = $1`, e.DeliveryID, e.Error)
 	case *delivery.Dropped:
-		b.Queue(`UPDATE webhook_deliveries SET status = 'failed', error = $2, next_attempt_at = NULL WHERE id = $1`, e.DeliveryID, delivery.DroppedError)
+		b.Queue(`UPDATE webhook_deliveries SET status = 'failed', error = $2, next_attempt_at = NULL WHERE id = $1`, e.DeliveryID, delivery.DropError(e.Reason))
 	case *email.Erased:
 		b.Queue(erasedDeliveries, e.EmailID, delivery.DroppedError)
 	}

@@ -139,13 +139,14 @@ type AttemptEndpoint struct {
 	Active       bool
 	Clean        bool // no consecutive failures
 	Suspended    bool // its account is suspended
+	EventTypes   []string
 }
 
 // EndpointForAttempt reads an endpoint for an attempt; ErrNotFound when it
 // was deleted.
 func EndpointForAttempt(ctx context.Context, q Querier, endpointID string) (AttemptEndpoint, error) {
 	rows, err := q.Query(ctx, `SELECT e.url, e.sealed_secret, e.is_active, e.consecutive_failures = 0,
-		EXISTS (SELECT 1 FROM accounts a WHERE a.id = e.account_id AND a.status = 'suspended')
+		EXISTS (SELECT 1 FROM accounts a WHERE a.id = e.account_id AND a.status = 'suspended'), e.event_types
 		FROM webhook_endpoints e WHERE e.id = $1`, endpointID)
 	if err != nil {
 		return AttemptEndpoint{}, err

@@ -74,6 +74,8 @@ type (
 		At         time.Time `json:"at"`
 	}
 	// Dropped: the delivery was pending when its email's personal data was
+	// erased (ReasonEmailErased), or when its endpoint stopped subscribing
+	// to its event's type (ReasonUnsubscribed); formerly only the first:
 	// erased; it ends unattempted, neither delivered nor a failure of its
 	// endpoint.
 	Dropped struct {
@@ -115,8 +117,22 @@ const ReasonEndpointDisabled = "endpoint_disabled"
 // email's personal data was erased.
 const ReasonEmailErased = "email_erased"
 
-// DroppedError is what the delivery log says of a dropped delivery.
+// ReasonUnsubscribed is the reason of a delivery dropped because its
+// endpoint no longer subscribes to its event's type.
+const ReasonUnsubscribed = "unsubscribed"
+
+// DroppedError is what the delivery log says of a delivery dropped because
+// its email was erased.
 const DroppedError = "not delivered: the email's personal data was erased"
+
+// DropError is what the delivery log says of a delivery dropped for
+// reason.
+func DropError(reason string) string {
+	if reason == ReasonUnsubscribed {
+		return "not delivered: the endpoint no longer subscribes to this event type"
+	}
+	return DroppedError
+}
 
 // HoldCap is how long a delivery waits for its paused (or disabled)
 // endpoint, counted from its event: longer, and it fails instead of
@@ -194,6 +210,17 @@ func Drop(s State, emailErased bool, now time.Time) []domain.Event {
 		return nil
 	}
 	return []domain.Event{&Dropped{DeliveryID: s.Created.DeliveryID, EndpointID: s.Created.EndpointID, Reason: ReasonEmailErased, At: now}}
+}
+
+// DropUnsubscribed decides ending a pending delivery unattempted because
+// its endpoint no longer subscribes to its event's type: the retries of
+// an event the receiver said it does not want would go on for hours, and
+// count against the endpoint. It counts neither way for the endpoint.
+func DropUnsubscribed(s State, now time.Time) []domain.Event {
+	if s.Created == nil || s.Status != Pending {
+		return nil
+	}
+	return []domain.Event{&Dropped{DeliveryID: s.Created.DeliveryID, EndpointID: s.Created.EndpointID, Reason: ReasonUnsubscribed, At: now}}
 }
 
 // Due reports whether the delivery should be attempted at now.

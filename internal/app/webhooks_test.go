@@ -500,6 +500,31 @@ func TestWebhookRestartAndDeleteDuringRetryWait(t *testing.T) {
 	}
 }
 
+// An endpoint that stops subscribing to a type gets no more retries of
+// that type's pending deliveries: they end failed, unattempted, and count
+// nothing against the endpoint.
+func TestUnsubscribingEndsPendingRetries(t *testing.T) {
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookRetries = "1s,1s,1s,1s,1s,1s" })
+	rcv := newReceiver(t, always(500))
+	id, _ := w.endpoint(t, map[string]any{"url": rcv.URL, "event_types": []string{"email.sent", "email.delivered"}})
+	did := w.test(t, id) // an email.delivered
+	rcv.waitFor(t, 1)
+	if r := w.Do("PATCH", "/v1/webhooks/"+id, w.key, map[string]any{"event_types": []string{"email.sent"}}); r.Status != 200 {
+		t.Fatalf("patch: %d %s", r.Status, r.Body)
+	}
+	d := w.waitDelivery(t, id, did, "failed")
+	if d["attempts"] != 1.0 || d["error"] != "not delivered: the endpoint no longer subscribes to this event type" {
+		t.Fatalf("delivery after unsubscribing: %v", d)
+	}
+	time.Sleep(1500 * time.Millisecond) // a retry would have come by now
+	if n := len(rcv.requests()); n != 1 {
+		t.Fatalf("receiver got %d requests, want 1", n)
+	}
+	if ep := w.Do("GET", "/v1/webhooks/"+id, w.key, nil).JSON(t); ep["consecutive_failures"] != 0.0 || ep["is_active"] != true {
+		t.Fatalf("endpoint: %v", ep)
+	}
+}
+
 func TestWebhooksOfAnotherAccount(t *testing.T) {
 	w := newHookWorld(t)
 	rcv := newReceiver(t, always(200))
