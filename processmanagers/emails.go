@@ -38,7 +38,7 @@ type Pipeline struct {
 	Sender  provider.Sender
 	// Checks reads, at once, what the read models say of an email's
 	// account, domain and recipients.
-	Checks func(ctx context.Context, accountID, domainName string, addresses []string) (Checks, error)
+	Checks func(ctx context.Context, accountID, domainID, domainName string, addresses []string) (Checks, error)
 	// SigningKey returns the domain's active DKIM key (nil for legacy).
 	SigningKey func(ctx context.Context, accountID, domainName string) (*provider.DKIMKey, error)
 	// Settle waits until the read models the checks use include pos.
@@ -95,7 +95,7 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	// Late read models do not hold the email up: the checks go by what
 	// they show.
 	_ = p.Settle(ctx, pos, projections.AccountsName, projections.DomainsName, projections.EmailsName)
-	checks, err := p.Checks(ctx, q.AccountID, domainOf(q.FromEmail), mailmsg.Addresses(st.Recipients()))
+	checks, err := p.Checks(ctx, q.AccountID, q.DomainID, domainOf(q.FromEmail), mailmsg.Addresses(st.Recipients()))
 	if err != nil {
 		return Transient(err)
 	}

@@ -84,7 +84,7 @@ func newPipelineRig(t *testing.T) *pipelineRig {
 		Content:  r.content,
 		Scanner:  scan.New("", 0),
 		Sender:   r,
-		Checks: func(context.Context, string, string, []string) (processmanagers.Checks, error) {
+		Checks: func(context.Context, string, string, string, []string) (processmanagers.Checks, error) {
 			return r.checks, nil
 		},
 		Settle:   func(context.Context, eventstore.Position, ...projections.Name) error { return nil },

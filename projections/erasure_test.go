@@ -144,7 +144,7 @@ func TestErasedEmailsKeepTheirCountsAndSuppressions(t *testing.T) {
 		sups[1].Key != w.keys.Of(acct, "carl@example.org") || sups[1].Email == nil || *sups[1].Email != "carl@example.org" {
 		t.Fatalf("suppressions %+v: want ann's by key alone and carl's with the address", sups)
 	}
-	checks, err := readapi.EmailChecks(ctx, w.pool, w.keys, acct, "acme.test", []string{"ann@example.org", "CARL@example.org", "bob@example.org"})
+	checks, err := readapi.EmailChecks(ctx, w.pool, w.keys, acct, "", "acme.test", []string{"ann@example.org", "CARL@example.org", "bob@example.org"})
 	if err != nil {
 		t.Fatal(err)
 	}

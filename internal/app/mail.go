@@ -59,8 +59,8 @@ func (a *App) clock() time.Time { return a.Now() }
 // email leaves: the account's suspension, the domain still verified for
 // the account (State.CanSend, from the table's columns), and the suppressed
 // recipients.
-func (a *App) emailChecks(ctx context.Context, accountID, domainName string, addresses []string) (processmanagers.Checks, error) {
-	c, err := readapi.EmailChecks(ctx, a.Pool, a.AddressKeys, accountID, domainName, addresses)
+func (a *App) emailChecks(ctx context.Context, accountID, domainID, domainName string, addresses []string) (processmanagers.Checks, error) {
+	c, err := readapi.EmailChecks(ctx, a.Pool, a.AddressKeys, accountID, domainID, domainName, addresses)
 	return processmanagers.Checks(c), err
 }
 

@@ -17,6 +17,7 @@ import (
 	gosmtp "github.com/emersion/go-smtp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/config"
@@ -449,7 +450,9 @@ func TestWorkerHoldsNoMoreAttachmentBytesThanItsBound(t *testing.T) {
 }
 
 // An email whose domain is removed while it waits for a worker fails as
-// domain_removed and never reaches the provider.
+// domain_removed and never reaches the provider, also when the account has
+// added and verified the same name again meanwhile: that is another domain,
+// with other keys.
 func TestEmailOfARemovedDomainFails(t *testing.T) {
 	url := pgtest.NewURL(t)
 	shared := t.TempDir()
@@ -460,7 +463,7 @@ func TestEmailOfARemovedDomainFails(t *testing.T) {
 		return cfg
 	}
 	a := apptest.StartWith(t, cfgFor("api", "projections")) // nothing sends yet
-	_, admin, key := a.Sender("acme.test")
+	account, admin, key := a.Sender("acme.test")
 	r := a.Do("POST", "/v1/emails/send", key, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})
 	if r.Status != 202 {
 		t.Fatalf("send: %d %s", r.Status, r.Body)
@@ -472,6 +475,16 @@ func TestEmailOfARemovedDomainFails(t *testing.T) {
 	}
 	if r := a.Do("DELETE", "/api/domains/"+domainID, admin, nil); r.Status != 204 {
 		t.Fatalf("delete domain: %d %s", r.Status, r.Body)
+	}
+	again, err := a.Commands.AddDomain(context.Background(), account, "acme.test", commands.Meta{Actor: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Commands.VerifyDomainBySandbox(context.Background(), again.ID, commands.Meta{Actor: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	for a.Do("GET", "/api/domains/"+again.ID, admin, nil).JSON(t)["status"] != "verified" {
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	apptest.StartWith(t, cfgFor("workers"))
