@@ -78,20 +78,29 @@ func (s *Service) repeatedErasure(ctx context.Context, accountID, key string, id
 	if err != nil {
 		return Erasure{}, false, err
 	}
-	last := st.LastErasure
-	if last == nil || last.AddressKey != key || s.now().Sub(last.CompletedAt) > ErasureRepeatWindow {
+	er, ok := s.repeats(st, accountID, key, ids)
+	if !ok {
 		return Erasure{}, false, nil
 	}
-	for _, id := range ids {
-		if !slices.Contains(last.EmailIDs, id) {
-			return Erasure{}, false, nil
-		}
-	}
-	er := Erasure{ID: last.ErasureID, AccountID: accountID, EmailIDs: last.EmailIDs, CreatedAt: last.CompletedAt}
 	_, err = executeConfirmed(ctx, s, account.Stream(accountID), account.Evolve, func(account.State) ([]domain.Event, error) {
 		return nil, nil
 	}, meta, projections.EmailsName, projections.AccountsName)
 	return er, true, err
+}
+
+// repeats is the account's last erasure when a request to erase the
+// address of key, finding ids, repeats it.
+func (s *Service) repeats(st account.State, accountID, key string, ids []string) (Erasure, bool) {
+	last := st.LastErasure
+	if last == nil || last.AddressKey != key || s.now().Sub(last.CompletedAt) > ErasureRepeatWindow {
+		return Erasure{}, false
+	}
+	for _, id := range ids {
+		if !slices.Contains(last.EmailIDs, id) {
+			return Erasure{}, false
+		}
+	}
+	return Erasure{ID: last.ErasureID, AccountID: accountID, EmailIDs: last.EmailIDs, CreatedAt: last.CompletedAt}, true
 }
 
 // EraseRecipient erases every email of the account sent to address, as
@@ -119,9 +128,21 @@ func (s *Service) EraseRecipient(ctx context.Context, accountID, address string,
 			return Erasure{}, err
 		}
 	}
+	// Requests racing for one address each erase the emails (once: an
+	// erased email records nothing more), but the first to record its
+	// completion is the erasure; the others are answered with it.
+	var first *Erasure
 	_, err = executeConfirmed(ctx, s, account.Stream(accountID), account.Evolve, func(st account.State) ([]domain.Event, error) {
+		if prior, ok := s.repeats(st, accountID, key, ids); ok {
+			first = &prior
+			return nil, nil
+		}
+		first = nil
 		return account.CompleteErasure(st, er.ID, key, ids, er.CreatedAt)
 	}, meta, projections.EmailsName, projections.AccountsName) // the held list drops erased emails too
+	if first != nil {
+		return *first, err
+	}
 	return er, err
 }
 

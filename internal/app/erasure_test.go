@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,4 +178,40 @@ func TestAnEmailErasedWhileHeld(t *testing.T) {
 		t.Fatalf("an erased email was sent after reinstatement (%v)", err)
 	}
 	w.waitGone(t, id)
+}
+
+// Requests racing to erase one address record one erasure: every one is
+// answered with it.
+func TestRacingErasuresOfOneAddressRecordOne(t *testing.T) {
+	w := newSendWorld(t)
+	var sent []string
+	for range 5 {
+		sent = append(sent, w.send(t, map[string]any{"from": "billing@acme.test", "to": "race@example.org", "subject": "hi", "text": "hi"})["id"].(string))
+	}
+	for _, id := range sent {
+		w.waitFor(t, id, status("delivered"))
+	}
+	ids := make([]string, 3)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() {
+			r := w.Do("POST", "/api/erasures", w.admin, map[string]any{"email": "race@example.org"})
+			if r.Status != http.StatusCreated || r.JSON(t)["erased"] != 5.0 {
+				t.Errorf("erasure: %d %s", r.Status, r.Body)
+				return
+			}
+			ids[i] = r.JSON(t)["id"].(string)
+		})
+	}
+	wg.Wait()
+	if ids[0] == "" || ids[1] != ids[0] || ids[2] != ids[0] {
+		t.Fatalf("erasure ids %v, want one", ids)
+	}
+	var n int
+	if err := w.Pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE event_type = 'AccountErasureCompleted'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("%d erasures recorded, want 1", n)
+	}
 }
