@@ -172,6 +172,17 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 		}
 	}
 	keys := datakeys.New(pool, box, keyOpts...)
+	if err := keys.CheckMasterKey(ctx); err != nil {
+		pool.Close()
+		if errors.Is(err, datakeys.ErrWrongMasterKey) {
+			if file := cfg.MasterKeyFile(); file != "" {
+				return nil, fmt.Errorf("%w: the development key is read from %s (MAILROOM_DATA_DIR); run from the directory "+
+					"the server uses, or set MAILROOM_DATA_DIR or MAILROOM_MASTER_KEY (a key that was just generated there can be deleted)", err, file)
+			}
+			return nil, fmt.Errorf("%w: MAILROOM_MASTER_KEY is not the key this database was used with", err)
+		}
+		return nil, err
+	}
 	a := &App{Config: cfg, Log: log, Pool: pool, Ledger: store, Keys: keys, AddressKeys: addressKeys, Box: box,
 		Store: meter(sealed.New(store, keys), metrics.Registry()), Now: now, Metrics: metrics}
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)

@@ -277,6 +277,15 @@ func clamdAddrValid(addr string) bool {
 // smaller cap on bytes in flight would refuse every large request.
 const maxBodyBytes = 45 << 20
 
+// MasterKeyFile is the file a development master key is read from (and
+// generated into when missing); "" when the key is given or required.
+func (c *Config) MasterKeyFile() string {
+	if c.MasterKey != "" || c.Environment == "production" {
+		return ""
+	}
+	return filepath.Join(c.DataDir, "master.key")
+}
+
 // LoadMasterKey returns the 32-byte master key. In development a missing key
 // is generated into <data-dir>/master.key and reused after; in production it
 // must be given.
@@ -287,7 +296,7 @@ func (c *Config) LoadMasterKey() ([]byte, error) {
 	if c.Environment == "production" {
 		return nil, errors.New("MAILROOM_MASTER_KEY is required in production")
 	}
-	path := filepath.Join(c.DataDir, "master.key")
+	path := c.MasterKeyFile()
 	if b, err := os.ReadFile(path); err == nil {
 		return decodeKey(strings.TrimSpace(string(b)))
 	}

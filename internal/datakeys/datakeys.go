@@ -263,6 +263,28 @@ func (r *Keyring) Destroy(ctx context.Context, id, accountID string) error {
 	return nil
 }
 
+// ErrWrongMasterKey means the master key opens none of the data keys
+// already stored: it is not the key the database was used with.
+var ErrWrongMasterKey = errors.New("the master key does not open this database's data keys")
+
+// CheckMasterKey opens one stored data key, so that a process started with
+// another master key stops at once with ErrWrongMasterKey, rather than
+// failing on every email it reads. A database without data keys passes.
+func (r *Keyring) CheckMasterKey(ctx context.Context) error {
+	var id, wrapped string
+	err := r.pool.QueryRow(ctx, `SELECT id, wrapped FROM data_keys WHERE wrapped IS NOT NULL LIMIT 1`).Scan(&id, &wrapped)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("data keys: %w", err)
+	}
+	if _, err := r.box.Open(wrapped, wrapContext(id)); err != nil {
+		return ErrWrongMasterKey
+	}
+	return nil
+}
+
 func (r *Keyring) unwrap(id string, wrapped *string) (Key, error) {
 	if wrapped == nil {
 		return Key{}, nil

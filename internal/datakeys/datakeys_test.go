@@ -110,3 +110,24 @@ func TestAddressKeysIgnoreCaseAndDifferByAccount(t *testing.T) {
 		t.Error("the address key does not depend on the master key")
 	}
 }
+
+// A process with another master key than the database's data keys were
+// wrapped under is told so before it reads anything.
+func TestCheckMasterKey(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	right, _ := secretbox.New(bytes.Repeat([]byte{3}, 32))
+	wrong, _ := secretbox.New(bytes.Repeat([]byte{4}, 32))
+	if err := datakeys.New(pool, wrong).CheckMasterKey(ctx); err != nil {
+		t.Fatalf("no data keys yet: %v", err)
+	}
+	if _, err := datakeys.New(pool, right).Ensure(ctx, "email-1", "acct"); err != nil {
+		t.Fatal(err)
+	}
+	if err := datakeys.New(pool, right).CheckMasterKey(ctx); err != nil {
+		t.Fatalf("the key they were made with: %v", err)
+	}
+	if err := datakeys.New(pool, wrong).CheckMasterKey(ctx); !errors.Is(err, datakeys.ErrWrongMasterKey) {
+		t.Fatalf("another key: %v", err)
+	}
+}
