@@ -65,6 +65,7 @@ func root() *cobra.Command {
 		eventsCmd(&cfg),
 		domainsCmd(&cfg),
 		eraseCmd(&cfg),
+		masterKeyCmd(&cfg),
 	)
 	return cmd
 }

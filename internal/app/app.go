@@ -147,12 +147,12 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 		pool.Close()
 		return nil, err
 	}
-	box, err := secretbox.New(masterKey)
+	previous, err := cfg.LoadPreviousKeys()
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	addressKeys, err := datakeys.NewAddressKeys(masterKey)
+	box, err := secretbox.New(masterKey, previous...)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -181,6 +181,13 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 			}
 			return nil, fmt.Errorf("%w: MAILROOM_MASTER_KEY is not the key this database was used with", err)
 		}
+		return nil, err
+	}
+	// Address keys keep the secret of the key the database was first used
+	// with (the oldest previous key, while one is being replaced).
+	addressKeys, err := keys.AddressKeys(ctx, append([][]byte{masterKey}, previous...)[len(previous)])
+	if err != nil {
+		pool.Close()
 		return nil, err
 	}
 	a := &App{Config: cfg, Log: log, Pool: pool, Ledger: store, Keys: keys, AddressKeys: addressKeys, Box: box,

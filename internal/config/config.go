@@ -28,6 +28,9 @@ type Config struct {
 	HTTPAddr           string
 	OpsAddr            string
 	MasterKey          string
+	// MasterKeyPrevious lists keys that open what was sealed before the
+	// master key changed; nothing is sealed under them.
+	MasterKeyPrevious string
 	DataDir            string
 	Environment        string
 	Provider           string
@@ -97,6 +100,7 @@ type Config struct {
 // ApplyEnv after parsing to take the MAILROOM_* variables into account.
 func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.DatabaseURL, "database-url", "MAILROOM_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mailroom?sslmode=disable", "PostgreSQL for read models (and events, with the postgres event store); created if missing"+secretNote)
+	str(fs, &c.MasterKeyPrevious, "master-key-previous", "MAILROOM_MASTER_KEY_PREVIOUS", "", "earlier master keys (64 hex characters each, comma-separated) that still open what was sealed under them while the master key is being replaced; nothing new is sealed under them"+secretNote)
 	str(fs, &c.EventStore, "eventstore", "MAILROOM_EVENTSTORE", "postgres", `event store: "postgres" (same database) or an esdb:// connection string`+secretNote)
 	str(fs, &c.HTTPAddr, "http-addr", "MAILROOM_HTTP_ADDR", "127.0.0.1:8080", "address the HTTP API listens on")
 	str(fs, &c.OpsAddr, "ops-addr", "MAILROOM_OPS_ADDR", "", "operator listener for /metrics and the detail of /readyz (which the HTTP address then no longer serves); empty: all on the HTTP address")
@@ -309,6 +313,22 @@ func (c *Config) LoadMasterKey() ([]byte, error) {
 		return nil, err
 	}
 	return key, nil
+}
+
+// LoadPreviousKeys returns the keys of MAILROOM_MASTER_KEY_PREVIOUS.
+func (c *Config) LoadPreviousKeys() ([][]byte, error) {
+	var keys [][]byte
+	for _, s := range strings.Split(c.MasterKeyPrevious, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		k, err := decodeKey(s)
+		if err != nil {
+			return nil, fmt.Errorf("MAILROOM_MASTER_KEY_PREVIOUS: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
 func decodeKey(s string) ([]byte, error) {

@@ -1,11 +1,16 @@
 package datakeys
 
 import (
+	"context"
 	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/internal/mailmsg"
 )
@@ -16,7 +21,9 @@ import (
 // without the master key nobody can test a guess against it.
 type AddressKeys struct{ secret []byte }
 
-// NewAddressKeys derives the hashing secret from the master key.
+// NewAddressKeys derives the hashing secret from a master key. Keyring's
+// AddressKeys keeps the secret of a database, so that it outlives a change
+// of master key.
 func NewAddressKeys(masterKey []byte) (AddressKeys, error) {
 	secret, err := hkdf.Key(sha256.New, masterKey, nil, "mailroom address keys", 32)
 	if err != nil {
@@ -45,4 +52,38 @@ func (a AddressKeys) OfRecipients(accountID string, recipients []string) []strin
 		out[i] = a.Of(accountID, mailmsg.AddressOf(r))
 	}
 	return out
+}
+
+// addressSecretID is the data_keys row that keeps the address keys'
+// secret, wrapped like a data key (and rewrapped with them).
+const addressSecretID = "mailroom:address-keys"
+
+// AddressKeys returns the database's address keys. Suppressions and
+// erasure requests find addresses by these keys, so their secret must
+// outlive a change of master key: it is kept wrapped beside the data keys.
+// A database without it (made by an earlier release, or new) takes the
+// secret derived from masterKey, the key it has been used with.
+func (r *Keyring) AddressKeys(ctx context.Context, masterKey []byte) (AddressKeys, error) {
+	derived, err := NewAddressKeys(masterKey)
+	if err != nil {
+		return AddressKeys{}, err
+	}
+	var wrapped *string
+	for range 3 { // as in Ensure: a racing insert may hide its row once
+		err = r.pool.QueryRow(ctx, ensureKey, addressSecretID, nil, r.box.Seal(derived.secret, wrapContext(addressSecretID))).Scan(&wrapped)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
+	}
+	if err != nil {
+		return AddressKeys{}, fmt.Errorf("address keys: %w", err)
+	}
+	if wrapped == nil {
+		return AddressKeys{}, errors.New("address keys: their secret was destroyed")
+	}
+	secret, err := r.box.Open(*wrapped, wrapContext(addressSecretID))
+	if err != nil {
+		return AddressKeys{}, fmt.Errorf("address keys: %w", ErrWrongMasterKey)
+	}
+	return AddressKeys{secret: secret}, nil
 }

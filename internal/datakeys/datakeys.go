@@ -325,3 +325,44 @@ func (r *Keyring) remember(id string, k Key) {
 	}
 	r.cache[id] = c
 }
+
+// Rewrap wraps every live data key (and the address keys' secret) under
+// the current master key, so that a previous one can be retired. Keys
+// destroyed meanwhile stay destroyed. It reports how many it rewrapped and
+// how many were under the current key already.
+func (r *Keyring) Rewrap(ctx context.Context) (rewrapped, current int, err error) {
+	after := ""
+	for {
+		rows, err := r.pool.Query(ctx, `SELECT id, wrapped FROM data_keys WHERE wrapped IS NOT NULL AND id > $1 ORDER BY id LIMIT 1000`, after)
+		if err != nil {
+			return rewrapped, current, fmt.Errorf("data keys: %w", err)
+		}
+		type row struct{ id, wrapped string }
+		page, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+			var x row
+			return x, r.Scan(&x.id, &x.wrapped)
+		})
+		if err != nil {
+			return rewrapped, current, fmt.Errorf("data keys: %w", err)
+		}
+		if len(page) == 0 {
+			return rewrapped, current, nil
+		}
+		for _, k := range page {
+			resealed, changed, err := r.box.Reseal(k.wrapped, wrapContext(k.id))
+			if err != nil {
+				return rewrapped, current, fmt.Errorf("data key %s: %w", k.id, err)
+			}
+			if !changed {
+				current++
+				continue
+			}
+			// Only the value read: a key destroyed meanwhile stays so.
+			if _, err := r.pool.Exec(ctx, `UPDATE data_keys SET wrapped = $3 WHERE id = $1 AND wrapped = $2`, k.id, k.wrapped, resealed); err != nil {
+				return rewrapped, current, fmt.Errorf("data key %s: %w", k.id, err)
+			}
+			rewrapped++
+		}
+		after = page[len(page)-1].id
+	}
+}

@@ -32,3 +32,41 @@ func TestSealOpen(t *testing.T) {
 		t.Fatal("accepted a short key")
 	}
 }
+
+// After a change of master key, values sealed under the previous one still
+// open, and Reseal moves them under the new one; a box without the
+// previous key then opens them too.
+func TestPreviousKeys(t *testing.T) {
+	oldKey, newKey := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	before, _ := New(oldKey)
+	sealed := before.Seal([]byte("whsec_x"), "endpoint-1")
+
+	during, err := New(newKey, oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := during.Open(sealed, "endpoint-1"); err != nil || string(got) != "whsec_x" {
+		t.Fatalf("open under the previous key: %q %v", got, err)
+	}
+	resealed, changed, err := during.Reseal(sealed, "endpoint-1")
+	if err != nil || !changed || resealed == sealed {
+		t.Fatalf("reseal: %v %v", changed, err)
+	}
+	if again, changed, err := during.Reseal(resealed, "endpoint-1"); err != nil || changed || again != resealed {
+		t.Fatalf("reseal of a current value: %v %v", changed, err)
+	}
+	if _, _, err := during.Reseal(sealed, "endpoint-2"); err == nil {
+		t.Fatal("resealed under another context")
+	}
+
+	after, _ := New(newKey)
+	if got, err := after.Open(resealed, "endpoint-1"); err != nil || string(got) != "whsec_x" {
+		t.Fatalf("open with the new key alone: %q %v", got, err)
+	}
+	if _, err := after.Open(sealed, "endpoint-1"); err == nil {
+		t.Fatal("the new key alone opened a value sealed under the old one")
+	}
+	if _, err := before.Open(during.Seal([]byte("x"), "c"), "c"); err == nil {
+		t.Fatal("the old key opened a value sealed under the new one")
+	}
+}
