@@ -144,7 +144,10 @@ func (s *Service) FailEmail(ctx context.Context, id, reason, detail string, meta
 // sending fails the email.
 func (s *Service) RecordEmailFeedback(ctx context.Context, id string, feedback []domain.Event, reject *string, meta Meta) error {
 	_, err := execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
-		if st.Exists() && st.Erased == nil && st.Sent == nil && st.Failed == nil {
+		if !st.Exists() {
+			return nil, ErrUnknownEmail
+		}
+		if st.Erased == nil && st.Sent == nil && st.Failed == nil {
 			return nil, ErrNotSentYet
 		}
 		var out []domain.Event
@@ -161,6 +164,11 @@ func (s *Service) RecordEmailFeedback(ctx context.Context, id string, feedback [
 	}, meta)
 	return err
 }
+
+// ErrUnknownEmail: feedback names an email the log does not hold (one
+// accepted after the backup a log was restored from); nothing can be
+// recorded, and nothing later will change that.
+var ErrUnknownEmail = errors.New("feedback for an email the event log does not hold")
 
 // ErrNotSentYet: feedback arrived before the email's EmailSent was
 // recorded; the caller keeps the feedback and tries again later.

@@ -129,6 +129,13 @@ func TestRecordEmailFeedback(t *testing.T) {
 	if f, ok := evs[len(evs)-1].(*email.Failed); !ok || f.Reason != email.ReasonProviderRejected || f.Detail != reject {
 		t.Fatalf("after a reject the email ends with %+v, want a provider_rejected failure", evs[len(evs)-1])
 	}
+
+	// Feedback about an email the log does not hold (accepted after the
+	// backup it was restored from) is told apart, so it can be dropped.
+	unknown := "01a21c11-6758-7164-84f3-30fbdd58713f"
+	if err := h.svc.RecordEmailFeedback(ctx, unknown, []domain.Event{&email.Bounced{EmailID: unknown, FeedbackID: "fb-9", BounceType: "Permanent", OccurredAt: start}}, nil, meta); !errors.Is(err, commands.ErrUnknownEmail) {
+		t.Fatalf("feedback for an unknown email: %v", err)
+	}
 }
 
 func TestHoldAndReleaseAnEmail(t *testing.T) {

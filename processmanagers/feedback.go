@@ -2,6 +2,7 @@ package processmanagers
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/google/uuid"
@@ -36,7 +37,13 @@ func SESFeedback(ctx context.Context, p *ses.Provider, cmds *commands.Service, p
 					evs = append(evs, fb.Event)
 				}
 				meta := commands.Started("system:ses-feedback") // one run per notification
-				if err := cmds.RecordEmailFeedback(ctx, fb.EmailID, evs, fb.Reject, meta); err != nil {
+				err := cmds.RecordEmailFeedback(ctx, fb.EmailID, evs, fb.Reject, meta)
+				if errors.Is(err, commands.ErrUnknownEmail) {
+					log.Warn("ses feedback for an email the event log does not hold (restored from a backup?); dropped",
+						"event_type", fb.EventType, "email_id", fb.EmailID, "ses_message_id", fb.MessageID)
+					continue
+				}
+				if err != nil {
 					return err // kept in the queue; SQS redelivers it
 				}
 			}

@@ -23,14 +23,14 @@ import (
 
 // Config is the whole configuration.
 type Config struct {
-	DatabaseURL        string
-	EventStore         string
-	HTTPAddr           string
-	OpsAddr            string
-	MasterKey          string
+	DatabaseURL string
+	EventStore  string
+	HTTPAddr    string
+	OpsAddr     string
+	MasterKey   string
 	// MasterKeyPrevious lists keys that open what was sealed before the
 	// master key changed; nothing is sealed under them.
-	MasterKeyPrevious string
+	MasterKeyPrevious  string
 	DataDir            string
 	Environment        string
 	Provider           string
