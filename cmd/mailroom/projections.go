@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime/debug"
 	"text/tabwriter"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -74,21 +75,23 @@ serving the live tables, which stay current, until the new ones are swapped in.`
 				}
 			}
 			for _, p := range targets {
+				// The bar shows progress; the rate is printed at the end, over
+				// the whole rebuild (the bar's own rate reads the last jump).
 				bar := progressbar.NewOptions64(total,
 					progressbar.OptionSetDescription("rebuild "+string(p.Name())),
 					progressbar.OptionSetWriter(cmd.ErrOrStderr()),
 					progressbar.OptionShowCount(),
-					progressbar.OptionShowIts(),
-					progressbar.OptionSetItsString("events"),
 					progressbar.OptionThrottle(100_000_000),
-					progressbar.OptionOnCompletion(func() { fmt.Fprintln(cmd.ErrOrStderr()) }),
 				)
-				err := a.Runner.Rebuild(cmd.Context(), p, func(applied int64) { bar.Set64(applied) })
-				bar.Finish()
+				start, applied := time.Now(), int64(0)
+				err := a.Runner.Rebuild(cmd.Context(), p, func(n int64) { applied = n; bar.Set64(n) })
+				fmt.Fprintln(cmd.ErrOrStderr())
 				if err != nil {
-					return err
+					return err // the bar stays where the rebuild stopped
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "rebuilt %s\n", p.Name())
+				took := time.Since(start)
+				fmt.Fprintf(cmd.OutOrStdout(), "rebuilt %s: %d events in %s (%.0f events/s)\n", p.Name(), applied,
+					took.Round(time.Millisecond), float64(applied)/max(took.Seconds(), 1e-3))
 			}
 			return nil
 		},
