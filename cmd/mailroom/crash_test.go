@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -58,7 +59,7 @@ func startServe(t *testing.T, bin, addr, db, dataDir string, extra ...string) *p
 	cmd := exec.Command(bin, args...)
 	// Connection strings go through the environment, as in production: the
 	// command line is visible to every user of the machine.
-	cmd.Env = append(os.Environ(), "MAILROOM_DATABASE_URL="+db+"&pool_max_conns=12")
+	cmd.Env = append(os.Environ(), "MAILROOM_DATABASE_URL="+db+"&pool_max_conns=12", "MAILROOM_MASTER_KEY="+apptest.MasterKey)
 	cmd.Stderr = os.Stderr
 	dieWithTest(cmd)
 	out, err := cmd.StdoutPipe()

@@ -43,7 +43,7 @@ func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
 func TestOperatorCommands(t *testing.T) {
 	db := pgtest.NewURL(t)
 	dataDir := t.TempDir()
-	flags := []string{"--database-url", db, "--data-dir", dataDir}
+	flags := []string{"--database-url", db, "--data-dir", dataDir, "--master-key", apptest.MasterKey}
 
 	out, _, err := run(t, append([]string{"accounts", "create", "--name", "Acme", "--json"}, flags...)...)
 	if err != nil {
@@ -141,7 +141,7 @@ func TestOperatorCommands(t *testing.T) {
 
 func TestEventsVerifyAndExport(t *testing.T) {
 	db := pgtest.NewURL(t)
-	flags := []string{"--database-url", db, "--data-dir", t.TempDir()}
+	flags := []string{"--database-url", db, "--data-dir", t.TempDir(), "--master-key", apptest.MasterKey}
 	out, _, err := run(t, append([]string{"accounts", "create", "--name", "Acme", "--json"}, flags...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +310,7 @@ func TestRebuildWhileServing(t *testing.T) {
 		}
 	}()
 
-	out, errOut, err := run(t, "projections", "rebuild", "--all", "--database-url", s.DatabaseURL, "--data-dir", t.TempDir())
+	out, errOut, err := run(t, "projections", "rebuild", "--all", "--database-url", s.DatabaseURL, "--data-dir", t.TempDir(), "--master-key", apptest.MasterKey)
 	close(stop)
 	wg.Wait()
 	if err != nil {

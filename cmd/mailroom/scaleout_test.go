@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -182,7 +183,7 @@ func TestTwoInstances(t *testing.T) {
 	wantEvents(1040)
 	deadline := killed.Add(10 * time.Second)
 	for {
-		out, _, err := run(t, "projections", "status", "--json", "--database-url", db, "--data-dir", t.TempDir())
+		out, _, err := run(t, "projections", "status", "--json", "--database-url", db, "--data-dir", t.TempDir(), "--master-key", apptest.MasterKey)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 
 func TestTokenCommands(t *testing.T) {
 	db := pgtest.NewURL(t)
-	flags := []string{"--database-url", db, "--data-dir", t.TempDir()}
+	flags := []string{"--database-url", db, "--data-dir", t.TempDir(), "--master-key", apptest.MasterKey}
 	out, _, err := run(t, append([]string{"accounts", "create", "--name", "Acme", "--json"}, flags...)...)
 	var acct struct {
 		AccountID string `json:"account_id"`

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -57,6 +58,10 @@ func (c *Clock) Advance(d time.Duration) {
 	c.offset += d
 }
 
+// MasterKey is the master key of every test server, so that servers and
+// commands a test starts on one database all open what the others sealed.
+const MasterKey = "7e57000000000000000000000000000000000000000000000000000000000000"
+
 // Config returns the default configuration pointed at databaseURL, with
 // local state under a temporary directory. MAILROOM_* variables of the
 // environment are not applied: tests set what they need.
@@ -65,7 +70,12 @@ func Config(t testing.TB, databaseURL string) config.Config {
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	cfg.Flags(fs)
 	cfg.DatabaseURL = databaseURL
+	cfg.MasterKey = MasterKey
 	cfg.DataDir = t.TempDir()
+	// Commands given the data directory (--data-dir) read the same key.
+	if err := os.WriteFile(filepath.Join(cfg.DataDir, "master.key"), []byte(MasterKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg.SandboxOutbox = cfg.DataDir + "/outbox"
 	cfg.BlobDir = cfg.DataDir + "/blobs"
 	cfg.RateLimit = 0
