@@ -233,7 +233,7 @@ func (s *Service) TestWebhook(ctx context.Context, accountID, id string, meta Me
 	}
 	deliveryID := uuid.NewString()
 	pos, err := s.CreateDelivery(ctx, delivery.Created{DeliveryID: deliveryID, EndpointID: id, AccountID: accountID,
-		EmailID: emailID, Type: whsig.TypeEmailDelivered, Payload: string(payload), CreatedAt: now}, meta)
+		EmailID: emailID, Type: whsig.TypeEmailDelivered, Payload: string(payload), CreatedAt: now, Test: true}, meta)
 	if err == nil {
 		_ = s.settle(ctx, pos, projections.WebhooksName) // late or not, the test event is queued
 	}

@@ -122,9 +122,15 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 		}
 		defer w.Accounts.Release(st.Queued.AccountID)
 	}
-	if w.Memory != nil && st.Exists() {
-		n := min(MemoryWeight(st), w.MemoryBytes)
-		if !w.Memory.TryAcquire(n) {
+	if n := MemoryWeight(st); w.Memory != nil && n >= smallAttachments {
+		// Large emails take their turns (the semaphore serves waiters in
+		// order), so one needing the whole bound is not passed over for
+		// ever by smaller ones; one that waits too long tries again later.
+		n = min(n, w.MemoryBytes)
+		wait, cancel := context.WithTimeout(ctx, memoryWait)
+		err := w.Memory.Acquire(wait, n)
+		cancel()
+		if err != nil {
 			return river.JobSnooze(overCapWait())
 		}
 		defer w.Memory.Release(n)
@@ -132,12 +138,20 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, ver, pos, pipelineMeta.Following(job.Args.EventID, job.Args.CorrelationID)))
 }
 
+// smallAttachments is the weight below which an email takes no share of
+// SendWorker.Memory: emails with small attachments or none go out while
+// large ones hold the bound, and all of them at once hold little.
+const smallAttachments = 1 << 20
+
+// memoryWait bounds how long a large email waits for its share before its
+// job is snoozed.
+const memoryWait = 10 * time.Second
+
 // MemoryWeight is what an email counts against SendWorker.Memory: its
 // attachments' bytes, an attachment still to be downloaded at the most it
-// may be, and 64 KiB for the rest, so that small emails still go out while
-// large ones hold most of the bound.
+// may be.
 func MemoryWeight(st email.State) int64 {
-	n := int64(64 << 10)
+	var n int64
 	for _, a := range st.Attachments() {
 		if a.Path != "" && a.Digest == "" {
 			n += commands.MaxAttachmentBytes / 4 * 3

@@ -658,7 +658,7 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 	if err != nil {
 		return err
 	}
-	if !slices.Contains(ep.EventTypes, st.Created.Type) {
+	if !st.Created.Test && !slices.Contains(ep.EventTypes, st.Created.Type) {
 		// The endpoint stopped subscribing to this type after the event:
 		// its retries end here, unattempted.
 		return w.Commands.DropUnsubscribedDelivery(ctx, a.DeliveryID, a.meta())

@@ -47,6 +47,9 @@ type (
 		// Erased: the payload spoke of an email whose personal data was
 		// destroyed; Payload reads empty and the delivery is not made.
 		Erased bool `json:"erased,omitempty"`
+		// Test: asked for with the test route, whatever the endpoint's
+		// event types (absent from deliveries recorded before it existed).
+		Test bool `json:"test,omitempty"`
 	}
 	AttemptSucceeded struct {
 		DeliveryID     string    `json:"delivery_id"`

@@ -183,9 +183,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 		}
 		return nil, err
 	}
-	// Address keys keep the secret of the key the database was first used
-	// with (the oldest previous key, while one is being replaced).
-	addressKeys, err := keys.AddressKeys(ctx, append([][]byte{masterKey}, previous...)[len(previous)])
+	addressKeys, err := keys.AddressKeys(ctx, append([][]byte{masterKey}, previous...)...)
 	if err != nil {
 		pool.Close()
 		return nil, err

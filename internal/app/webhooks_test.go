@@ -502,27 +502,33 @@ func TestWebhookRestartAndDeleteDuringRetryWait(t *testing.T) {
 
 // An endpoint that stops subscribing to a type gets no more retries of
 // that type's pending deliveries: they end failed, unattempted, and count
-// nothing against the endpoint.
+// nothing against the endpoint. A test event goes to any endpoint, whatever
+// it subscribes to.
 func TestUnsubscribingEndsPendingRetries(t *testing.T) {
-	w := newHookWorld(t, func(c *config.Config) { c.WebhookRetries = "1s,1s,1s,1s,1s,1s" })
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookRetries = "3s,3s,3s,3s,3s,3s" })
 	rcv := newReceiver(t, always(500))
-	id, _ := w.endpoint(t, map[string]any{"url": rcv.URL, "event_types": []string{"email.sent", "email.delivered"}})
-	did := w.test(t, id) // an email.delivered
+	id, _ := w.endpoint(t, map[string]any{"url": rcv.URL, "event_types": []string{"email.delivered", "email.bounced"}})
+	w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})
 	rcv.waitFor(t, 1)
-	if r := w.Do("PATCH", "/v1/webhooks/"+id, w.key, map[string]any{"event_types": []string{"email.sent"}}); r.Status != 200 {
+	did := w.deliveries(t, id, "")[0]["id"].(string) // the email.delivered
+	if r := w.Do("PATCH", "/v1/webhooks/"+id, w.key, map[string]any{"event_types": []string{"email.bounced"}}); r.Status != 200 {
 		t.Fatalf("patch: %d %s", r.Status, r.Body)
 	}
 	d := w.waitDelivery(t, id, did, "failed")
 	if d["attempts"] != 1.0 || d["error"] != "not delivered: the endpoint no longer subscribes to this event type" {
 		t.Fatalf("delivery after unsubscribing: %v", d)
 	}
-	time.Sleep(1500 * time.Millisecond) // a retry would have come by now
+	time.Sleep(3500 * time.Millisecond) // a retry would have come by now
 	if n := len(rcv.requests()); n != 1 {
 		t.Fatalf("receiver got %d requests, want 1", n)
 	}
 	if ep := w.Do("GET", "/v1/webhooks/"+id, w.key, nil).JSON(t); ep["consecutive_failures"] != 0.0 || ep["is_active"] != true {
 		t.Fatalf("endpoint: %v", ep)
 	}
+
+	bounces := newReceiver(t, always(200))
+	other, _ := w.endpoint(t, map[string]any{"url": bounces.URL, "event_types": []string{"email.bounced"}})
+	w.waitDelivery(t, other, w.test(t, other), "delivered")
 }
 
 func TestWebhooksOfAnotherAccount(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/internal/mailmsg"
+	"github.com/mailroom/mailroom/internal/secretbox"
 )
 
 // AddressKeys turns an address into a keyed hash: the same address of the
@@ -61,10 +62,16 @@ const addressSecretID = "mailroom:address-keys"
 // AddressKeys returns the database's address keys. Suppressions and
 // erasure requests find addresses by these keys, so their secret must
 // outlive a change of master key: it is kept wrapped beside the data keys.
-// A database without it (made by an earlier release, or new) takes the
-// secret derived from masterKey, the key it has been used with.
-func (r *Keyring) AddressKeys(ctx context.Context, masterKey []byte) (AddressKeys, error) {
-	derived, err := NewAddressKeys(masterKey)
+// A database without it takes the secret derived from the master key it
+// has been used with: of masterKeys (the current key first), the one that
+// opens its data keys, as earlier releases derived it; a new database,
+// from the current key.
+func (r *Keyring) AddressKeys(ctx context.Context, masterKeys ...[]byte) (AddressKeys, error) {
+	used, err := r.keyInUse(ctx, masterKeys)
+	if err != nil {
+		return AddressKeys{}, err
+	}
+	derived, err := NewAddressKeys(used)
 	if err != nil {
 		return AddressKeys{}, err
 	}
@@ -86,4 +93,25 @@ func (r *Keyring) AddressKeys(ctx context.Context, masterKey []byte) (AddressKey
 		return AddressKeys{}, fmt.Errorf("address keys: %w", ErrWrongMasterKey)
 	}
 	return AddressKeys{secret: secret}, nil
+}
+
+// keyInUse is the key of masterKeys that opens the database's data keys
+// (the address keys' secret aside); the first when there are none.
+func (r *Keyring) keyInUse(ctx context.Context, masterKeys [][]byte) ([]byte, error) {
+	var id, wrapped string
+	err := r.pool.QueryRow(ctx, `SELECT id, wrapped FROM data_keys WHERE wrapped IS NOT NULL AND id <> $1 LIMIT 1`, addressSecretID).Scan(&id, &wrapped)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return masterKeys[0], nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("data keys: %w", err)
+	}
+	for _, k := range masterKeys {
+		if box, err := secretbox.New(k); err == nil {
+			if _, err := box.Open(wrapped, wrapContext(id)); err == nil {
+				return k, nil
+			}
+		}
+	}
+	return nil, ErrWrongMasterKey
 }

@@ -131,3 +131,35 @@ func TestCheckMasterKey(t *testing.T) {
 		t.Fatalf("another key: %v", err)
 	}
 }
+
+// The address keys of a database made before their secret was kept come
+// from the master key its data keys open, whichever order the keys are
+// given in while one replaces the other; once kept, the secret stays.
+func TestAddressKeysOutliveTheMasterKey(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	first, second := bytes.Repeat([]byte{5}, 32), bytes.Repeat([]byte{6}, 32)
+	box, _ := secretbox.New(first)
+	if _, err := datakeys.New(pool, box).Ensure(ctx, "email-1", "acct"); err != nil { // an earlier release's database
+		t.Fatal(err)
+	}
+	earlier, _ := datakeys.NewAddressKeys(first)
+	want := earlier.Of("acct", "ann@example.org")
+
+	during, _ := secretbox.New(first, second) // the new key given as previous first
+	got, err := datakeys.New(pool, during).AddressKeys(ctx, first, second)
+	if err != nil || got.Of("acct", "ann@example.org") != want {
+		t.Fatalf("address keys while the new key is previous: %v", err)
+	}
+	after, _ := secretbox.New(second, first)
+	if got, err := datakeys.New(pool, after).AddressKeys(ctx, second, first); err != nil || got.Of("acct", "ann@example.org") != want {
+		t.Fatalf("address keys once the new key is current: %v", err)
+	}
+	if _, _, err := datakeys.New(pool, after).Rewrap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	alone, _ := secretbox.New(second)
+	if got, err := datakeys.New(pool, alone).AddressKeys(ctx, second); err != nil || got.Of("acct", "ann@example.org") != want {
+		t.Fatalf("address keys after the rewrap, with the new key alone: %v", err)
+	}
+}

@@ -368,6 +368,11 @@ func TestBindJSONRefusesHugeContainersBeforeDecoding(t *testing.T) {
 			t.Errorf("%.60q…: %d %s", c.body, res.status, res.body)
 		}
 	}
+	// Nesting is the decoder's to refuse, at once: the count stops at its
+	// depth rather than keep a frame for every byte of "[[[[…".
+	if res := s.post(t, "/bind", `{"to":`+strings.Repeat("[", 5<<20)); res.status != 400 || res.problem(t).Code != "invalid_json" {
+		t.Errorf("deep nesting: %d %.200s", res.status, res.body)
+	}
 	for _, body := range []string{
 		`{"to":[` + items(MaxItems, `"a@example.org"`) + `]}`,
 		`{"from":"` + items(5000, `[{}]`) + `","to":"a@example.org","headers":{"x":"{[,,,,]}\"[,]"}}`,

@@ -16,14 +16,19 @@ const MaxItems = 1000
 type frame struct {
 	object    bool
 	items     int
-	key       string // the member being read, in an object
+	key       []byte // the member being read, in an object (a slice of the body)
 	expectKey bool
 }
 
+// maxDepth is the nesting past which checkItems stops and leaves the body
+// to the decoder, which refuses nesting past 10,000 at once: following a
+// body of nothing but "[" would take a frame per byte.
+const maxDepth = 10_000
+
 // checkItems refuses a body with an array or object of more than MaxItems
 // items before it is decoded, naming the field that holds it. It reads the
-// bytes once without allocating for them; malformed JSON it passes over is
-// left to the decoder to report.
+// bytes once, keeping a frame per open container; malformed JSON it passes
+// over is left to the decoder to report.
 func checkItems(data []byte) *Problem {
 	var stack []frame
 	// value counts a value starting in the innermost container.
@@ -50,7 +55,7 @@ func checkItems(data []byte) *Problem {
 			}
 			if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].expectKey {
 				top := &stack[n-1]
-				top.key, top.expectKey = string(data[i+1:min(j, len(data), i+1+64)]), false
+				top.key, top.expectKey = data[i+1:min(j, len(data), i+1+64)], false
 				top.items++
 				if p := tooMany(stack[:n-1], top.items); p != nil {
 					return p
@@ -62,6 +67,9 @@ func checkItems(data []byte) *Problem {
 		case '{', '[':
 			if p := value(); p != nil {
 				return p
+			}
+			if len(stack) == maxDepth {
+				return nil
 			}
 			stack = append(stack, frame{object: c == '{', expectKey: c == '{'})
 		case '}', ']':
@@ -97,7 +105,7 @@ func tooMany(outer []frame, n int) *Problem {
 			if path.Len() > 0 {
 				path.WriteByte('.')
 			}
-			path.WriteString(f.key)
+			path.Write(f.key)
 		} else {
 			path.WriteString("[" + strconv.Itoa(f.items-1) + "]")
 		}

@@ -60,8 +60,15 @@ type folding struct {
 }
 
 type seen struct {
-	mu   sync.Mutex
-	last map[string]*fold
+	mu    sync.Mutex
+	last  map[string]*fold
+	order []passed // the lines passed on, oldest first from head (some since passed again)
+	head  int
+}
+
+type passed struct {
+	key string
+	at  time.Time
 }
 
 type fold struct {
@@ -69,8 +76,9 @@ type fold struct {
 	folded int       // lines left out since
 }
 
-// maxKeys bounds the memory of lines seen; past it, lines older than the
-// window are forgotten.
+// maxKeys bounds the lines remembered. Lines older than the window are
+// forgotten first; when every remembered line is younger, a new one is
+// passed on without being remembered (so it is not folded).
 const maxKeys = 4096
 
 func (h *folding) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
@@ -102,20 +110,32 @@ func (h *folding) Handle(ctx context.Context, r slog.Record) error {
 	if f != nil {
 		folded = f.folded
 	}
-	if len(h.seen.last) >= maxKeys {
-		for k, f := range h.seen.last {
-			if now.Sub(f.at) >= h.window {
-				delete(h.seen.last, k)
-			}
-		}
+	h.seen.forget(now, h.window)
+	if f != nil || len(h.seen.last) < maxKeys {
+		h.seen.last[k] = &fold{at: now}
+		h.seen.order = append(h.seen.order, passed{k, now})
 	}
-	h.seen.last[k] = &fold{at: now}
 	h.seen.mu.Unlock()
 	if folded > 0 {
 		r = r.Clone()
 		r.AddAttrs(slog.Int("repeated", folded))
 	}
 	return h.next.Handle(ctx, r)
+}
+
+// forget drops the lines passed on longer than window ago, oldest first.
+// It is called with mu held.
+func (s *seen) forget(now time.Time, window time.Duration) {
+	for ; s.head < len(s.order) && now.Sub(s.order[s.head].at) >= window; s.head++ {
+		p := s.order[s.head]
+		if f := s.last[p.key]; f != nil && f.at.Equal(p.at) { // not passed on again since
+			delete(s.last, p.key)
+		}
+	}
+	if s.head > len(s.order)/2 { // reuse the slice once half of it is spent
+		s.order = append(s.order[:0], s.order[s.head:]...)
+		s.head = 0
+	}
 }
 
 func (h *folding) WithAttrs(as []slog.Attr) slog.Handler {

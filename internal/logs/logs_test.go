@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -102,5 +103,28 @@ func TestRedactedKeepsNoAddressOrURLPath(t *testing.T) {
 	}
 	if Redacted(nil) != "" {
 		t.Error("nil error has text")
+	}
+}
+
+// Lines about ever new things (a provider outage, every email retried)
+// neither grow the memory of lines seen past its bound nor slow down, and
+// lines older than the window are forgotten.
+func TestFoldingRemembersBoundedly(t *testing.T) {
+	h := Fold(slog.NewJSONHandler(io.Discard, nil), 30*time.Second).(*folding)
+	t0 := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	for i := range 50_000 {
+		r := slog.NewRecord(t0.Add(time.Duration(i)*time.Millisecond), slog.LevelWarn, "send retried", 0)
+		r.AddAttrs(slog.Int("email", i))
+		if err := h.Handle(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(h.seen.last); n > maxKeys {
+		t.Fatalf("%d lines remembered, bound %d", n, maxKeys)
+	}
+	r := slog.NewRecord(t0.Add(time.Hour), slog.LevelWarn, "later", 0)
+	h.Handle(context.Background(), r)
+	if n := len(h.seen.last); n != 1 {
+		t.Fatalf("an hour later %d lines remembered, want the last one", n)
 	}
 }
