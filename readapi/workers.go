@@ -234,3 +234,25 @@ func DeliveriesOfEmail(ctx context.Context, q Querier, emailID string) ([]string
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
+
+// SealedSecret is a webhook endpoint's signing secret as sealed.
+type SealedSecret struct {
+	EndpointID string
+	Sealed     string
+}
+
+// WebhookSecrets lists every endpoint's sealed secret, for a check of the
+// master keys they are sealed under.
+func WebhookSecrets(ctx context.Context, q Querier) ([]SealedSecret, error) {
+	rows, err := q.Query(ctx, `SELECT id, sealed_secret FROM webhook_endpoints ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[SealedSecret])
+}
+
+// AllDomains lists every domain of every account, for a check of the
+// master keys their DKIM keys are sealed under.
+func AllDomains(ctx context.Context, q Querier) ([]sendingdomain.State, error) {
+	return queryDomains(ctx, q, `true`, `id`)
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -27,14 +28,41 @@ See "Rotating MAILROOM_MASTER_KEY" in docs/operations.md.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]int{"rewrapped": rewrapped, "current": current})
+			previous, none, err := a.SecretsByKey(cmd.Context())
+			if err != nil {
+				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rewrapped %d data key(s); %d were under the current master key already\n", rewrapped, current)
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+					Rewrapped        int        `json:"rewrapped"`
+					Current          int        `json:"current"`
+					UnderPrevious    app.Sealed `json:"under_previous_key"`
+					UnderUnknownKeys app.Sealed `json:"under_no_key_given"`
+				}{rewrapped, current, previous, none})
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "rewrapped %d data key(s); %d were under the current master key already\n", rewrapped, current)
+			if !previous.Empty() {
+				fmt.Fprintf(out, "still under a previous master key (rotate them through the API before removing it):\n")
+				printSealed(out, previous)
+			}
+			if !none.Empty() {
+				fmt.Fprintf(out, "under a master key not given (they fail until it is given again):\n")
+				printSealed(out, none)
+			}
 			return nil
 		}),
 	}
 	rewrap.Flags().BoolVar(&asJSON, "json", false, `print {"rewrapped", "current"} as JSON`)
 	cmd.AddCommand(rewrap)
 	return cmd
+}
+
+func printSealed(w io.Writer, s app.Sealed) {
+	for _, id := range s.WebhookEndpoints {
+		fmt.Fprintf(w, "  webhook endpoint %s: POST /v1/webhooks/%s/rotate-secret\n", id, id)
+	}
+	for _, name := range s.Domains {
+		fmt.Fprintf(w, "  domain %s: POST /api/domains/{id}/rotate\n", name)
+	}
 }

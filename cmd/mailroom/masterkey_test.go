@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,9 +100,20 @@ func TestMasterKeyRotation(t *testing.T) {
 
 	out, _, err := run(t, "master-key", "rewrap", "--json", "--database-url", db, "--data-dir", base.DataDir,
 		"--blob-dir", base.BlobDir, "--master-key", newKey, "--master-key-previous", oldKey)
-	var got struct{ Rewrapped, Current int }
+	var got struct {
+		Rewrapped, Current int
+		Previous           struct {
+			WebhookEndpoints []string `json:"webhook_endpoints"`
+			Domains          []string `json:"domains"`
+		} `json:"under_previous_key"`
+	}
 	if err != nil || json.Unmarshal([]byte(out), &got) != nil || got.Rewrapped < 3 {
 		t.Fatalf("rewrap: %q %v", out, err)
+	}
+	// What only the API re-seals is named, so it is rotated before the
+	// old key goes.
+	if !slices.Equal(got.Previous.WebhookEndpoints, []string{endpoint}) || !slices.Contains(got.Previous.Domains, "acme.test") {
+		t.Fatalf("rewrap names as under the previous key: %+v", got.Previous)
 	}
 	again, _, err := run(t, "master-key", "rewrap", "--json", "--database-url", db, "--data-dir", base.DataDir,
 		"--blob-dir", base.BlobDir, "--master-key", newKey, "--master-key-previous", oldKey)
@@ -113,6 +125,9 @@ func TestMasterKeyRotation(t *testing.T) {
 	s = apptest.StartWith(t, withKeys(newKey, ""))
 	if e := s.Do("GET", "/v1/emails/"+first, key, nil).JSON(t); e["to_email"] != "ann@example.org" {
 		t.Fatalf("the first email under the new key alone: %v", e)
+	}
+	if _, none, err := s.SecretsByKey(context.Background()); err != nil || !slices.Equal(none.WebhookEndpoints, []string{endpoint}) {
+		t.Fatalf("secrets no key given opens: %+v %v", none, err)
 	}
 	waitStatus(s, send(s, "bounce@simulator.amazonses.com"), "failed")
 }

@@ -204,6 +204,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 		a.Close()
 		return nil, err
 	}
+	a.warnUnopenable(ctx)
 	return a, nil
 }
 

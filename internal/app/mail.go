@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"crypto/rsa"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/provider/ratelimit"
 	"github.com/mailroom/mailroom/internal/scan"
+	"github.com/mailroom/mailroom/internal/secretbox"
 	"github.com/mailroom/mailroom/processmanagers"
 	"github.com/mailroom/mailroom/readapi"
 )
@@ -137,6 +139,9 @@ func (a *App) signingKey(ctx context.Context, accountID, name string) (*provider
 		return &provider.DKIMKey{Domain: st.Name, Selector: st.Active.Selector, PrivateKey: k.(*rsa.PrivateKey)}, nil
 	}
 	key, err := dkimkey.Open(a.Box, st.ID, *st.Active)
+	if errors.Is(err, secretbox.ErrCannotOpen) {
+		err = fmt.Errorf("the DKIM key of %s (selector %s) is sealed under a master key not given: %w", st.Name, st.Active.Selector, err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,13 @@ func NewSelector() string {
 // context binds a sealed key to its domain and selector.
 func context(domainID, selector string) string { return "dkim:" + domainID + ":" + selector }
 
+// Current reports whether k is sealed under box's current master key
+// (false: under a previous one); secretbox.ErrCannotOpen when no key of
+// box opens it.
+func Current(box *secretbox.Box, domainID string, k sendingdomain.Key) (bool, error) {
+	return box.Current(k.SealedKey, context(domainID, k.Selector))
+}
+
 // Generate makes a key for domainID, sealed with box.
 func Generate(box *secretbox.Box, domainID string, now time.Time) (sendingdomain.Key, error) {
 	priv, err := rsa.GenerateKey(rand.Reader, Bits)

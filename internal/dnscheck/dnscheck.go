@@ -414,7 +414,8 @@ func spfMatches(want, got string) bool {
 		if t == "all" {
 			break
 		}
-		have[strings.ToLower(strings.TrimPrefix(term, "+"))] = true
+		// A domain may end in its root's dot (include:amazonses.com.).
+		have[strings.TrimSuffix(strings.ToLower(strings.TrimPrefix(term, "+")), ".")] = true
 	}
 	for _, term := range strings.Fields(want)[1:] {
 		if t := strings.ToLower(term); strings.HasPrefix(t, "include:") && !have[t] {

@@ -247,6 +247,7 @@ func TestDKIMAndSPFAreReadForWhatTheyMean(t *testing.T) {
 		"other includes": "v=spf1 include:_spf.google.com include:amazonses.com ~all",
 		"upper case":     "V=SPF1 INCLUDE:AMAZONSES.COM ~ALL",
 		"double spaces":  "v=spf1  include:amazonses.com  ~all",
+		"root dot":       "v=spf1 include:amazonses.com. ~all",
 	} {
 		check("SPF "+name, []dnscheck.Record{txt(spf.Name, value)}, spf, true, "")
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"regexp"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -40,15 +41,16 @@ func queryDate(c echo.Context, name string, endOfDay bool) (time.Time, *httpserv
 		}
 		return t, nil
 	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil && offsetHoursValid(t) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil && rfc3339Zone.MatchString(s) {
 		if bad := outOfRange(name, t); bad != nil {
 			return time.Time{}, bad
 		}
 		if endOfDay {
-			// Times are shown to the millisecond, so a date_to copied from
-			// an answer includes that whole millisecond; a finer one is
-			// taken as given (times are kept to the microsecond).
-			if t.Nanosecond()%int(time.Millisecond) == 0 {
+			// Times are shown to the millisecond, so a date_to written to
+			// the millisecond (or coarser) includes that whole millisecond;
+			// one written finer is taken as given (times are kept to the
+			// microsecond).
+			if m := fraction.FindStringSubmatch(s); m == nil || len(m[1]) <= 3 {
 				t = t.Add(time.Millisecond)
 			} else {
 				t = t.Truncate(time.Microsecond).Add(time.Microsecond)
@@ -59,12 +61,12 @@ func queryDate(c echo.Context, name string, endOfDay bool) (time.Time, *httpserv
 	return time.Time{}, &httpserver.FieldError{Field: name, Message: "must be an ISO date (YYYY-MM-DD) or timestamp"}
 }
 
-// offsetHoursValid refuses the zone offsets of 24 hours that Go's parser
-// takes but RFC 3339 does not (hours 00-23).
-func offsetHoursValid(t time.Time) bool {
-	_, off := t.Zone()
-	return off > -24*3600 && off < 24*3600
-}
+// rfc3339Zone is a timestamp's zone as RFC 3339 writes it: Go's parser
+// also takes offsets of 24 hours and of 60 minutes.
+var rfc3339Zone = regexp.MustCompile(`(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$`)
+
+// fraction is a timestamp's fraction of a second, as written.
+var fraction = regexp.MustCompile(`[.,]([0-9]+)`)
 
 // validationOf collects query-parameter errors into one 422.
 func validationOf(errs ...*httpserver.FieldError) error {

@@ -76,6 +76,11 @@ type fold struct {
 	folded int       // lines left out since
 }
 
+// unfolded are the attributes that do not tell lines apart: errors, whose
+// text varies while a failure lasts, and request ids, so that a route
+// failing on every request during an outage writes a line per window.
+var unfolded = map[string]bool{"err": true, "error": true, "request_id": true, "client_request_id": true}
+
 // maxKeys bounds the lines remembered. Lines older than the window are
 // forgotten first; when every remembered line is younger, a new one is
 // passed on without being remembered (so it is not folded).
@@ -93,7 +98,7 @@ func (h *folding) Handle(ctx context.Context, r slog.Record) error {
 	key.WriteString("\x00")
 	key.WriteString(r.Message)
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key != "err" && a.Key != "error" {
+		if !unfolded[a.Key] {
 			key.WriteString("\x00" + a.String())
 		}
 		return true
@@ -158,7 +163,7 @@ func (h *folding) WithGroup(name string) slog.Handler {
 // providers and HTTP clients carry them: "RCPT TO:<ann@example.com>",
 // `Get "https://files.example.com/ann/cv.pdf"`.
 var (
-	address = regexp.MustCompile(`[^\s<>"'(),;:\[\]@]+@[^\s<>"'(),;:\[\]@]+`)
+	address = regexp.MustCompile(`[^\s<>"(),;:\[\]@]+@[^\s<>"'(),;:\[\]@]+`)
 	urlPath = regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.-]*://[^/\s"'<>?#]+)[/?#][^\s"'<>]*`)
 )
 

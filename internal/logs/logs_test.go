@@ -47,6 +47,8 @@ func TestRepeatedWarningsAreFoldedPerWindow(t *testing.T) {
 	for i := range 20 { // a retry a second, each error worded a little differently
 		log(time.Duration(i)*time.Second, slog.LevelWarn, "lock lost", refused(string(rune('a'+i))))
 	}
+	log(3*time.Second, slog.LevelError, "request failed", slog.String("route", "/v1/emails"), slog.String("request_id", "req_1"))
+	log(4*time.Second, slog.LevelError, "request failed", slog.String("route", "/v1/emails"), slog.String("request_id", "req_2"))
 	log(5*time.Second, slog.LevelWarn, "send retried", slog.String("email_id", "e1"))
 	log(6*time.Second, slog.LevelWarn, "send retried", slog.String("email_id", "e2"))
 	log(7*time.Second, slog.LevelInfo, "lock lost")
@@ -69,6 +71,7 @@ func TestRepeatedWarningsAreFoldedPerWindow(t *testing.T) {
 	}
 	want := []string{
 		"WARN lock lost",
+		"ERROR request failed",
 		"WARN send retried e1",
 		"WARN send retried e2",
 		"INFO lock lost",
@@ -96,6 +99,7 @@ func TestRedactedKeepsNoAddressOrURLPath(t *testing.T) {
 		{"Email address is not verified. The following identities failed the check in region EU-WEST-1: Ann Smith <ann@example.com>, bob@exämple.org",
 			"Email address is not verified. The following identities failed the check in region EU-WEST-1: Ann Smith <<address>>, <address>"},
 		{"450 4.2.0 mailbox busy", "450 4.2.0 mailbox busy"},
+		{"RCPT TO:<patrick.o'brien@dest.org>: 550 'patrick.o'brien@dest.org' unknown", "RCPT TO:<<address>>: 550 <address>' unknown"},
 	} {
 		if got := Redacted(errors.New(c.in)); got != c.want {
 			t.Errorf("Redacted(%q)\n = %q\nwant %q", c.in, got, c.want)

@@ -217,6 +217,12 @@ func checkDomain(domain string) error {
 		if l[0] == '-' || l[len(l)-1] == '-' {
 			return addrErr("a domain label starts or ends with a hyphen")
 		}
+		if len(l) > 4 && strings.EqualFold(l[:4], "xn--") {
+			// A label in punycode must decode to a valid one (RFC 5890).
+			if _, err := idna.Lookup.ToUnicode(l); err != nil {
+				return addrErr("a domain label is not valid punycode")
+			}
+		}
 		for _, r := range l {
 			switch {
 			case r == '-', r < utf8.RuneSelf && (isASCIILetter(byte(r)) || isDigit(byte(r))):

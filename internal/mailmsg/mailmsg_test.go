@@ -782,6 +782,8 @@ func TestParseAddress(t *testing.T) {
 		"bob@\u034F.com",
 		"bob@example.\uFE0F",
 		"bob@example.1\u034F",
+		"x@xn--zz.com",
+		"x@xn--a-ecp.xn--99999999999.com",
 		"bob@" + strings.Repeat("ü"+strings.Repeat("a", 55)+".", 4) + "com",
 	}
 	for _, in := range invalid {

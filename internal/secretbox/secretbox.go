@@ -73,6 +73,13 @@ func (b *Box) Reseal(sealed, context string) (resealed string, changed bool, err
 	return b.Seal(plain, context), true, nil
 }
 
+// Current reports whether the current key opens sealed: false for a value
+// opened by a previous key only; ErrCannotOpen when no key opens it.
+func (b *Box) Current(sealed, context string) (bool, error) {
+	_, current, err := b.open(sealed, context)
+	return current, err
+}
+
 // open also says whether the current key opened it.
 func (b *Box) open(sealed, context string) ([]byte, bool, error) {
 	raw, ok := strings.CutPrefix(sealed, prefix)
