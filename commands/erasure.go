@@ -115,6 +115,24 @@ func (s *Service) EraseRecipient(ctx context.Context, accountID, address string,
 		return Erasure{}, &v
 	}
 	key := s.address.Of(accountID, a.Email)
+	// The erasure goes on when the request ends first (a client's time-out
+	// or the server's write deadline cut off a long one): stopped halfway it
+	// would leave its emails erased under an erasure never recorded, and
+	// a retry would record only the rest. A repeat meanwhile joins it.
+	done := s.erasing.DoChan(accountID+"\x00"+key, func() (any, error) {
+		return s.eraseRecipient(context.WithoutCancel(ctx), accountID, key, meta)
+	})
+	select {
+	case r := <-done:
+		er, _ := r.Val.(Erasure)
+		return er, r.Err
+	case <-ctx.Done():
+		return Erasure{}, ErrNotVisible
+	}
+}
+
+// eraseRecipient is EraseRecipient's work, one at a time per address.
+func (s *Service) eraseRecipient(ctx context.Context, accountID, key string, meta Meta) (Erasure, error) {
 	ids, err := s.emailsSentTo(ctx, accountID, key)
 	if err != nil {
 		return Erasure{}, err

@@ -21,6 +21,7 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	"github.com/mailroom/mailroom/projections"
+	"golang.org/x/sync/singleflight"
 )
 
 // Settle waits until the named projectors have applied pos, so a read after
@@ -103,6 +104,8 @@ type Service struct {
 	domainsNamed  func(ctx context.Context, name string) ([]sendingdomain.State, error)
 	domainCount   func(ctx context.Context, accountID string) (int, error)
 	keyGenerated  func()
+
+	erasing singleflight.Group // erasures of an address under way here, by account and key
 }
 
 // IdentityCheck asks the mail provider whether it sees a domain's DKIM and

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/email"
@@ -60,6 +62,9 @@ func (r *Retention) Tick(ctx context.Context) (ran bool, erased int, err error) 
 	return err == nil, erased, err
 }
 
+// retentionConcurrency is how many emails a pass erases at once.
+const retentionConcurrency = 8
+
 // pass erases every email past retention; the caller holds the lock.
 func (r *Retention) pass(ctx context.Context) (int, error) {
 	meta := commands.Started("system:retention") // one run per pass
@@ -69,20 +74,28 @@ func (r *Retention) pass(ctx context.Context) (int, error) {
 		if err != nil {
 			return erased, err
 		}
-		newly := 0
+		// Several at a time: each erasure is a few round trips (blobs,
+		// key, event), and one at a time fell behind a steady send rate.
+		var newly atomic.Int64
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(retentionConcurrency)
 		for _, e := range due {
-			done, err := r.Commands.EraseEmail(ctx, e.EmailID, email.ErasedByRetention, "", meta)
-			if err != nil {
-				return erased, err
-			}
-			if done {
-				newly++
-			}
+			g.Go(func() error {
+				done, err := r.Commands.EraseEmail(gctx, e.EmailID, email.ErasedByRetention, "", meta)
+				if done {
+					newly.Add(1)
+				}
+				return err
+			})
 		}
-		erased += newly
+		err = g.Wait()
+		erased += int(newly.Load())
+		if err != nil {
+			return erased, err
+		}
 		// A full batch of emails erased already is the read model catching
 		// up; the next pass finds what is left.
-		if len(due) < retentionBatch || newly == 0 {
+		if len(due) < retentionBatch || newly.Load() == 0 {
 			return erased, nil
 		}
 	}

@@ -45,8 +45,13 @@ func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) er
 	// A shadow batch need not wait for its commit to reach the disk: a
 	// crash loses a few of them, together with their checkpoint, and the
 	// next rebuild starts afresh anyway. The swap commits as usual.
+	// Statements are planned for each run: the generic plan PostgreSQL
+	// settles on for a prepared statement would be made while the shadow
+	// tables are empty (a sequential scan), and kept as they grow, making
+	// the replay quadratic in their rows.
 	inShadow := func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL search_path TO %s, public; SET LOCAL synchronous_commit = off", shadow))
+		_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL search_path TO %s, public; SET LOCAL synchronous_commit = off; "+
+			"SET LOCAL plan_cache_mode = force_custom_plan", shadow))
 		return err
 	}
 	if err := r.inTx(ctx, func(tx pgx.Tx) error {
@@ -131,6 +136,13 @@ func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) er
 		}
 		if err := g.Wait(); err != nil {
 			return fmt.Errorf("rebuild %s: create indexes: %w", p.Name(), err)
+		}
+	}
+	// Statistics for the tables about to go live: the live projector's
+	// plans are made from them, and autovacuum may come much later.
+	for _, table := range p.Tables() {
+		if _, err := r.pool.Exec(ctx, fmt.Sprintf("ANALYZE %s.%s", shadow, pgx.Identifier{table}.Sanitize())); err != nil {
+			return fmt.Errorf("rebuild %s: analyze %s: %w", p.Name(), table, err)
 		}
 	}
 

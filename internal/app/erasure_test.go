@@ -12,6 +12,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/account"
+	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/config"
 )
 
@@ -213,5 +214,42 @@ func TestRacingErasuresOfOneAddressRecordOne(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%d erasures recorded, want 1", n)
+	}
+}
+
+// An erasure cut off by the request's deadline goes on to the end: the
+// client's repeat is answered with the one erasure, every email in it.
+func TestAnErasureOutlivesItsRequest(t *testing.T) {
+	w := newSendWorld(t, func(c *config.Config) {
+		c.HTTPReadTimeout, c.HTTPWriteTimeout = 300*time.Millisecond, 300*time.Millisecond
+	})
+	var sent []string
+	for range 300 {
+		sent = append(sent, w.send(t, map[string]any{"from": "billing@acme.test", "to": "many@example.org", "subject": "hi", "text": "hi"})["id"].(string))
+	}
+	for _, id := range sent {
+		w.waitFor(t, id, func(e map[string]any) bool { return e["status"] == "delivered" })
+	}
+	first := w.Do("POST", "/api/erasures", w.admin, map[string]any{"email": "many@example.org"})
+	// 300 erasures take longer than the request's 270 ms.
+	wantProblem(t, first, http.StatusServiceUnavailable, "not_yet_visible")
+	var r apptest.Response
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if r = w.Do("POST", "/api/erasures", w.admin, map[string]any{"email": "many@example.org"}); r.Status == http.StatusCreated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the erasure never completed: %d %s", r.Status, r.Body)
+		}
+	}
+	if got := r.JSON(t); got["erased"] != 300.0 {
+		t.Fatalf("the repeat answered %v erased, want all 300", got["erased"])
+	}
+	var erasures, ids int
+	ctx := context.Background()
+	w.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE event_type = 'AccountErasureCompleted'`).Scan(&erasures)
+	w.Pool.QueryRow(ctx, `SELECT count(DISTINCT data->>'erasure_id') FROM events WHERE event_type = 'EmailErased'`).Scan(&ids)
+	if erasures != 1 || ids != 1 {
+		t.Fatalf("%d erasures recorded, the emails name %d erasure ids; want 1 and 1", erasures, ids)
 	}
 }

@@ -358,10 +358,11 @@ func (r *Keyring) Rewrap(ctx context.Context) (rewrapped, current int, err error
 				continue
 			}
 			// Only the value read: a key destroyed meanwhile stays so.
-			if _, err := r.pool.Exec(ctx, `UPDATE data_keys SET wrapped = $3 WHERE id = $1 AND wrapped = $2`, k.id, k.wrapped, resealed); err != nil {
+			tag, err := r.pool.Exec(ctx, `UPDATE data_keys SET wrapped = $3 WHERE id = $1 AND wrapped = $2`, k.id, k.wrapped, resealed)
+			if err != nil {
 				return rewrapped, current, fmt.Errorf("data key %s: %w", k.id, err)
 			}
-			rewrapped++
+			rewrapped += int(tag.RowsAffected())
 		}
 		after = page[len(page)-1].id
 	}
