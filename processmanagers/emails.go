@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mailroom/mailroom/commands"
@@ -16,6 +17,7 @@ import (
 	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/logs"
 	"github.com/mailroom/mailroom/internal/mailmsg"
 	"github.com/mailroom/mailroom/internal/outcomes"
@@ -54,6 +56,12 @@ type Pipeline struct {
 	// Log receives what failure details keep from customers: provider
 	// answers, rendering and download errors.
 	Log *slog.Logger
+
+	// unrecorded holds, by email id, the provider's message id of emails
+	// the provider accepted but whose EmailSent could not be recorded yet
+	// (the database refusing writes): their next try records, and does not
+	// hand the message over again.
+	unrecorded sync.Map
 }
 
 // Checks is what the read models say of an email before it leaves.
@@ -268,6 +276,9 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		p.logFailure(meta, q.EmailID, "rendering failed", err)
 		return p.fail(ctx, meta, q.EmailID, email.ReasonRenderingFailed, "the message could not be built from the email's fields")
 	}
+	if msgID, ok := p.unrecorded.Load(q.EmailID); ok {
+		return p.recordSent(ctx, st, ver, atts, msgID.(string), meta)
+	}
 	recipients := mailmsg.Addresses(st.Recipients())
 	var key *provider.DKIMKey
 	if p.SigningKey != nil {
@@ -311,10 +322,31 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		return Transient(err)
 	}
 	p.Outcomes.Send("sent", nil, p.Now())
-	if err := p.Commands.RecordEmailSentAt(ctx, st, ver, atts, msgID, p.Feedback, meta); err != nil {
-		return Transient(err)
+	return p.recordSent(ctx, st, ver, atts, msgID, meta)
+}
+
+// recordSent records that the provider accepted the email as msgID. The
+// message has left: while the database refuses the write it is tried
+// again here, and if the job must end first, the message id is kept for
+// its next try in this process, which records rather than sends again.
+func (p *Pipeline) recordSent(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, atts []email.Attachment, msgID string, meta commands.Meta) error {
+	wait := jobs.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for try := 1; ; try++ {
+		err := p.Commands.RecordEmailSentAt(ctx, st, ver, atts, msgID, p.Feedback, meta)
+		if err == nil || errors.Is(err, datakeys.ErrErased) {
+			p.unrecorded.Delete(st.Queued.EmailID)
+			return err
+		}
+		if try == 1 {
+			p.logFailure(meta, st.Queued.EmailID, "provider accepted the message but it could not be recorded; recording it again", err)
+		}
+		select {
+		case <-ctx.Done():
+			p.unrecorded.Store(st.Queued.EmailID, msgID)
+			return Transient(err)
+		case <-time.After(wait.Delay(try)):
+		}
 	}
-	return nil
 }
 
 // logFailure records for operators the error behind a failure detail,

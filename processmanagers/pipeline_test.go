@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -330,4 +331,54 @@ func TestPipelineOnProviderErrors(t *testing.T) {
 			t.Fatalf("email stream %q after MaxAge, failure %+v", r.types(t, id), f)
 		}
 	})
+}
+
+// refusingAppends is an event store whose appends fail while refuse is
+// set, as a database does when its disk is full or it is read-only.
+type refusingAppends struct {
+	eventstore.Store
+	refuse atomic.Bool
+}
+
+func (s *refusingAppends) Append(ctx context.Context, stream string, expected eventstore.ExpectedVersion, events ...eventstore.EventData) (eventstore.AppendResult, error) {
+	if s.refuse.Load() {
+		return eventstore.AppendResult{}, errors.New("could not extend file: No space left on device (SQLSTATE 53100)")
+	}
+	return s.Store.Append(ctx, stream, expected, events...)
+}
+
+// A message the provider accepted is handed over once, however long the
+// database refuses to record it: the pipeline keeps trying to record it,
+// and a later try of the job records instead of sending again.
+func TestAcceptedMessageIsNotSentAgainWhileItCannotBeRecorded(t *testing.T) {
+	r := newPipelineRig(t)
+	store := &refusingAppends{Store: r.store}
+	now := func() time.Time { return r.now }
+	box, _ := secretbox.New(make([]byte, 32))
+	r.pipeline.Commands = commands.New(commands.Deps{Store: store, Now: now, Box: box, Content: r.content})
+	var sends atomic.Int32
+	r.sender = sendFunc(func(ctx context.Context, m provider.Outbound) (string, error) {
+		sends.Add(1)
+		return "msg-1", nil
+	})
+	id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
+	store.refuse.Store(true)
+	for range 3 { // three tries of the job, each cut off by its deadline
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		err := r.pipeline.Process(ctx, id, eventstore.Start)
+		cancel()
+		if !processmanagers.IsTransient(err) {
+			t.Fatalf("a try while appends fail: %v, want a transient error", err)
+		}
+	}
+	store.refuse.Store(false)
+	if err := r.process(id); err != nil {
+		t.Fatal(err)
+	}
+	if n := sends.Load(); n != 1 {
+		t.Fatalf("the provider was handed the message %d times, want once", n)
+	}
+	if got := r.types(t, id); !slices.Contains(got, "EmailSent") {
+		t.Fatalf("email stream %q: the send is not recorded", got)
+	}
 }

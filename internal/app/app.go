@@ -193,6 +193,9 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
 	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All(addressKeys)...)
 	metrics.Registry().MustRegister(newProjectionCollector(a.Runner), newStuckCollector(pool), newClockCollector(pool))
+	if pg, ok := store.(*postgres.Store); ok {
+		metrics.Registry().MustRegister(newHeldBackCollector(pg))
+	}
 	if skew, err := clockSkew(ctx, pool); err == nil && skew.Abs() > maxClockSkew {
 		log.Warn("this process's clock differs from PostgreSQL's; keep every machine's clock in sync (NTP): job schedules, "+
 			"webhook signature times and recorded times follow each process's clock", "ahead_by", skew.Round(time.Millisecond))

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/eventstore/postgres"
 	"github.com/mailroom/mailroom/projections"
 	"github.com/mailroom/mailroom/readapi"
 )
@@ -186,4 +187,29 @@ func (c *clockCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, skew.Seconds())
+}
+
+// heldBackCollector exports how many committed events readers cannot read
+// yet because a transaction older than them is still open on the server.
+type heldBackCollector struct {
+	store *postgres.Store
+	desc  *prometheus.Desc
+}
+
+func newHeldBackCollector(store *postgres.Store) *heldBackCollector {
+	return &heldBackCollector{store: store, desc: prometheus.NewDesc("mailroom_events_held_back",
+		"Events committed but not yet readable because an older transaction is still open on the PostgreSQL server (counted up to 10,000).", nil, nil)}
+}
+
+func (c *heldBackCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *heldBackCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := c.store.HeldBack(ctx, projections.MetricsLagCap)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n))
 }

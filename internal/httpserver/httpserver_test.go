@@ -440,10 +440,23 @@ func TestUnreachableDatabaseIs503(t *testing.T) {
 		e.GET("/refused", func(c echo.Context) error {
 			return fmt.Errorf("insert: %w", &pgconn.PgError{Code: "23505", Message: "duplicate key"})
 		})
+		e.GET("/full", func(c echo.Context) error {
+			return fmt.Errorf("append: %w", &pgconn.PgError{Code: "53100", Message: "could not extend file: No space left on device"})
+		})
+		e.GET("/read-only", func(c echo.Context) error {
+			return fmt.Errorf("append: %w", &pgconn.PgError{Code: "25006", Message: "cannot execute INSERT in a read-only transaction"})
+		})
 	})
 	res := s.get(t, "/down")
 	if p := res.problem(t); res.status != 503 || p.Code != "store_unavailable" || res.header.Get("Retry-After") != "5" {
 		t.Fatalf("unreachable database: %d %s (Retry-After %q)", res.status, res.body, res.header.Get("Retry-After"))
+	}
+	// A server that cannot take writes for now (disk full, read-only) is
+	// unavailable too, not a bug of this request.
+	for _, path := range []string{"/full", "/read-only"} {
+		if res := s.get(t, path); res.status != 503 || res.problem(t).Code != "store_unavailable" {
+			t.Errorf("%s: %d %s", path, res.status, res.body)
+		}
 	}
 	if res := s.get(t, "/refused"); res.status != 500 || res.problem(t).Code != "internal_error" {
 		t.Fatalf("refused statement: %d %s", res.status, res.body)

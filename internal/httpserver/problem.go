@@ -255,7 +255,8 @@ func storeUnreachable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "57P01", "57P02", "57P03", "53300": // admin/crash shutdown, cannot connect now, too many connections
+		case "57P01", "57P02", "57P03", "53300", // admin/crash shutdown, cannot connect now, too many connections
+			"53100", "53200", "25006", "57014": // disk full, out of memory, read-only, statement cancelled (a timeout)
 			return true
 		}
 		return false

@@ -28,3 +28,18 @@ const countAfter = `SELECT count(*) FROM (SELECT FROM events
 	WHERE (transaction_id, seq) > ($1, $2)
 	AND transaction_id < (SELECT pg_snapshot_xmin(pg_current_snapshot()))
 	ORDER BY transaction_id, seq LIMIT $3) e`
+
+// HeldBack counts, up to limit, the events committed but not yet readable:
+// those of transactions younger than the oldest transaction still open on
+// the server, which every reader waits for (see package doc). A
+// transaction left open anywhere on the server, in any database, holds
+// back every projection and process manager while it lasts.
+func (s *Store) HeldBack(ctx context.Context, limit int64) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, heldBack, limit).Scan(&n)
+	return n, err
+}
+
+const heldBack = `SELECT count(*) FROM (SELECT FROM events
+	WHERE transaction_id >= (SELECT pg_snapshot_xmin(pg_current_snapshot()))
+	ORDER BY transaction_id, seq LIMIT $1) e`

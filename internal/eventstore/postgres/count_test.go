@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -36,5 +38,44 @@ func TestCountAfterWalksThePositionIndex(t *testing.T) {
 	}
 	if !strings.Contains(plan, "events_position_idx") || strings.Contains(plan, "Seq Scan") {
 		t.Fatalf("the generic plan of the lag count does not walk the position index:\n%s", plan)
+	}
+}
+
+// An event committed after a transaction elsewhere took its id is held
+// back from readers until that transaction ends, and counted as such.
+func TestHeldBackCountsWhatAnOpenTransactionHides(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	s := newStore(t, pool)
+	blocker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(ctx)
+	if _, err := blocker.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "thing-1", eventstore.Any, testEvent("Happened")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.HeldBack(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("held back while a transaction is open: %d %v", n, err)
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Other tests' transactions on the same server hold it back too, for
+	// a moment.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n, err := s.HeldBack(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %d held back once the transaction ended", n)
+		}
 	}
 }
