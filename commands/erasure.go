@@ -119,7 +119,12 @@ func (s *Service) EraseRecipient(ctx context.Context, accountID, address string,
 	// or the server's write deadline cut off a long one): stopped halfway it
 	// would leave its emails erased under an erasure never recorded, and
 	// a retry would record only the rest. A repeat meanwhile joins it.
-	done := s.erasing.DoChan(accountID+"\x00"+key, func() (any, error) {
+	done := s.erasing.DoChan(accountID+"\x00"+key, func() (er any, err error) {
+		defer func() { // it runs apart from the request, which recovers its own panics
+			if r := recover(); r != nil {
+				err = fmt.Errorf("erasure: panic: %v", r)
+			}
+		}()
 		return s.eraseRecipient(context.WithoutCancel(ctx), accountID, key, meta)
 	})
 	select {

@@ -57,11 +57,17 @@ type Pipeline struct {
 	// answers, rendering and download errors.
 	Log *slog.Logger
 
-	// unrecorded holds, by email id, the provider's message id of emails
-	// the provider accepted but whose EmailSent could not be recorded yet
-	// (the database refusing writes): their next try records, and does not
-	// hand the message over again.
+	// unrecorded holds, by email id, the unrecordedSend of emails the
+	// provider accepted but whose EmailSent could not be recorded yet (the
+	// database refusing writes): their next try records, and neither
+	// checks nor hands the message over again.
 	unrecorded sync.Map
+}
+
+// unrecordedSend is what recording an accepted message needs.
+type unrecordedSend struct {
+	msgID string
+	atts  []email.Attachment
 }
 
 // Checks is what the read models say of an email before it leaves.
@@ -96,7 +102,16 @@ func (p *Pipeline) Process(ctx context.Context, id string, pos eventstore.Positi
 // event that asked for the work.
 func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position, meta commands.Meta) error {
 	if !st.Exists() || st.Sent != nil || st.Failed != nil || st.Held || st.Erased != nil || st.Queued.Erased {
+		if st.Exists() {
+			p.unrecorded.Delete(st.Queued.EmailID)
+		}
 		return nil // done already, waiting for its release, or erased
+	}
+	// Accepted by the provider on an earlier try: only the record is left,
+	// whatever the checks would say now.
+	if u, ok := p.unrecorded.Load(st.Queued.EmailID); ok {
+		sent := u.(unrecordedSend)
+		return p.recordSent(ctx, st, ver, sent.atts, sent.msgID, meta)
 	}
 	q := st.Queued
 	// One wait for every read model the checks consult, and one read.
@@ -276,9 +291,6 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		p.logFailure(meta, q.EmailID, "rendering failed", err)
 		return p.fail(ctx, meta, q.EmailID, email.ReasonRenderingFailed, "the message could not be built from the email's fields")
 	}
-	if msgID, ok := p.unrecorded.Load(q.EmailID); ok {
-		return p.recordSent(ctx, st, ver, atts, msgID.(string), meta)
-	}
 	recipients := mailmsg.Addresses(st.Recipients())
 	var key *provider.DKIMKey
 	if p.SigningKey != nil {
@@ -342,7 +354,7 @@ func (p *Pipeline) recordSent(ctx context.Context, st email.State, ver eventstor
 		}
 		select {
 		case <-ctx.Done():
-			p.unrecorded.Store(st.Queued.EmailID, msgID)
+			p.unrecorded.Store(st.Queued.EmailID, unrecordedSend{msgID: msgID, atts: atts})
 			return Transient(err)
 		case <-time.After(wait.Delay(try)):
 		}

@@ -86,10 +86,12 @@ type SendWorker struct {
 	Pipeline *Pipeline
 	Accounts *AccountSlots
 	// Memory bounds the attachment bytes of the emails this process
-	// prepares and sends at once (nil: no bound). Each is held whole,
-	// several times over (downloaded, sealed, rendered in base64), so a
-	// burst of large emails would otherwise take gigabytes.
-	Memory *semaphore.Weighted
+	// prepares and sends at once (nil: no bound), in two parts: Memory
+	// for emails of 1 MiB or more, which take turns, and SmallMemory for
+	// the others, which never wait behind a large one. Each email is held
+	// whole, several times over (downloaded, sealed, rendered in base64),
+	// so a burst of large emails would otherwise take gigabytes.
+	Memory, SmallMemory *semaphore.Weighted
 	// MemoryBytes is Memory's size: an email larger than it takes it all.
 	MemoryBytes int64
 	// Retry is the wait before a transient failure is tried again.
@@ -134,24 +136,29 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 			return river.JobSnooze(overCapWait())
 		}
 		defer w.Memory.Release(n)
+	} else if w.SmallMemory != nil {
+		if !w.SmallMemory.TryAcquire(n) {
+			return river.JobSnooze(overCapWait())
+		}
+		defer w.SmallMemory.Release(n)
 	}
 	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, ver, pos, pipelineMeta.Following(job.Args.EventID, job.Args.CorrelationID)))
 }
 
-// smallAttachments is the weight below which an email takes no share of
-// SendWorker.Memory: emails with small attachments or none go out while
-// large ones hold the bound, and all of them at once hold little.
+// smallAttachments is the weight below which an email counts against
+// SendWorker.SmallMemory rather than Memory: emails with small attachments
+// or none go out while large ones hold their part of the bound.
 const smallAttachments = 1 << 20
 
 // memoryWait bounds how long a large email waits for its share before its
 // job is snoozed.
 const memoryWait = 10 * time.Second
 
-// MemoryWeight is what an email counts against SendWorker.Memory: its
+// MemoryWeight is what an email counts against SendWorker's bound: its
 // attachments' bytes, an attachment still to be downloaded at the most it
-// may be.
+// may be, and 64 KiB for the rest (bodies, the message).
 func MemoryWeight(st email.State) int64 {
-	var n int64
+	n := int64(64 << 10)
 	for _, a := range st.Attachments() {
 		if a.Path != "" && a.Digest == "" {
 			n += commands.MaxAttachmentBytes / 4 * 3

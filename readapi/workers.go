@@ -238,13 +238,14 @@ func DeliveriesOfEmail(ctx context.Context, q Querier, emailID string) ([]string
 // SealedSecret is a webhook endpoint's signing secret as sealed.
 type SealedSecret struct {
 	EndpointID string
+	AccountID  string
 	Sealed     string
 }
 
 // WebhookSecrets lists every endpoint's sealed secret, for a check of the
 // master keys they are sealed under.
 func WebhookSecrets(ctx context.Context, q Querier) ([]SealedSecret, error) {
-	rows, err := q.Query(ctx, `SELECT id, sealed_secret FROM webhook_endpoints ORDER BY id`)
+	rows, err := q.Query(ctx, `SELECT id, account_id, sealed_secret FROM webhook_endpoints ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}

@@ -59,10 +59,10 @@ See "Rotating MAILROOM_MASTER_KEY" in docs/operations.md.`,
 }
 
 func printSealed(w io.Writer, s app.Sealed) {
-	for _, id := range s.WebhookEndpoints {
-		fmt.Fprintf(w, "  webhook endpoint %s: POST /v1/webhooks/%s/rotate-secret\n", id, id)
+	for _, e := range s.WebhookEndpoints {
+		fmt.Fprintf(w, "  webhook endpoint %s of account %s: POST /v1/webhooks/%s/rotate-secret\n", e.ID, e.AccountID, e.ID)
 	}
-	for _, name := range s.Domains {
-		fmt.Fprintf(w, "  domain %s: POST /api/domains/{id}/rotate\n", name)
+	for _, d := range s.Domains {
+		fmt.Fprintf(w, "  domain %s of account %s: POST /api/domains/%s/rotate\n", d.Name, d.AccountID, d.ID)
 	}
 }

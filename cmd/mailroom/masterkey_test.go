@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +47,7 @@ func TestMasterKeyRotation(t *testing.T) {
 	defer rcv.Close()
 
 	s := apptest.StartWith(t, withKeys(oldKey, ""))
-	_, _, key := s.Sender("acme.test")
+	account, _, key := s.Sender("acme.test")
 	waitStatus := func(s *apptest.Server, id, want string) {
 		t.Helper()
 		for deadline := time.Now().Add(20 * time.Second); s.Do("GET", "/v1/emails/"+id, key, nil).JSON(t)["status"] != want; {
@@ -102,17 +101,15 @@ func TestMasterKeyRotation(t *testing.T) {
 		"--blob-dir", base.BlobDir, "--master-key", newKey, "--master-key-previous", oldKey)
 	var got struct {
 		Rewrapped, Current int
-		Previous           struct {
-			WebhookEndpoints []string `json:"webhook_endpoints"`
-			Domains          []string `json:"domains"`
-		} `json:"under_previous_key"`
+		Previous           app.Sealed `json:"under_previous_key"`
 	}
 	if err != nil || json.Unmarshal([]byte(out), &got) != nil || got.Rewrapped < 3 {
 		t.Fatalf("rewrap: %q %v", out, err)
 	}
 	// What only the API re-seals is named, so it is rotated before the
 	// old key goes.
-	if !slices.Equal(got.Previous.WebhookEndpoints, []string{endpoint}) || !slices.Contains(got.Previous.Domains, "acme.test") {
+	if len(got.Previous.WebhookEndpoints) != 1 || got.Previous.WebhookEndpoints[0].ID != endpoint || got.Previous.WebhookEndpoints[0].AccountID != account ||
+		len(got.Previous.Domains) != 1 || got.Previous.Domains[0].Name != "acme.test" || got.Previous.Domains[0].AccountID != account {
 		t.Fatalf("rewrap names as under the previous key: %+v", got.Previous)
 	}
 	again, _, err := run(t, "master-key", "rewrap", "--json", "--database-url", db, "--data-dir", base.DataDir,
@@ -126,7 +123,7 @@ func TestMasterKeyRotation(t *testing.T) {
 	if e := s.Do("GET", "/v1/emails/"+first, key, nil).JSON(t); e["to_email"] != "ann@example.org" {
 		t.Fatalf("the first email under the new key alone: %v", e)
 	}
-	if _, none, err := s.SecretsByKey(context.Background()); err != nil || !slices.Equal(none.WebhookEndpoints, []string{endpoint}) {
+	if _, none, err := s.SecretsByKey(context.Background()); err != nil || len(none.WebhookEndpoints) != 1 || none.WebhookEndpoints[0].ID != endpoint {
 		t.Fatalf("secrets no key given opens: %+v %v", none, err)
 	}
 	waitStatus(s, send(s, "bounce@simulator.amazonses.com"), "failed")

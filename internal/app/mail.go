@@ -98,7 +98,10 @@ func (a *App) sendWorker(limit *ratelimit.Limiter) *processmanagers.SendWorker {
 		Log:      a.Log,
 	}
 	if n := a.Config.MaxSendingBytes; n > 0 {
-		w.Memory, w.MemoryBytes = semaphore.NewWeighted(n), n
+		// A quarter for emails under 1 MiB of attachments, which then
+		// never wait behind a large one; the rest for the large ones.
+		small := n / 4
+		w.Memory, w.MemoryBytes, w.SmallMemory = semaphore.NewWeighted(n-small), n-small, semaphore.NewWeighted(small)
 	}
 	return w
 }

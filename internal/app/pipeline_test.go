@@ -424,7 +424,8 @@ func TestWorkerHoldsNoMoreAttachmentBytesThanItsBound(t *testing.T) {
 	download := processmanagers.MemoryWeight(email.State{Queued: &email.Queued{Attachments: []email.Attachment{{Path: "x"}}}})
 	w := newSendWorld(t, func(c *config.Config) {
 		c.ProviderConcurrency, c.AccountConcurrency = 8, 0
-		c.MaxSendingBytes = 2*download + 4<<20
+		c.MaxSendingBytes = (2*download + 1) * 4 / 3 // three quarters for large emails: room for two
+
 	})
 	for i := range 4 {
 		w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "large", "text": "t",

@@ -11,11 +11,25 @@ import (
 	"github.com/mailroom/mailroom/readapi"
 )
 
-// Sealed names the webhook endpoints (by id) and domains (by name) whose
-// secrets a set of master keys leaves in one state.
+// Sealed names the webhook endpoints and domains whose secrets a set of
+// master keys leaves in one state, with their accounts (whose admin token
+// re-seals them).
 type Sealed struct {
-	WebhookEndpoints []string `json:"webhook_endpoints"`
-	Domains          []string `json:"domains"`
+	WebhookEndpoints []SealedEndpoint `json:"webhook_endpoints"`
+	Domains          []SealedDomain   `json:"domains"`
+}
+
+// SealedEndpoint is a webhook endpoint in Sealed.
+type SealedEndpoint struct {
+	ID        string `json:"id"`
+	AccountID string `json:"account_id"`
+}
+
+// SealedDomain is a domain in Sealed.
+type SealedDomain struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	AccountID string `json:"account_id"`
 }
 
 // Empty reports whether it names nothing.
@@ -43,7 +57,8 @@ func (a *App) SecretsByKey(ctx context.Context) (previous, none Sealed, err erro
 	}
 	for _, s := range secrets {
 		current, err := a.Box.Current(s.Sealed, commands.SecretContext(s.EndpointID))
-		if err := place(current, err, func(l *Sealed) { l.WebhookEndpoints = append(l.WebhookEndpoints, s.EndpointID) }); err != nil {
+		endpoint := SealedEndpoint{ID: s.EndpointID, AccountID: s.AccountID}
+		if err := place(current, err, func(l *Sealed) { l.WebhookEndpoints = append(l.WebhookEndpoints, endpoint) }); err != nil {
 			return previous, none, err
 		}
 	}
@@ -77,10 +92,11 @@ func (a *App) SecretsByKey(ctx context.Context) (previous, none Sealed, err erro
 				prev = true
 			}
 		}
+		domain := SealedDomain{ID: d.ID, Name: d.Name, AccountID: d.AccountID}
 		if lost {
-			none.Domains = append(none.Domains, d.Name)
+			none.Domains = append(none.Domains, domain)
 		} else if prev {
-			previous.Domains = append(previous.Domains, d.Name)
+			previous.Domains = append(previous.Domains, domain)
 		}
 	}
 	return previous, none, nil

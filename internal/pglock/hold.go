@@ -82,14 +82,17 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 	if o.Every <= 0 {
 		o.Every = time.Second
 	}
-	// A lock connection waits for its lock as long as it takes: a
-	// statement_timeout the role or database sets for other sessions would
-	// end the wait (migrations, rebuilds) with an error. (It pings while it
-	// holds, so an idle_session_timeout does not drop the lock.)
-	cfg = cfg.Copy()
-	cfg.RuntimeParams["statement_timeout"] = "0"
 	pc, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
+		return fmt.Errorf("lock connection: %w", err)
+	}
+	// A lock connection waits for its lock as long as it takes: a
+	// statement_timeout the role or database sets for other sessions would
+	// end the wait (migrations, rebuilds) with an error. Set after
+	// connecting, as poolers refuse it as a startup parameter. (It pings
+	// while it holds, so an idle_session_timeout does not drop the lock.)
+	if _, err := pc.Exec(ctx, "SET statement_timeout = 0"); err != nil {
+		pc.Close(context.Background())
 		return fmt.Errorf("lock connection: %w", err)
 	}
 	held := false
