@@ -114,29 +114,39 @@ func (c *projectionCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// stuckCollector counts emails accepted more than 15 minutes ago that have
-// not left the service: the first sign of a pipeline or provider problem.
-type stuckCollector struct {
-	pool readapi.Querier
+// gauge is a gauge read from the database at each scrape; one that cannot
+// be read is left out of that scrape (an invalid metric), not reported as 0.
+type gauge struct {
 	desc *prometheus.Desc
+	read func(ctx context.Context) (float64, error)
 }
 
-func newStuckCollector(pool *pgxpool.Pool) *stuckCollector {
-	return &stuckCollector{pool: pool, desc: prometheus.NewDesc("mailroom_emails_stuck",
-		"Emails queued more than 15 minutes ago that have not left the service.", nil, nil)}
+func newGauge(name, help string, read func(ctx context.Context) (float64, error)) *gauge {
+	return &gauge{desc: prometheus.NewDesc(name, help, nil, nil), read: read}
 }
 
-func (c *stuckCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (g *gauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
 
-func (c *stuckCollector) Collect(ch chan<- prometheus.Metric) {
+func (g *gauge) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	n, err := readapi.StuckEmails(ctx, c.pool, 15*time.Minute)
+	v, err := g.read(ctx)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		ch <- prometheus.NewInvalidMetric(g.desc, err)
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
+}
+
+// newStuckCollector counts emails accepted more than 15 minutes ago that
+// have not left the service: the first sign of a pipeline or provider
+// problem.
+func newStuckCollector(pool *pgxpool.Pool) *gauge {
+	return newGauge("mailroom_emails_stuck", "Emails queued more than 15 minutes ago that have not left the service.",
+		func(ctx context.Context) (float64, error) {
+			n, err := readapi.StuckEmails(ctx, pool, 15*time.Minute)
+			return float64(n), err
+		})
 }
 
 // newKeyCounter counts the DKIM keys commands make: each is an RSA-2048
@@ -165,51 +175,24 @@ func clockSkew(ctx context.Context, pool *pgxpool.Pool) (time.Duration, error) {
 	return before.Add(after.Sub(before) / 2).Sub(db), nil
 }
 
-// clockCollector exports clockSkew at each scrape.
-type clockCollector struct {
-	pool *pgxpool.Pool
-	desc *prometheus.Desc
+// newClockCollector exports clockSkew at each scrape.
+func newClockCollector(pool *pgxpool.Pool) *gauge {
+	return newGauge("mailroom_clock_skew_seconds",
+		"This process's clock minus PostgreSQL's: job schedules, webhook signature times and recorded times follow each process's clock.",
+		func(ctx context.Context) (float64, error) {
+			skew, err := clockSkew(ctx, pool)
+			return skew.Seconds(), err
+		})
 }
 
-func newClockCollector(pool *pgxpool.Pool) *clockCollector {
-	return &clockCollector{pool: pool, desc: prometheus.NewDesc("mailroom_clock_skew_seconds",
-		"This process's clock minus PostgreSQL's: job schedules, webhook signature times and recorded times follow each process's clock.", nil, nil)}
-}
-
-func (c *clockCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *clockCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	skew, err := clockSkew(ctx, c.pool)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, err)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, skew.Seconds())
-}
-
-// heldBackCollector exports how many committed events readers cannot read
-// yet because a transaction older than them is still open on the server.
-type heldBackCollector struct {
-	store *postgres.Store
-	desc  *prometheus.Desc
-}
-
-func newHeldBackCollector(store *postgres.Store) *heldBackCollector {
-	return &heldBackCollector{store: store, desc: prometheus.NewDesc("mailroom_events_held_back",
-		"Events committed but not yet readable because an older transaction is still open on the PostgreSQL server (counted up to 10,000).", nil, nil)}
-}
-
-func (c *heldBackCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *heldBackCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	n, err := c.store.HeldBack(ctx, projections.MetricsLagCap)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, err)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n))
+// newHeldBackCollector exports how many committed events readers cannot
+// read yet because a transaction older than them is still open on the
+// server.
+func newHeldBackCollector(store *postgres.Store) *gauge {
+	return newGauge("mailroom_events_held_back",
+		"Events committed but not yet readable because an older transaction is still open on the PostgreSQL server (counted up to 10,000).",
+		func(ctx context.Context) (float64, error) {
+			n, err := store.HeldBack(ctx, projections.MetricsLagCap)
+			return float64(n), err
+		})
 }

@@ -330,34 +330,13 @@ func TestLastingThrottleFailsTheEmail(t *testing.T) {
 // no more than that account's share of the workers: another account's
 // emails are sent while they are still downloading.
 func TestSlowAttachmentsDelayNoOtherAccount(t *testing.T) {
-	stop := make(chan struct{})
-	var downloading atomic.Int32
-	trickle := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		downloading.Add(1)
-		defer downloading.Add(-1)
-		rw.Header().Set("Content-Type", "application/octet-stream")
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			if _, err := rw.Write([]byte("x")); err != nil {
-				return
-			}
-			rw.(http.Flusher).Flush()
-			select {
-			case <-stop:
-				return
-			case <-r.Context().Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}))
-	defer trickle.Close()
-	defer close(stop)
+	trickle, downloading, _ := startTrickle(t)
+	defer trickle.CloseClientConnections() // before the workers stop, which wait for their downloads
 
 	w := newSendWorld(t, func(c *config.Config) {
 		c.ProviderConcurrency = 4
 		c.AccountConcurrency = 2
+		c.MaxSendingBytes = 0 // the account's share is what holds them back here, not memory
 	})
 	var slow []string
 	for i := range 6 {
@@ -396,36 +375,13 @@ func TestSlowAttachmentsDelayNoOtherAccount(t *testing.T) {
 // room for two, two download at a time, while emails without attachments
 // still go out.
 func TestWorkerHoldsNoMoreAttachmentBytesThanItsBound(t *testing.T) {
-	stop := make(chan struct{})
-	var downloading, most atomic.Int32
-	trickle := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		n := downloading.Add(1)
-		defer downloading.Add(-1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		rw.Header().Set("Content-Type", "application/octet-stream")
-		for {
-			if _, err := rw.Write([]byte("x")); err != nil {
-				return
-			}
-			rw.(http.Flusher).Flush()
-			select {
-			case <-stop:
-				return
-			case <-r.Context().Done():
-				return
-			case <-time.After(time.Second):
-			}
-		}
-	}))
-	defer trickle.Close()
-	defer close(stop)
+	trickle, downloading, most := startTrickle(t)
+	defer trickle.CloseClientConnections() // before the workers stop, which wait for their downloads
 
 	download := processmanagers.MemoryWeight(email.State{Queued: &email.Queued{Attachments: []email.Attachment{{Path: "x"}}}})
 	w := newSendWorld(t, func(c *config.Config) {
 		c.ProviderConcurrency, c.AccountConcurrency = 8, 0
 		c.MaxSendingBytes = (2*download + 1) * 4 / 3 // three quarters for large emails: room for two
-
 	})
 	for i := range 4 {
 		w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "large", "text": "t",
@@ -448,6 +404,36 @@ func TestWorkerHoldsNoMoreAttachmentBytesThanItsBound(t *testing.T) {
 	if n := most.Load(); n != 2 {
 		t.Fatalf("%d downloads at once, want 2", n)
 	}
+}
+
+// startTrickle serves downloads that send a byte a second and never end
+// (until the test does), counting those under way and the most at once.
+func startTrickle(t *testing.T) (srv *httptest.Server, downloading, most *atomic.Int32) {
+	stop := make(chan struct{})
+	downloading, most = new(atomic.Int32), new(atomic.Int32)
+	srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		n := downloading.Add(1)
+		defer downloading.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		rw.Header().Set("Content-Type", "application/octet-stream")
+		for {
+			if _, err := rw.Write([]byte("x")); err != nil {
+				return
+			}
+			rw.(http.Flusher).Flush()
+			select {
+			case <-stop:
+				return
+			case <-r.Context().Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) }) // runs first: the handlers end, then the server closes
+	return srv, downloading, most
 }
 
 // An email whose domain is removed while it waits for a worker fails as
