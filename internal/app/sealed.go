@@ -40,6 +40,8 @@ func (s Sealed) Empty() bool { return len(s.WebhookEndpoints) == 0 && len(s.Doma
 // the API before that key is removed), or no key given at all (they fail
 // until the key that sealed them is given again).
 func (a *App) SecretsByKey(ctx context.Context) (previous, none Sealed, err error) {
+	previous = Sealed{WebhookEndpoints: []SealedEndpoint{}, Domains: []SealedDomain{}}
+	none = Sealed{WebhookEndpoints: []SealedEndpoint{}, Domains: []SealedDomain{}}
 	place := func(current bool, err error, into func(*Sealed)) error {
 		switch {
 		case errors.Is(err, secretbox.ErrCannotOpen):
@@ -72,10 +74,9 @@ func (a *App) SecretsByKey(ctx context.Context) (previous, none Sealed, err erro
 			keys = append(keys, *d.Active)
 		}
 		if t := d.Transition; t != nil {
+			// The retiring key of a rotation is not: it signs nothing, and
+			// the domain can take no other rotation until it is gone.
 			keys = append(keys, t.Key)
-			if t.OldKey != nil {
-				keys = append(keys, *t.OldKey)
-			}
 		}
 		prev, lost := false, false
 		for _, k := range keys {
@@ -110,7 +111,14 @@ func (a *App) warnUnopenable(ctx context.Context) {
 	if err != nil || none.Empty() {
 		return // read models not made yet, or nothing to say
 	}
+	var endpoints, domains []string
+	for _, e := range none.WebhookEndpoints {
+		endpoints = append(endpoints, e.ID)
+	}
+	for _, d := range none.Domains {
+		domains = append(domains, d.Name)
+	}
 	a.Log.Warn("secrets sealed under a master key not given: deliveries to these webhook endpoints wait and these domains cannot sign "+
 		"until that key is in MAILROOM_MASTER_KEY_PREVIOUS (see Rotating MAILROOM_MASTER_KEY in docs/operations.md)",
-		"webhook_endpoints", none.WebhookEndpoints, "domains", none.Domains)
+		"webhook_endpoints", endpoints, "domains", domains)
 }
