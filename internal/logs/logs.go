@@ -81,7 +81,7 @@ type fold struct {
 // failing on every request during an outage writes a line per window.
 var unfolded = map[string]bool{"err": true, "error": true, "request_id": true, "client_request_id": true}
 
-// maxKeys bounds the lines remembered. Lines older than the window are
+// maxKeys bounds the lines remembered. Lines older than two windows are
 // forgotten first; when every remembered line is younger, a new one is
 // passed on without being remembered (so it is not folded).
 const maxKeys = 4096
@@ -128,10 +128,11 @@ func (h *folding) Handle(ctx context.Context, r slog.Record) error {
 	return h.next.Handle(ctx, r)
 }
 
-// forget drops the lines passed on longer than window ago, oldest first.
-// It is called with mu held.
+// forget drops the lines passed on more than two windows ago, oldest
+// first: a line that recurs is met again within that, with its count of
+// lines left out. It is called with mu held.
 func (s *seen) forget(now time.Time, window time.Duration) {
-	for ; s.head < len(s.order) && now.Sub(s.order[s.head].at) >= window; s.head++ {
+	for ; s.head < len(s.order) && now.Sub(s.order[s.head].at) >= 2*window; s.head++ {
 		p := s.order[s.head]
 		if f := s.last[p.key]; f != nil && f.at.Equal(p.at) { // not passed on again since
 			delete(s.last, p.key)

@@ -132,3 +132,25 @@ func TestFoldingRemembersBoundedly(t *testing.T) {
 		t.Fatalf("an hour later %d lines remembered, want the last one", n)
 	}
 }
+
+// A loop's line keeps its count of lines left out while other lines come
+// and go around the end of its window.
+func TestFoldedCountSurvivesOtherLines(t *testing.T) {
+	var b bytes.Buffer
+	h := Fold(slog.NewJSONHandler(&b, nil), 30*time.Second)
+	t0 := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	log := func(at time.Duration, msg string) {
+		if err := h.Handle(context.Background(), slog.NewRecord(t0.Add(at), slog.LevelWarn, msg, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 30 {
+		log(time.Duration(i)*time.Second, "lock lost")
+	}
+	log(30500*time.Millisecond, "something else")
+	log(31*time.Second, "lock lost")
+	got := lines(t, &b)
+	if last := got[len(got)-1]; last["msg"] != "lock lost" || last["repeated"] != 29.0 {
+		t.Fatalf("last line %v, want lock lost with repeated 29", last)
+	}
+}
