@@ -760,12 +760,21 @@ func (w *Webhooks) post(ctx context.Context, c *delivery.Created, url, sealed st
 	return o, nil
 }
 
+// maxRetryAfter bounds a receiver's Retry-After before it becomes a
+// Duration, so a huge number asks for a long wait instead of wrapping round
+// to a short one. The schedule's longest wait caps it further.
+const maxRetryAfter = 365 * 24 * time.Hour
+
 // retryAfter reads a Retry-After header: seconds, or an HTTP date.
 func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
-	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+	if n, err := strconv.ParseUint(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if err != nil || n > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter
+		}
 		return time.Duration(n) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
