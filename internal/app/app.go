@@ -296,7 +296,7 @@ func (a *App) Handler() http.Handler {
 	if share < httpserver.MaxBodyBytes {
 		share = 0
 	}
-	accountBytes := httpserver.InflightBytesPer(share, httpserver.MaxBodyBytes,
+	accountBytes := httpserver.InflightBytesPer(share,
 		func(c echo.Context) string { return authn.From(c).AccountID })
 	api := e.Group("/api", perIP, auth.Tokens(), perCredential, perAccount, accountBytes)
 	v1 := e.Group("/v1", perIP, auth.APIKeys(), perCredential, perAccount, accountBytes)

@@ -727,4 +727,8 @@ func TestDeliveriesArePaged(t *testing.T) {
 	for _, bad := range []string{"nothing", otherDelivery} {
 		wantProblem(t, w.Do("GET", "/v1/webhooks/"+id+"/deliveries?after="+bad, w.key, nil), 422, "validation_failed")
 	}
+	// A cursor or filter given twice is refused, not half taken.
+	for _, q := range []string{"after=" + want[0] + "&after=" + want[1], "status=failed&status=delivered", "limit=2&limit=3"} {
+		wantProblem(t, w.Do("GET", "/v1/webhooks/"+id+"/deliveries?"+q, w.key, nil), 422, "validation_failed")
+	}
 }

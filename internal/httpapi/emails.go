@@ -1,11 +1,13 @@
 package httpapi
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/authn"
 	"github.com/mailroom/mailroom/internal/httpserver"
+	"github.com/mailroom/mailroom/internal/mailmsg"
 	"github.com/mailroom/mailroom/readapi"
 )
 
@@ -72,19 +75,23 @@ func (h handlers) listEmails(c echo.Context) error {
 	perPage, perPageErr := httpserver.QueryInt(c, "per_page", 20, 100)
 	from, fromErr := queryDate(c, "date_from", false)
 	to, toErr := queryDate(c, "date_to", true)
-	status := c.QueryParam("status")
-	var statusErr *httpserver.FieldError
+	status, statusErr := httpserver.Query(c, "status")
 	if status != "" && !slices.Contains(email.Statuses, email.Status(status)) {
 		statusErr = &httpserver.FieldError{Field: "status", Message: "must be one of " + statusNames()}
 	}
-	if err := validationOf(pageErr, perPageErr, fromErr, toErr, statusErr); err != nil {
+	// The filter matches inside addresses, so it is no longer than one.
+	recipient, recipientErr := httpserver.Query(c, "to")
+	if utf8.RuneCountInString(recipient) > mailmsg.MaxAddressLength {
+		recipientErr = &httpserver.FieldError{Field: "to", Message: fmt.Sprintf("must be at most %d characters, as an address is", mailmsg.MaxAddressLength)}
+	}
+	if err := validationOf(pageErr, perPageErr, fromErr, toErr, statusErr, recipientErr); err != nil {
 		return err
 	}
 	if !from.IsZero() && !to.IsZero() && !from.Before(to) {
 		return validationOf(&httpserver.FieldError{Field: "date_to", Message: "must not be before date_from"})
 	}
 	list, err := h.reads.ListEmails(c.Request().Context(), authn.From(c).AccountID, readapi.EmailFilter{
-		Status: status, To: c.QueryParam("to"),
+		Status: status, To: recipient,
 		CreatedFrom: from, CreatedBefore: to, Page: page, PerPage: perPage,
 	})
 	if err != nil {

@@ -28,9 +28,9 @@ func outOfRange(name string, t time.Time) *httpserver.FieldError {
 // queryDate reads an ISO date (YYYY-MM-DD) or timestamp. A bare date_to
 // includes its whole day.
 func queryDate(c echo.Context, name string, endOfDay bool) (time.Time, *httpserver.FieldError) {
-	s := c.QueryParam(name)
+	s, bad := httpserver.Query(c, name)
 	if s == "" {
-		return time.Time{}, nil
+		return time.Time{}, bad
 	}
 	if t, err := time.Parse(time.DateOnly, s); err == nil {
 		if bad := outOfRange(name, t); bad != nil {

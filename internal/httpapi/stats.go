@@ -63,9 +63,9 @@ func (h handlers) statsDays(c echo.Context) (from, to time.Time, err error) {
 
 // queryDay reads a date (YYYY-MM-DD) as the start of its UTC day.
 func queryDay(c echo.Context, name string) (time.Time, *httpserver.FieldError) {
-	s := c.QueryParam(name)
+	s, bad := httpserver.Query(c, name)
 	if s == "" {
-		return time.Time{}, nil
+		return time.Time{}, bad
 	}
 	t, err := time.Parse(time.DateOnly, s)
 	if err != nil {

@@ -147,17 +147,17 @@ func (h handlers) listDeliveries(c echo.Context) error {
 		return err
 	}
 	limit, limitErr := httpserver.QueryInt(c, "limit", 25, 100)
-	status := c.QueryParam("status")
-	var statusErr *httpserver.FieldError
+	status, statusErr := httpserver.Query(c, "status")
 	switch status {
 	case "", "pending", "delivered", "failed":
 	default:
 		statusErr = &httpserver.FieldError{Field: "status", Message: "must be pending, delivered or failed"}
 	}
-	if err := validationOf(limitErr, statusErr); err != nil {
+	after, afterErr := httpserver.Query(c, "after")
+	if err := validationOf(limitErr, statusErr, afterErr); err != nil {
 		return err
 	}
-	page, err := h.reads.Deliveries(ctx, acct, id, readapi.DeliveryFilter{Status: status, Limit: limit, After: c.QueryParam("after")})
+	page, err := h.reads.Deliveries(ctx, acct, id, readapi.DeliveryFilter{Status: status, Limit: limit, After: after})
 	if errors.Is(err, readapi.ErrNoSuchDelivery) {
 		return validationOf(&httpserver.FieldError{Field: "after", Message: "names no delivery of this endpoint"})
 	}

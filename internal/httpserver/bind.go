@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -73,16 +74,15 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 	if body == nil {
 		return nil, BadRequest("invalid_json", "the request body is empty; expected a JSON document")
 	}
-	// Read into one buffer of the declared size (BodyLimit has checked
-	// it): growing one to the largest body would leave as much again as
-	// garbage.
-	buf := bytes.NewBuffer(make([]byte, 0, min(max(c.Request().ContentLength, 0), 64<<20)+1))
-	_, err := buf.ReadFrom(body)
-	data := buf.Bytes()
+	data, err := readBody(body, c.Request().ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		var refused *Problem // no room left for a streamed body
+		switch {
+		case errors.As(err, &mbe):
 			return nil, tooLargeProblem(mbe.Limit)
+		case errors.As(err, &refused):
+			return nil, refused
 		}
 		return nil, BadRequest("invalid_body", "the request body could not be read")
 	}
@@ -127,6 +127,36 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 		// field for such errors, so the detail carries the method's message.
 		return nil, BadRequest("invalid_value", "the request body has an invalid value: "+err.Error())
 	}
+}
+
+// readBody reads a body into one buffer of its size: the declared size
+// (BodyLimit has checked it), or, for a body of undeclared length, pieces
+// copied once into a buffer of the size read. Growing one buffer to the
+// largest body would leave as much again as garbage.
+func readBody(body io.Reader, declared int64) ([]byte, error) {
+	if declared >= 0 {
+		buf := bytes.NewBuffer(make([]byte, 0, min(declared, 64<<20)+1))
+		_, err := buf.ReadFrom(body)
+		return buf.Bytes(), err
+	}
+	var pieces [][]byte
+	next := 4 << 10
+	for {
+		piece := make([]byte, next)
+		n, err := io.ReadFull(body, piece)
+		pieces = append(pieces, piece[:n])
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		next = min(next*2, 1<<20)
+	}
+	if len(pieces) == 1 {
+		return pieces[0], nil
+	}
+	return bytes.Join(pieces, nil), nil
 }
 
 // utf8Problem is the 422 for a valid JSON document whose strings hold bytes

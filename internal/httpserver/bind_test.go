@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -380,5 +381,28 @@ func TestBindJSONRefusesHugeContainersBeforeDecoding(t *testing.T) {
 		if res := s.post(t, "/bind", body); res.status != 200 {
 			t.Errorf("%.60q…: %d %.300s", body, res.status, res.body)
 		}
+	}
+}
+
+// A body of undeclared length is read whole, whatever its size and however
+// the client's pieces arrive.
+func TestReadBodyOfUndeclaredLength(t *testing.T) {
+	for _, n := range []int{0, 1, 4 << 10, 4<<10 + 1, 3<<20 + 17} {
+		want := make([]byte, n)
+		for i := range want {
+			want[i] = byte(i * 7)
+		}
+		for name, r := range map[string]io.Reader{
+			"whole":  bytes.NewReader(want),
+			"halves": iotest.HalfReader(bytes.NewReader(want)),
+		} {
+			got, err := readBody(r, -1)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%d bytes read in %s: %d bytes, %v", n, name, len(got), err)
+			}
+		}
+	}
+	if _, err := readBody(iotest.TimeoutReader(bytes.NewReader(make([]byte, 10<<10))), -1); err == nil {
+		t.Error("a failed read went unreported")
 	}
 }

@@ -2,6 +2,7 @@ package httpserver
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -12,14 +13,18 @@ import (
 // inflightRetry is the Retry-After of a request refused for lack of room.
 const inflightRetry = time.Second
 
+// streamStep is how much room a body of undeclared length (chunked) takes
+// at a time as it is read.
+const streamStep = 1 << 20
+
 // InflightBytes admits a request only while the bodies of the requests being
-// served add up to at most max bytes, counting each by its Content-Length,
-// or as bodyMax when the length is not declared (chunked). Beyond it the
-// request gets a 503 "server_busy" with Retry-After before its body is read,
-// so many large requests at once cannot exhaust memory. Requests without a
-// body always pass. max <= 0 disables the cap.
-func InflightBytes(max, bodyMax int64) echo.MiddlewareFunc {
-	return bytesBudget(max, bodyMax, func(echo.Context) string { return "" }, func() *Problem {
+// served add up to at most max bytes. A body with a Content-Length takes its
+// room before it is read; a body without one (chunked) takes room a MiB at a
+// time as it arrives. Beyond the cap the request gets a 503 "server_busy"
+// with Retry-After, so many large requests at once cannot exhaust memory.
+// Requests without a body always pass. max <= 0 disables the cap.
+func InflightBytes(max int64) echo.MiddlewareFunc {
+	return bytesBudget(max, func(echo.Context) string { return "" }, func() *Problem {
 		return NewProblem(http.StatusServiceUnavailable, "server_busy",
 			"the server is receiving too much data at once; retry shortly")
 	})
@@ -30,42 +35,48 @@ func InflightBytes(max, bodyMax int64) echo.MiddlewareFunc {
 // bytes, so one account's slow uploads cannot take the whole process's
 // room from the others. Beyond it the request gets a 429 "rate_limited"
 // with Retry-After: that account is over its share, not the server full.
-func InflightBytesPer(max, bodyMax int64, key func(echo.Context) string) echo.MiddlewareFunc {
-	return bytesBudget(max, bodyMax, key, func() *Problem {
+func InflightBytesPer(max int64, key func(echo.Context) string) echo.MiddlewareFunc {
+	return bytesBudget(max, key, func() *Problem {
 		return NewProblem(http.StatusTooManyRequests, "rate_limited", fmt.Sprintf(
 			"this account's requests are already sending %d MiB of data at once; retry when they are done", max>>20))
 	})
 }
 
-// bytesBudget admits a request while the declared bodies of the requests
-// of its key being served fit in max; refused builds the answer otherwise.
-func bytesBudget(max, bodyMax int64, key func(echo.Context) string, refused func() *Problem) echo.MiddlewareFunc {
+// bytesBudget admits a request while the bodies of its key's requests
+// being served fit in max; refused builds the answer otherwise.
+func bytesBudget(max int64, key func(echo.Context) string, refused func() *Problem) echo.MiddlewareFunc {
 	// Shared by every request: echo wraps the handler anew for each one.
 	var (
 		mu   sync.Mutex
 		used = map[string]int64{}
 	)
+	take := func(k string, n int64) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if used[k]+n > max {
+			return false
+		}
+		used[k] += n
+		return true
+	}
+	give := func(k string, n int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if used[k] -= n; used[k] <= 0 {
+			delete(used, k)
+		}
+	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		if max <= 0 {
 			return next
 		}
 		return func(c echo.Context) error {
 			req := c.Request()
-			size := req.ContentLength
-			if size < 0 {
-				size = bodyMax
-			}
-			if size == 0 || req.Body == nil || req.Body == http.NoBody {
+			if req.ContentLength == 0 || req.Body == nil || req.Body == http.NoBody {
 				return next(c)
 			}
 			k := key(c)
-			mu.Lock()
-			ok := used[k]+size <= max
-			if ok {
-				used[k] += size
-			}
-			mu.Unlock()
-			if !ok {
+			refuse := func() *Problem {
 				// Counts of requests would describe limits that did not
 				// refuse this one: the answer carries Retry-After alone.
 				h := c.Response().Header()
@@ -76,14 +87,47 @@ func bytesBudget(max, bodyMax int64, key func(echo.Context) string, refused func
 				p.RetryAfter = inflightRetry
 				return p
 			}
-			defer func() {
-				mu.Lock()
-				if used[k] -= size; used[k] <= 0 {
-					delete(used, k)
-				}
-				mu.Unlock()
-			}()
+			if req.ContentLength < 0 {
+				s := &steppedBody{ReadCloser: req.Body, take: func(n int64) bool { return take(k, n) }, refuse: refuse}
+				req.Body = s
+				defer func() { give(k, s.held) }()
+				return next(c)
+			}
+			if !take(k, req.ContentLength) {
+				return refuse()
+			}
+			defer give(k, req.ContentLength)
 			return next(c)
 		}
 	}
+}
+
+// steppedBody is a body of undeclared length that takes room from its
+// budget a step ahead of what it has read, and fails the read with the
+// budget's refusal when no more room is left.
+type steppedBody struct {
+	io.ReadCloser
+	take       func(n int64) bool
+	refuse     func() *Problem
+	held, read int64
+	refusal    error
+}
+
+func (s *steppedBody) Read(p []byte) (int, error) {
+	if s.refusal != nil {
+		return 0, s.refusal
+	}
+	if s.read == s.held {
+		if !s.take(streamStep) {
+			s.refusal = s.refuse()
+			return 0, s.refusal
+		}
+		s.held += streamStep
+	}
+	if room := s.held - s.read; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := s.ReadCloser.Read(p)
+	s.read += int64(n)
+	return n, err
 }

@@ -22,7 +22,10 @@ func TestInflightBytes(t *testing.T) {
 	entered, release := make(chan struct{}, 4), make(chan struct{})
 	e.POST("/hold", holding(entered, release))
 	e.POST("/echo", func(c echo.Context) error {
-		n, _ := io.Copy(io.Discard, c.Request().Body)
+		n, err := io.Copy(io.Discard, c.Request().Body)
+		if err != nil {
+			return err
+		}
 		return c.JSON(http.StatusOK, map[string]int64{"read": n})
 	})
 	e.GET("/ping", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
@@ -76,9 +79,18 @@ func TestInflightBytes(t *testing.T) {
 	}
 	r, size := sized(5 * mib)
 	wantBusy("5 MiB over the cap", post("/echo", r, size))
-	// A body of unknown length counts as the largest allowed (45 MiB).
+	// A body of unknown length takes room as it arrives: a small one
+	// fits in what is left...
 	r, size = chunked()
-	wantBusy("chunked", post("/echo", r, size))
+	if got := post("/echo", r, size); got.status != 200 || string(got.body) != "{\"read\":2}\n" {
+		t.Errorf("small chunked body: %d %s", got.status, got.body)
+	}
+	// ...and a larger one is refused once it has filled the room.
+	req := httptest.NewRequest("POST", "/echo", bytes.NewReader(make([]byte, 5*mib)))
+	req.ContentLength = -1
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	wantBusy("5 MiB chunked", result{rec.Code, rec.Header().Get("Retry-After"), rec.Body.Bytes()})
 	// Small bodies still fit, and bodiless requests always pass.
 	r, size = sized(1024)
 	if got := post("/echo", r, size); got.status != 200 || string(got.body) != "{\"read\":1024}\n" {
@@ -126,7 +138,7 @@ func TestInflightBytesPer(t *testing.T) {
 	e := echo.New()
 	e.HTTPErrorHandler = New(Options{Logger: slog.New(slog.DiscardHandler)}).HTTPErrorHandler
 	release := make(chan struct{})
-	entered := make(chan struct{}, 2)
+	entered := make(chan struct{}, 8)
 	// A request limiter before it, as in the API: its counts describe
 	// another limit, not the one that refuses.
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -136,8 +148,10 @@ func TestInflightBytesPer(t *testing.T) {
 			return next(c)
 		}
 	})
-	e.Use(InflightBytesPer(20*mib, MaxBodyBytes, func(c echo.Context) string { return c.Request().Header.Get("X-Account") }))
+	e.Use(InflightBytesPer(20*mib, func(c echo.Context) string { return c.Request().Header.Get("X-Account") }))
 	e.POST("/hold", holding(entered, release))
+	releaseStreamed := make(chan struct{})
+	e.POST("/hold-streamed", holding(entered, releaseStreamed))
 	e.POST("/echo", func(c echo.Context) error {
 		io.Copy(io.Discard, c.Request().Body)
 		return c.NoContent(http.StatusNoContent)
@@ -147,7 +161,11 @@ func TestInflightBytesPer(t *testing.T) {
 	// post runs on other goroutines too: it reports, it does not stop
 	// the test, and it shares nothing.
 	post := func(path, account string, n int) (status int, p *Problem, retryAfter, limit string) {
-		req, _ := http.NewRequest("POST", srv.URL+path, bytes.NewReader(make([]byte, n)))
+		var body io.Reader = bytes.NewReader(make([]byte, max(n, 0)))
+		if n < 0 { // a small body of undeclared length, as streaming clients send
+			body = io.MultiReader(strings.NewReader("{}"))
+		}
+		req, _ := http.NewRequest("POST", srv.URL+path, body)
 		req.Header.Set("X-Account", account)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -178,6 +196,25 @@ func TestInflightBytesPer(t *testing.T) {
 	}
 	if s, _, _, _ := post("/echo", "a", mib); s != 204 {
 		t.Errorf("account a once its requests ended: %d", s)
+	}
+	// Small streamed bodies hold what they have read (a step of 1 MiB),
+	// not the largest body allowed: eight at once fit in a 20 MiB share.
+	streamed := make(chan int, 8)
+	for range 8 {
+		go func() { s, _, _, _ := post("/hold-streamed", "c", -1); streamed <- s }()
+		select {
+		case <-entered:
+		case s := <-streamed:
+			t.Fatalf("streamed request answered %d before its release", s)
+		case <-time.After(10 * time.Second):
+			t.Fatal("streamed request never reached its handler")
+		}
+	}
+	close(releaseStreamed)
+	for range 8 {
+		if s := <-streamed; s != 204 {
+			t.Errorf("streamed request: %d", s)
+		}
 	}
 }
 

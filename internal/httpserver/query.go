@@ -8,11 +8,29 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
+// Query reads a query parameter. One given more than once is a FieldError
+// for the caller to collect into Validation: taking either value would
+// quietly answer another question than the client asked (filters given
+// twice are not combined).
+func Query(c echo.Context, name string) (string, *FieldError) {
+	switch vs := c.QueryParams()[name]; len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	default:
+		return "", &FieldError{Field: name, Message: "must be given once"}
+	}
+}
+
 // QueryInt reads a positive integer query parameter. Absent or empty gives
 // def; above max gives max (clamped); anything else that is not a positive
 // integer gives a FieldError for the caller to collect into Validation.
 func QueryInt(c echo.Context, name string, def, max int) (int, *FieldError) {
-	raw := c.QueryParam(name)
+	raw, bad := Query(c, name)
+	if bad != nil {
+		return 0, bad
+	}
 	if raw == "" {
 		return def, nil
 	}

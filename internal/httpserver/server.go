@@ -49,7 +49,7 @@ func New(opts Options) *echo.Echo {
 	if opts.Metrics != nil {
 		e.Use(opts.Metrics.Middleware())
 	}
-	e.Use(RequestLogger(logger), Recover(), BodyLimit(MaxBodyBytes), InflightBytes(opts.MaxInflightBytes, MaxBodyBytes))
+	e.Use(RequestLogger(logger), Recover(), BodyLimit(MaxBodyBytes), InflightBytes(opts.MaxInflightBytes))
 
 	if opts.Metrics != nil && !opts.NoMetricsRoute {
 		e.GET("/metrics", echo.WrapHandler(opts.Metrics.Handler()))

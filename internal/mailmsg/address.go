@@ -89,6 +89,9 @@ func (e *AddressError) Is(target error) bool { return target == ErrInvalidAddres
 
 func addrErr(reason string) error { return &AddressError{Reason: reason} }
 
+// MaxAddressLength is the longest address (addr-spec) in bytes.
+const MaxAddressLength = maxEmailLen
+
 const (
 	maxLocalLen  = 64
 	maxEmailLen  = 254
