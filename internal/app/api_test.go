@@ -154,6 +154,11 @@ func TestAPIKeysEndToEnd(t *testing.T) {
 	wantProblem(t, s.Do("GET", "/v1/emails", "mr_"+strings.Repeat("x", 40), nil), 401, "")
 	wantProblem(t, s.Do("GET", "/v1/emails", admin, nil), 401, "")
 	wantProblem(t, s.Do("GET", "/v1/emails", sendOnly, nil), 403, "permission_denied")
+	// Two Authorization headers are refused, whichever comes first: a proxy
+	// reading the other one would see another caller.
+	for _, pair := range [][]string{{"Bearer " + key, "Bearer mr_x"}, {"Bearer mr_x", "Bearer " + key}, {"Bearer " + key, "Bearer " + key}} {
+		wantProblem(t, s.DoHeader("GET", "/v1/emails", "", http.Header{"Authorization": pair}, nil), 401, "")
+	}
 	// API keys are refused on /api.
 	wantProblem(t, s.Do("GET", "/api/auth/api-keys", sender, nil), 401, "")
 
@@ -360,6 +365,30 @@ func TestFirstRunBootstrap(t *testing.T) {
 	}
 }
 
+// HEAD is taken wherever GET is, and answers GET's status and headers
+// without a body: uptime monitors probe that way.
+func TestHeadIsGetWithoutItsBody(t *testing.T) {
+	s := apptest.Start(t)
+	_, admin, key := s.Sender("example.test")
+	for _, c := range []struct {
+		path, cred string
+		status     int
+	}{
+		{"/v1/emails", key, 200},
+		{"/api/domains", admin, 200},
+		{"/v1/emails/" + uuid.NewString(), key, 404},
+		{"/v1/emails", "", 401},
+		{"/healthz", "", 200},
+	} {
+		get, head := s.Do("GET", c.path, c.cred, nil), s.Do("HEAD", c.path, c.cred, nil)
+		if head.Status != c.status || get.Status != c.status || len(head.Body) != 0 ||
+			head.Header.Get("Content-Type") != get.Header.Get("Content-Type") || head.Header.Get("X-Request-Id") == "" {
+			t.Errorf("HEAD %s: %d %q %s (GET: %d %q)", c.path, head.Status, head.Header.Get("Content-Type"), head.Body,
+				get.Status, get.Header.Get("Content-Type"))
+		}
+	}
+}
+
 // A method a route does not take is 405 with the methods it does take,
 // after authentication; a path that is no route is 404.
 func TestWrongMethodIs405(t *testing.T) {
@@ -368,10 +397,10 @@ func TestWrongMethodIs405(t *testing.T) {
 	for _, c := range []struct {
 		method, path, cred, allow string
 	}{
-		{"PUT", "/v1/webhooks/" + uuid.NewString(), key, "GET, PATCH, DELETE"},
-		{"DELETE", "/v1/emails/" + uuid.NewString(), key, "GET"},
-		{"PATCH", "/v1/emails/send", key, "GET, POST"}, // GET takes it as an email id
-		{"PUT", "/api/domains", admin, "GET, POST"},
+		{"PUT", "/v1/webhooks/" + uuid.NewString(), key, "GET, HEAD, PATCH, DELETE"},
+		{"DELETE", "/v1/emails/" + uuid.NewString(), key, "GET, HEAD"},
+		{"PATCH", "/v1/emails/send", key, "GET, HEAD, POST"}, // GET takes it as an email id
+		{"PUT", "/api/domains", admin, "GET, HEAD, POST"},
 		{"GET", "/api/erasures", admin, "POST"},
 	} {
 		r := s.Do(c.method, c.path, c.cred, nil)

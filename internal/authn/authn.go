@@ -127,11 +127,17 @@ func From(c echo.Context) Principal {
 }
 
 // bearer extracts the credential of an "Authorization: Bearer" header.
+// The header is sent once: with two, a proxy reading the other one would
+// see another caller than the server does.
 func bearer(c echo.Context) (string, error) {
-	h := c.Request().Header.Get(echo.HeaderAuthorization)
-	if h == "" {
+	hs := c.Request().Header.Values(echo.HeaderAuthorization)
+	if len(hs) == 0 || hs[0] == "" {
 		return "", httpserver.Unauthorized("missing Authorization header; send Authorization: Bearer <key>")
 	}
+	if len(hs) > 1 {
+		return "", httpserver.Unauthorized("more than one Authorization header; send one")
+	}
+	h := hs[0]
 	scheme, secret, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 		return "", httpserver.Unauthorized("malformed Authorization header; want Bearer <key>")

@@ -86,7 +86,11 @@ func Routes(d Deps, api, v1 *echo.Group) {
 		if r.require != nil {
 			mw = append(mw, r.require)
 		}
-		r.group.Add(r.method, r.path, answering(r.handler, resourceOf(r.path)), mw...)
+		methods := []string{r.method}
+		if r.method == http.MethodGet {
+			methods = httpserver.ReadMethods
+		}
+		r.group.Match(methods, r.path, answering(r.handler, resourceOf(r.path)), mw...)
 	}
 }
 

@@ -241,6 +241,22 @@ func TestRouterErrors(t *testing.T) {
 	}
 }
 
+// Every answer, a refusal or a panic included, is one no cache keeps and
+// no browser sniffs.
+func TestAnswersArePrivate(t *testing.T) {
+	s := newServer(t, func(e *echo.Echo) {
+		e.GET("/secret", func(c echo.Context) error { return c.JSON(201, map[string]string{"key": "mr_x"}) })
+		e.GET("/panic", func(c echo.Context) error { panic("boom") })
+	})
+	for _, path := range []string{"/secret", "/no/such/route", "/panic"} {
+		res := s.get(t, path)
+		if res.header.Get("Cache-Control") != "no-store" || res.header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s (%d): Cache-Control %q, X-Content-Type-Options %q", path, res.status,
+				res.header.Get("Cache-Control"), res.header.Get("X-Content-Type-Options"))
+		}
+	}
+}
+
 func TestHTTPErrorMapping(t *testing.T) {
 	cases := []struct {
 		err    error

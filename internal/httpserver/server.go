@@ -30,9 +30,9 @@ type Options struct {
 }
 
 // New returns an echo instance with the problem ErrorHandler and the shared
-// middleware, outermost first: recover, request id, metrics, request log,
-// recover again (so handler panics are measured and logged as 500s), body
-// limit, bytes in flight. With opts.Metrics it also serves GET /metrics, unless
+// middleware, outermost first: private answers, recover, request id,
+// metrics, request log, recover again (so handler panics are measured and
+// logged as 500s), body limit, bytes in flight. With opts.Metrics it also serves GET /metrics, unless
 // opts.NoMetricsRoute.
 func New(opts Options) *echo.Echo {
 	logger := opts.Logger
@@ -45,17 +45,36 @@ func New(opts Options) *echo.Echo {
 	e.HTTPErrorHandler = ErrorHandler(logger)
 	e.IPExtractor = ipExtractor(opts.TrustedProxies)
 
-	e.Use(Recover(), RequestID())
+	e.Use(Private(), Recover(), RequestID())
 	if opts.Metrics != nil {
 		e.Use(opts.Metrics.Middleware())
 	}
 	e.Use(RequestLogger(logger), Recover(), BodyLimit(MaxBodyBytes), InflightBytes(opts.MaxInflightBytes))
 
 	if opts.Metrics != nil && !opts.NoMetricsRoute {
-		e.GET("/metrics", echo.WrapHandler(opts.Metrics.Handler()))
+		e.Match(ReadMethods, "/metrics", echo.WrapHandler(opts.Metrics.Handler()))
 	}
 	return e
 }
+
+// Private marks every answer as one no cache may keep and no browser may
+// take for anything but its declared type: answers carry API keys, webhook
+// secrets and recipients' addresses.
+func Private() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			h := c.Response().Header()
+			h.Set("Cache-Control", "no-store")
+			h.Set("X-Content-Type-Options", "nosniff")
+			return next(c)
+		}
+	}
+}
+
+// ReadMethods are the methods a GET route takes: HEAD is the GET without
+// its body (net/http drops what the handler writes), as uptime monitors
+// and HTTP clients expect of any server.
+var ReadMethods = []string{http.MethodGet, http.MethodHead}
 
 // ipExtractor believes X-Forwarded-For only from trusted proxies; echo
 // would otherwise trust any private or loopback peer.
@@ -81,6 +100,11 @@ type Timeouts struct {
 // readHeaderTimeout bounds reading a request's headers.
 const readHeaderTimeout = 10 * time.Second
 
+// maxHeaderBytes bounds a request's line and headers (net/http answers 431
+// beyond it). Mailroom reads a few short headers; net/http's default of
+// 1 MiB would let one request carry a megabyte-long query.
+const maxHeaderBytes = 64 << 10
+
 // NewServer returns the server every listener uses, so that slow or idle
 // clients cannot hold connections forever.
 func NewServer(h http.Handler, t Timeouts) *http.Server {
@@ -90,6 +114,7 @@ func NewServer(h http.Handler, t Timeouts) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ReadTimeout:       t.Read,
 		WriteTimeout:      t.Write,
 		IdleTimeout:       t.Idle,
@@ -147,7 +172,7 @@ const readyTimeout = 5 * time.Second
 // are added to the 200 body for operators (e.g. what is degraded).
 type ReadyFunc func(ctx context.Context) (notes map[string]any, err error)
 
-// Health registers GET /healthz (liveness: always 200) and GET /readyz (200
+// Health registers GET (and HEAD) /healthz (liveness: always 200) and GET /readyz (200
 // when ready, else a 503 problem "not_ready"). With detail, /readyz says why
 // it is not ready (the error text, which readiness checks keep free of
 // secrets) and adds the notes to a 200; without (a public listener beside an
@@ -159,10 +184,10 @@ func Health(e *echo.Echo, ready ReadyFunc, detail bool, log *slog.Logger) {
 		log = slog.Default()
 	}
 	var notReady atomic.Bool
-	e.GET("/healthz", func(c echo.Context) error {
+	e.Match(ReadMethods, "/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	})
-	e.GET("/readyz", func(c echo.Context) error {
+	e.Match(ReadMethods, "/readyz", func(c echo.Context) error {
 		body := map[string]any{"status": "ready"}
 		if ready != nil {
 			ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)

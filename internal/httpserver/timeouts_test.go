@@ -51,6 +51,36 @@ func closedByServer(t *testing.T, conn net.Conn, r *bufio.Reader) {
 	}
 }
 
+// A request line and headers over 64 KiB are refused before any handler
+// runs; ordinary ones, long API keys included, pass.
+func TestHeadersAreBounded(t *testing.T) {
+	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
+	Health(e, nil, true, nil)
+	srv := startWith(t, e, Timeouts{})
+	get := func(query string, header http.Header) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", srv.URL+"/healthz?"+query, nil)
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := get("q="+strings.Repeat("a", 8<<10), http.Header{"Authorization": {"Bearer mr_" + strings.Repeat("k", 200)}}); s != 200 {
+		t.Errorf("ordinary request: %d", s)
+	}
+	if s := get("q="+strings.Repeat("a", 100<<10), nil); s != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("100 KiB query: %d", s)
+	}
+	if s := get("", http.Header{"X-Pad": {strings.Repeat("p", 100<<10)}}); s != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("100 KiB header: %d", s)
+	}
+}
+
 func TestIdleConnectionIsClosed(t *testing.T) {
 	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
 	Health(e, nil, true, nil)

@@ -27,7 +27,7 @@ func Unmatched(e *echo.Echo) echo.HandlerFunc {
 		})
 		req := c.Request()
 		var allow []string
-		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 			if m == req.Method {
 				continue
 			}
