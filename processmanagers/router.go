@@ -34,7 +34,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -335,16 +334,3 @@ func (p *poisonLogger) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (p *poisonLogger) Close() error { return p.pub.Close() }
-
-// Shard restricts h to the streams whose hash falls in shard i of n, so that
-// n handlers share a stream category without ever handling one stream twice.
-func Shard(i, n int, h Handler) Handler {
-	return func(ctx context.Context, ev eventstore.RecordedEvent) error {
-		f := fnv.New32a()
-		f.Write([]byte(ev.StreamID))
-		if int(f.Sum32()%uint32(n)) != i {
-			return nil
-		}
-		return h(ctx, ev)
-	}
-}

@@ -47,7 +47,7 @@ type Relay struct {
 	tlsConfig      *tls.Config
 	dialTimeout    time.Duration
 	commandTimeout time.Duration
-	localName      string
+	localName      string // the name given in EHLO: the host name
 	insecureAuth   bool
 
 	// sawSTARTTLS is set once the relay has offered STARTTLS: from then on
@@ -79,9 +79,6 @@ func WithCommandTimeout(d time.Duration) Option { return func(r *Relay) { r.comm
 // WithRequireTLS makes STARTTLS mandatory for smtp:// URLs: a relay that does
 // not offer it is never sent anything. Same as "?starttls=require".
 func WithRequireTLS() Option { return func(r *Relay) { r.requireTLS = true } }
-
-// WithLocalName sets the name given in EHLO. The default is the host name.
-func WithLocalName(name string) Option { return func(r *Relay) { r.localName = name } }
 
 // WithInsecureAuth allows sending credentials over a connection without TLS
 // (a relay on a trusted network that does not speak TLS). Without it, a
@@ -158,12 +155,7 @@ func New(rawURL string, opts ...Option) (*Relay, error) {
 	for _, o := range opts {
 		o(r)
 	}
-	if r.localName == "" {
-		r.localName = defaultLocalName()
-	}
-	if strings.ContainsAny(r.localName, "\r\n ") {
-		return nil, fmt.Errorf("smtp: bad EHLO name %q", r.localName)
-	}
+	r.localName = defaultLocalName()
 	red := *u
 	if u.User != nil {
 		if _, ok := u.User.Password(); ok {
