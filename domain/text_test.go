@@ -58,3 +58,18 @@ func TestCheckLineAndBody(t *testing.T) {
 		t.Fatalf("errors %+v", v.Errors)
 	}
 }
+
+// The control ranges end where they should: a no-break space (U+00A0),
+// common in names and subjects, is text.
+func TestControlCharacterRangeEdges(t *testing.T) {
+	for s, want := range map[string]string{
+		"unit\x1fsep":   "must not contain control characters (found U+001F)",
+		"pad\u0080":     "must not contain control characters (found U+0080)",
+		"50\u00a0€":     "",
+		"space ~ tilde": "",
+	} {
+		if got := TextProblem(s, false); got != want {
+			t.Errorf("TextProblem(%q) = %q, want %q", s, got, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package account_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,5 +126,64 @@ func TestRetention(t *testing.T) {
 	}
 	if again, err := account.SetRetention(s, 30, now); err != nil || len(again) != 0 {
 		t.Fatalf("setting the same retention again: %v %v", again, err)
+	}
+}
+
+// Issuing a token keeps the ones issued before: the first of two can
+// still be revoked.
+func TestRevokingOneTokenKeepsTheOthers(t *testing.T) {
+	c, _ := account.Create(account.State{}, "a1", "Acme", now)
+	s := replay(c...)
+	i1, _ := account.IssueToken(s, "t1", account.RoleAdmin, "h1", now, now.AddDate(0, 0, 1))
+	s = replay(append(c, i1...)...)
+	i2, _ := account.IssueToken(s, "t2", account.RoleAdmin, "h2", now, now.AddDate(0, 0, 1))
+	s = replay(append(append(c, i1...), i2...)...)
+	evs, err := account.RevokeToken(s, "t1", now)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("revoke the first of two tokens: %v %v", evs, err)
+	}
+}
+
+// Names are counted in characters, not bytes.
+func TestAccountNameIsAtMost200Characters(t *testing.T) {
+	if _, err := account.Create(account.State{}, "a1", strings.Repeat("é", 200), now); err != nil {
+		t.Fatalf("200 characters refused: %v", err)
+	}
+	_, err := account.Create(account.State{}, "a1", strings.Repeat("é", 201), now)
+	var v *domain.ValidationError
+	if !errors.As(err, &v) || v.Errors[0].Message != "must be at most 200 characters" {
+		t.Fatalf("201 characters: %v", err)
+	}
+}
+
+func TestRetentionIsBetween1And365Days(t *testing.T) {
+	c, _ := account.Create(account.State{}, "a1", "Acme", now)
+	s := replay(c...)
+	for _, d := range []int{1, 365} {
+		if evs, err := account.SetRetention(s, d, now); err != nil || len(evs) != 1 {
+			t.Errorf("%d days: %v %v", d, evs, err)
+		}
+	}
+	for _, d := range []int{0, 366} {
+		_, err := account.SetRetention(s, d, now)
+		var v *domain.ValidationError
+		if !errors.As(err, &v) || len(v.Errors) != 1 || v.Errors[0].Field != "retention_days" || v.Errors[0].Message != "must be between 1 and 365" {
+			t.Errorf("%d days: %v", d, err)
+		}
+	}
+}
+
+// Reinstating an active account records nothing; a missing account can
+// be neither reinstated nor given a token.
+func TestActiveAndMissingAccounts(t *testing.T) {
+	c, _ := account.Create(account.State{}, "a1", "Acme", now)
+	if evs, err := account.Reinstate(replay(c...), now); err != nil || len(evs) != 0 {
+		t.Errorf("reinstating an active account: %v %v", evs, err)
+	}
+	if _, err := account.Reinstate(account.State{}, now); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("reinstating a missing account: %v", err)
+	}
+	if _, err := account.IssueToken(account.State{}, "t1", account.RoleAdmin, "h", now, now.AddDate(0, 0, 1)); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("token for a missing account: %v", err)
 	}
 }

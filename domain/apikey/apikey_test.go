@@ -3,6 +3,7 @@ package apikey_test
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +78,21 @@ func TestRevoke(t *testing.T) {
 	again, err := apikey.Revoke(s, "a1", now)
 	if err != nil || len(again) != 0 {
 		t.Fatalf("second revoke should decide nothing, got %v %v", again, err)
+	}
+}
+
+func TestKeyNameIsAtMost100PrintableCharacters(t *testing.T) {
+	if _, err := apikey.Create(apikey.State{}, "k1", "a1", strings.Repeat("k", 100), nil, apikey.Secret{}, now); err != nil {
+		t.Fatalf("100 characters refused: %v", err)
+	}
+	for name, msg := range map[string]string{
+		strings.Repeat("k", 101): "must be at most 100 characters",
+		"ci\x00":                 "must not contain control characters (found U+0000)",
+	} {
+		_, err := apikey.Create(apikey.State{}, "k1", "a1", name, nil, apikey.Secret{}, now)
+		var v *domain.ValidationError
+		if !errors.As(err, &v) || v.Errors[0].Field != "name" || v.Errors[0].Message != msg {
+			t.Errorf("name %q: %v, want %q", name, err, msg)
+		}
 	}
 }

@@ -177,3 +177,12 @@ func TestNoDeliveryOfAnErasedEvent(t *testing.T) {
 		t.Fatalf("created skipped %+v", evs)
 	}
 }
+
+func TestOnly2xxAnswersSucceed(t *testing.T) {
+	for code, want := range map[int]bool{199: false, 200: true, 204: true, 299: true, 300: false, 301: false} {
+		c := code
+		if got := (delivery.Outcome{ResponseStatus: &c}).Succeeded(); got != want {
+			t.Errorf("%d: succeeded %v", code, got)
+		}
+	}
+}

@@ -141,3 +141,18 @@ func mustErase(t *testing.T, s email.State) []domain.Event {
 	}
 	return evs
 }
+
+// Providers redeliver old notifications after newer ones: every feedback
+// id seen is remembered, not just the latest.
+func TestAnEarlierNotificationRedeliveredIsNotRecordedAgain(t *testing.T) {
+	s := queued()
+	s = fold(s, email.MarkScanned(s, nil, t0))
+	s = fold(s, email.MarkSent(s, "p1", t0))
+	d := &email.Delivered{EmailID: "e1", FeedbackID: "f1", OccurredAt: at(1)}
+	o := &email.Opened{EmailID: "e1", FeedbackID: "f2", OccurredAt: at(2)}
+	s = fold(s, email.RecordFeedback(s, d))
+	s = fold(s, email.RecordFeedback(s, o))
+	if evs := email.RecordFeedback(s, d); len(evs) != 0 {
+		t.Fatalf("redelivered f1 recorded again: %v", evs)
+	}
+}

@@ -298,3 +298,49 @@ func TestKeyChecksBeforeKeys(t *testing.T) {
 		t.Errorf("rotate a pending domain: %v, want domain_not_verified", err)
 	}
 }
+
+// A legacy domain signs with its first token; a pending or expired domain
+// cannot send; a sandbox-verified one can, and is not verified again.
+func TestLegacySelectorAndSandboxVerification(t *testing.T) {
+	legacy := apply(sd.State{})(sd.Add(sd.State{}, "d2", "a1", "legacy.com", "us-east-1", nil, []string{"tok1", "tok2", "tok3"}, t0))
+	if got := legacy.Selector(); got != "tok1" {
+		t.Fatalf("legacy selector %q", got)
+	}
+	s := added()
+	if s.CanSend() {
+		t.Fatal("a pending domain can send")
+	}
+	s = apply(s)(sd.VerifyBySandbox(s, t0))
+	if !s.CanSend() || !s.DkimOK || !s.MailFromOK {
+		t.Fatalf("after sandbox verification: %+v", s)
+	}
+	if evs, err := sd.VerifyBySandbox(s, t0); err != nil || len(evs) != 0 {
+		t.Fatalf("verifying again: %v %v", evs, err)
+	}
+	// Once verified, background checks decide nothing, even if DNS changed.
+	if evs, _ := sd.RecordCheck(s, "", sd.Outcome{}, false, t0.Add(time.Hour)); len(evs) != 0 {
+		t.Fatalf("background check of a verified domain: %v", evs)
+	}
+	failed := apply(added())(sd.Expire(added(), t0.Add(sd.VerificationWindow)))
+	if failed.CanSend() {
+		t.Fatal("an expired domain can send")
+	}
+}
+
+// The release of a removed domain does not free the name its successor
+// (same name, added again) now holds.
+func TestAnOlderDomainsReleaseKeepsTheNewerClaim(t *testing.T) {
+	c := sd.EvolveClaim(sd.Claim{}, &sd.NameClaimed{AccountID: "a1", DomainID: "d2", ClaimedAt: t0})
+	if c = sd.EvolveClaim(c, &sd.NameReleased{DomainID: "d1", ReleasedAt: t0}); c.DomainID != "d2" {
+		t.Fatalf("an older domain's release freed d2's claim: %+v", c)
+	}
+}
+
+// 63-character labels and the ends of the letter and digit ranges are valid.
+func TestNamesAtTheEdgesOfTheirRules(t *testing.T) {
+	for _, in := range []string{strings.Repeat("z", 63) + ".example", "zz09.example"} {
+		if got, p := sd.NormalizeName(in); p != "" || got != in {
+			t.Errorf("%q: %q %q", in, got, p)
+		}
+	}
+}

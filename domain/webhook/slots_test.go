@@ -108,3 +108,17 @@ func TestStaleSlotsCountOnlyWithTheirEndpoint(t *testing.T) {
 		t.Fatalf("held %d", len(s.Held))
 	}
 }
+
+// An account with ten endpoints from before slots existed cannot take an
+// eleventh.
+func TestEndpointsFromBeforeSlotsCountTowardsTheLimit(t *testing.T) {
+	existing := make([]string, 10)
+	live := map[string]bool{}
+	for i := range existing {
+		existing[i] = fmt.Sprint("old", i)
+		live[existing[i]] = true
+	}
+	if _, err := webhook.TakeSlot(webhook.Slots{}, "a1", "new", existing, live, t0); !errors.Is(err, webhook.ErrEndpointLimit) {
+		t.Fatalf("an 11th endpoint beside 10 from before slots: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package secretbox
 
 import (
 	"bytes"
+	"encoding/base64"
 	"strings"
 	"testing"
 )
@@ -68,5 +69,31 @@ func TestPreviousKeys(t *testing.T) {
 	}
 	if _, err := before.Open(during.Seal([]byte("x"), "c"), "c"); err == nil {
 		t.Fatal("the old key opened a value sealed under the new one")
+	}
+}
+
+// A stored value that is not a sealed secret is an error, never a panic
+// or an empty secret.
+func TestMalformedSealedValuesAreErrors(t *testing.T) {
+	b, err := New(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := b.Seal([]byte("whsec_x"), "w1")
+	prefix := good[:strings.Index(good, ":")+1]
+	for _, v := range []string{"plain", prefix + "!!!", prefix + base64.RawStdEncoding.EncodeToString([]byte("short"))} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("Open(%q) panicked: %v", v, r)
+				}
+			}()
+			if p, err := b.Open(v, "w1"); err == nil {
+				t.Errorf("Open(%q) = %q, nil", v, p)
+			}
+		}()
+	}
+	if cur, err := b.Current(good, "w1"); err != nil || !cur {
+		t.Errorf("Current of a value sealed now: %v %v", cur, err)
 	}
 }
