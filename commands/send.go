@@ -166,8 +166,8 @@ func (s *Service) checkSend(ctx context.Context, accountID string, req SendEmail
 	var paths domain.ValidationError
 	for i, a := range req.Attachments {
 		if a.Path != "" {
-			if err := s.egress.CheckURL(ctx, a.Path); err != nil {
-				paths.Add(fmt.Sprintf("attachments.%d.path", i), "%s", err.Error())
+			if err := s.checkURLField(ctx, &paths, fmt.Sprintf("attachments.%d.path", i), a.Path); err != nil {
+				return checkedSend{}, err
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/dnscheck"
+	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	"github.com/mailroom/mailroom/projections"
@@ -121,9 +122,37 @@ type Content interface {
 	Delete(ctx context.Context, digests ...blob.Digest) error
 }
 
-// URLChecker refuses URLs Mailroom must not fetch (egress.Policy).
+// URLChecker refuses URLs Mailroom must not fetch (egress.Policy). A host
+// name whose lookup got no answer is an error that is
+// egress.ErrLookupUnavailable: not a refusal of the URL.
 type URLChecker interface {
 	CheckURL(ctx context.Context, raw string) error
+}
+
+// LookupUnavailableError is a request that could not be checked because the
+// host name of one of its URLs could not be looked up just now: nothing was
+// recorded, and the same request may succeed when repeated.
+type LookupUnavailableError struct {
+	Field  string // the field holding the URL, e.g. "attachments.0.path"
+	Reason string // "host lookup timed out"
+}
+
+func (e *LookupUnavailableError) Error() string {
+	return fmt.Sprintf("the host name in %s could not be looked up just now (%s); nothing was recorded, retry shortly", e.Field, e.Reason)
+}
+
+// checkURLField runs the egress policy on the URL in field: a refusal is
+// added to v, a lookup without an answer is returned.
+func (s *Service) checkURLField(ctx context.Context, v *domain.ValidationError, field, raw string) error {
+	err := s.egress.CheckURL(ctx, raw)
+	switch {
+	case err == nil:
+	case errors.Is(err, egress.ErrLookupUnavailable):
+		return &LookupUnavailableError{Field: field, Reason: err.Error()}
+	default:
+		v.Add(field, "%s", err.Error())
+	}
+	return nil
 }
 
 // DNSChecker looks records up on every configured resolver.

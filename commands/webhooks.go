@@ -40,8 +40,8 @@ func (s *Service) checkURL(ctx context.Context, url *string) error {
 	var v domain.ValidationError
 	if *url == "" {
 		v.Add("url", "is required")
-	} else if err := s.egress.CheckURL(ctx, *url); err != nil {
-		v.Add("url", "%s", err.Error())
+	} else if err := s.checkURLField(ctx, &v, "url", *url); err != nil {
+		return err
 	}
 	return v.OrNil()
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	dnslib "github.com/miekg/dns"
+
 	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/dnscheck"
@@ -681,6 +683,41 @@ func TestWebhookRefusalQuotesNoAddress(t *testing.T) {
 	wantProblem(t, r, 422, "validation_failed")
 	if !strings.Contains(string(r.Body), "host is not a public address") || strings.Contains(string(r.Body), "10.96") {
 		t.Fatalf("refusal: %s", r.Body)
+	}
+}
+
+// A URL whose host name cannot be looked up just now (the resolver fails)
+// is not the client's mistake: 503 lookup_unavailable with Retry-After,
+// nothing recorded, and the same request succeeds once the resolver answers.
+func TestURLWhoseHostCannotBeLookedUpIsRetried(t *testing.T) {
+	dns := dnstest.Start(t)
+	dns.Set(dnscheck.Record{Type: "A", Name: "hooks.example", Value: "192.0.2.80"})
+	s := apptest.Start(t, func(c *config.Config) {
+		c.EgressResolver = dns.Addr()
+		c.EgressAllowCIDRs = "192.0.2.0/24"
+	})
+	_, _, key := s.Sender("acme.test")
+	dns.FailWith(dnslib.RcodeServerFailure)
+	for _, c := range []struct {
+		path, field string
+		body        map[string]any
+	}{
+		{"/v1/webhooks", "url", map[string]any{"url": "https://hooks.example/h"}},
+		{"/v1/emails/send", "attachments.0.path", map[string]any{"from": "a@acme.test", "to": "b@example.org", "subject": "s", "text": "t",
+			"attachments": []map[string]any{{"path": "https://hooks.example/a.pdf"}}}},
+	} {
+		r := s.Do("POST", c.path, key, c.body)
+		wantProblem(t, r, 503, "lookup_unavailable")
+		if r.Header.Get("Retry-After") != "5" || !strings.Contains(string(r.Body), c.field) {
+			t.Errorf("%s: Retry-After %q, %s", c.path, r.Header.Get("Retry-After"), r.Body)
+		}
+	}
+	if n := len(s.Do("GET", "/v1/emails", key, nil).JSON(t)["data"].([]any)); n != 0 {
+		t.Fatalf("%d emails recorded", n)
+	}
+	dns.FailWith(0)
+	if r := s.Do("POST", "/v1/webhooks", key, map[string]any{"url": "https://hooks.example/h"}); r.Status != 201 {
+		t.Fatalf("once the resolver answers: %d %s", r.Status, r.Body)
 	}
 }
 

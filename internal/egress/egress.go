@@ -64,15 +64,23 @@ func refused(format string, args ...any) error {
 	return &RefusedError{Reason: fmt.Sprintf(format, args...)}
 }
 
+// ErrLookupUnavailable is a host-name lookup that did not get an answer (the
+// resolver timed out or failed), as opposed to one answered "no such host":
+// it says nothing of the URL, and asking again later may succeed.
+var ErrLookupUnavailable = errors.New("host lookup unavailable")
+
 // lookupError is a host-name resolution failure in CheckURL: a short message
 // for people, wrapping the resolver's error for Describe.
 type lookupError struct {
-	msg string
-	err error
+	msg       string
+	err       error
+	temporary bool // no answer: ErrLookupUnavailable
 }
 
 func (e *lookupError) Error() string { return e.msg }
 func (e *lookupError) Unwrap() error { return e.err }
+
+func (e *lookupError) Is(target error) bool { return e.temporary && target == ErrLookupUnavailable }
 
 // guardian holds the deny lists. Only SafeAddr is used (ports and networks
 // are not restricted: webhook receivers may listen on any port), and
@@ -170,7 +178,8 @@ func kind(a netip.Addr) string {
 // CheckURL decides whether raw is an acceptable destination. The error, if
 // any, is short and meant for people ("must use https", "localhost is not
 // allowed", "host is not a public address"); policy refusals wrap
-// ErrRefused, resolution failures wrap the resolver's error.
+// ErrRefused, resolution failures wrap the resolver's error, and lookups
+// that got no answer are also ErrLookupUnavailable.
 //
 // Host names are resolved (A and AAAA) with the policy's resolver and every
 // address must be acceptable. No connection is made.
@@ -193,9 +202,9 @@ func (p Policy) CheckURL(ctx context.Context, raw string) error {
 		case errors.As(err, &de) && de.IsNotFound:
 			return &lookupError{msg: "host does not resolve", err: err}
 		case errors.As(err, &de) && de.IsTimeout, errors.Is(err, context.DeadlineExceeded):
-			return &lookupError{msg: "host lookup timed out", err: err}
+			return &lookupError{msg: "host lookup timed out", err: err, temporary: true}
 		default:
-			return &lookupError{msg: "host lookup failed", err: err}
+			return &lookupError{msg: "host lookup failed", err: err, temporary: true}
 		}
 	}
 	if len(addrs) == 0 {

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	dnslib "github.com/miekg/dns"
+
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
 )
@@ -234,8 +236,15 @@ func TestCheckURLResolutionFailures(t *testing.T) {
 	if got := Describe(err); got != "dns: no such host" {
 		t.Errorf("Describe = %q", got)
 	}
-	if err := p.CheckURL(context.Background(), "https://txtonly.example.com/"); err == nil {
-		t.Error("host without addresses accepted")
+	if err := p.CheckURL(context.Background(), "https://txtonly.example.com/"); err == nil || errors.Is(err, ErrLookupUnavailable) {
+		t.Errorf("host without addresses: %v", err)
+	}
+	// A lookup that gets no answer says nothing of the URL: it is
+	// ErrLookupUnavailable, and neither a refusal nor "does not resolve".
+	dns.FailWith(dnslib.RcodeServerFailure)
+	err = p.CheckURL(context.Background(), "https://nowhere.example.com/")
+	if !errors.Is(err, ErrLookupUnavailable) || errors.Is(err, ErrRefused) || err.Error() != "host lookup failed" {
+		t.Errorf("resolver failing: %v", err)
 	}
 }
 

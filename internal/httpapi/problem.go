@@ -70,6 +70,7 @@ func problemOf(err error, resource string) error {
 	var forbidden *domain.ForbiddenError
 	var missing *readapi.NotFoundError
 	var limit *commands.LimitError
+	var lookup *commands.LookupUnavailableError
 	switch {
 	case errors.As(err, &v):
 		fields := make([]httpserver.FieldError, len(v.Errors))
@@ -89,6 +90,10 @@ func problemOf(err error, resource string) error {
 		return httpserver.LimitExceeded(limit.Detail)
 	case errors.Is(err, eventstore.ErrTooLarge):
 		return httpserver.TooLarge("the request makes a record larger than the event store takes in one write; shorten its text fields (names, subject, tags, file names)")
+	case errors.As(err, &lookup):
+		p := httpserver.NewProblem(http.StatusServiceUnavailable, "lookup_unavailable", lookup.Error())
+		p.RetryAfter = 5 * time.Second
+		return p
 	case errors.Is(err, commands.ErrNotVisible):
 		p := httpserver.NewProblem(http.StatusServiceUnavailable, "not_yet_visible", err.Error())
 		p.RetryAfter = time.Second
