@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/riverqueue/river"
@@ -380,10 +381,10 @@ func (a *App) storesReady(ctx context.Context) (map[string]any, error) {
 
 func (a *App) checkStores(ctx context.Context) (map[string]any, error) {
 	if err := a.Pool.Ping(ctx); err != nil {
-		return nil, fmt.Errorf("postgres unreachable: %v", err)
+		return nil, fmt.Errorf("postgres unreachable: %s", whyUnreachable(err))
 	}
 	if err := eventstore.Ping(ctx, a.Store); err != nil {
-		return nil, fmt.Errorf("event store unreachable: %v", err)
+		return nil, fmt.Errorf("event store unreachable: %s", whyUnreachable(err))
 	}
 	// Lag is counted no further than the bound, however far behind.
 	statuses, err := a.Runner.Status(ctx, a.Config.ReadyMaxLag+1)
@@ -415,6 +416,26 @@ func (a *App) checkStores(ctx context.Context) (map[string]any, error) {
 		notes["quarantined_streams"] = total
 	}
 	return notes, nil
+}
+
+// whyUnreachable says why a store did not answer without naming its user,
+// database, host or port, which connection errors quote: readiness detail
+// may be served to anyone (no MAILROOM_OPS_ADDR).
+func whyUnreachable(err error) string {
+	var pgErr *pgconn.PgError
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &pgErr):
+		return "the server refused the connection (SQLSTATE " + pgErr.Code + ")"
+	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
+		return "no answer in time"
+	case errors.As(err, &dnsErr):
+		return "its host name does not resolve"
+	case errors.As(err, &opErr) && opErr.Err != nil:
+		return opErr.Err.Error() // "connect: connection refused"
+	}
+	return "cannot connect"
 }
 
 // HTTPServer returns the server for h with the configured timeouts; every

@@ -240,7 +240,7 @@ func toProblem(err error) *Problem {
 	}
 	if storeUnreachable(err) {
 		p := NewProblem(http.StatusServiceUnavailable, "store_unavailable",
-			"the database cannot be reached at the moment; nothing was recorded unless a repeat says so, so retry (with the same Idempotency-Key)")
+			"the database cannot be reached at the moment; retry after Retry-After seconds (a write may or may not have been recorded: repeat it with the same Idempotency-Key to find out)")
 		p.RetryAfter = 5 * time.Second
 		return p
 	}

@@ -1,0 +1,47 @@
+package app
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailroom/mailroom/internal/pgtest"
+)
+
+// Readiness says why PostgreSQL did not answer without its user, database,
+// host or port: the detail may be served to anyone.
+func TestWhyUnreachableNamesNoConnectionDetails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	server, err := url.Parse(pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := *server
+	missing.Path = "/secretdb_that_is_not_there"
+	for dsn, want := range map[string]string{
+		// Nothing listens on port 1.
+		"postgres://secretuser@127.0.0.1:1/secretdb?connect_timeout=5": "connect: connection refused",
+		// The server answers, and refuses a database it does not have.
+		missing.String(): "the server refused the connection (SQLSTATE 3D000)",
+	} {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err == nil {
+			conn.Close(ctx)
+			t.Fatalf("%s: connected", dsn)
+		}
+		got := whyUnreachable(err)
+		if got != want {
+			t.Errorf("%s: %q, want %q (from %v)", dsn, got, want, err)
+		}
+		for _, secret := range []string{"secret", "127.0.0.1", server.Host} {
+			if strings.Contains(got, secret) {
+				t.Errorf("%q names %s", got, secret)
+			}
+		}
+	}
+}
