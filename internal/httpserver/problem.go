@@ -240,7 +240,7 @@ func toProblem(err error) *Problem {
 	}
 	if storeUnreachable(err) {
 		p := NewProblem(http.StatusServiceUnavailable, "store_unavailable",
-			"the database cannot be reached at the moment; retry after Retry-After seconds (a write may or may not have been recorded: repeat it with the same Idempotency-Key to find out)")
+			"the database cannot be reached at the moment; retry after Retry-After seconds (a write may or may not have been recorded; a send repeated with the same Idempotency-Key is recorded once)")
 		p.RetryAfter = 5 * time.Second
 		return p
 	}
