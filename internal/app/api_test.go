@@ -408,6 +408,9 @@ func TestWrongMethodIs405(t *testing.T) {
 		if got := r.Header.Get("Allow"); got != c.allow {
 			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
 		}
+		if want := c.method + " is not allowed on this resource; it takes " + c.allow; r.JSON(t)["detail"] != want {
+			t.Errorf("%s %s: %s", c.method, c.path, r.Body)
+		}
 	}
 	wantProblem(t, s.Do("GET", "/v1/nothing-here", key, nil), http.StatusNotFound, "not_found")
 	wantProblem(t, s.Do("PUT", "/api/nothing/here", admin, nil), http.StatusNotFound, "not_found")

@@ -1,6 +1,7 @@
 package httpserver
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -41,6 +42,7 @@ func Unmatched(e *echo.Echo) echo.HandlerFunc {
 			return echo.ErrNotFound
 		}
 		c.Response().Header().Set("Allow", strings.Join(allow, ", "))
-		return echo.ErrMethodNotAllowed
+		return NewProblem(http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf(
+			"%s is not allowed on this resource; it takes %s", req.Method, strings.Join(allow, ", ")))
 	}
 }
