@@ -114,8 +114,7 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 	var ie *json.InvalidUnmarshalError
 	switch {
 	case errors.As(err, &se):
-		return nil, BadRequest("invalid_json",
-			fmt.Sprintf("the request body is not valid JSON: %s (at byte %d)", se.Error(), se.Offset))
+		return nil, BadRequest("invalid_json", syntaxDetail(data, se))
 	case errors.As(err, &te):
 		return nil, typeProblem(data, te)
 	case errors.As(err, &p):
@@ -127,6 +126,21 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 		// field for such errors, so the detail carries the method's message.
 		return nil, BadRequest("invalid_value", "the request body has an invalid value: "+err.Error())
 	}
+}
+
+// syntaxDetail says what is wrong with a body that is not valid JSON. One
+// that does not even start like an object is most likely a form or a
+// multipart body, and the decoder's wording ("invalid character 'r' in
+// literal false") would only puzzle its sender.
+func syntaxDetail(data []byte, se *json.SyntaxError) string {
+	start := bytes.TrimLeft(data, " \t\r\n")
+	switch {
+	case bytes.HasPrefix(start, []byte("\xef\xbb\xbf")):
+		return "the request body starts with a byte order mark (U+FEFF); send the JSON without one"
+	case len(start) > 0 && start[0] != '{':
+		return "the request body is not a JSON object; send one, with Content-Type: application/json"
+	}
+	return fmt.Sprintf("the request body is not valid JSON: %s (at byte %d)", se.Error(), se.Offset)
 }
 
 // readBody reads a body into one buffer of its size: the declared size

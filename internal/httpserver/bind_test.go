@@ -63,6 +63,23 @@ func TestBindJSONInvalidJSON(t *testing.T) {
 	}
 }
 
+// A body that is not even an object is told so in words its sender can use,
+// not in the decoder's.
+func TestBindJSONBodiesThatAreNotObjects(t *testing.T) {
+	s := bindServer(t)
+	for body, want := range map[string]string{
+		"from=a%40example.test&to=b%40example.org":     "the request body is not a JSON object; send one, with Content-Type: application/json",
+		"--boundary\r\nContent-Disposition: form-data": "the request body is not a JSON object; send one, with Content-Type: application/json",
+		"\ufeff{\"from\":\"a\"}":                       "the request body starts with a byte order mark (U+FEFF); send the JSON without one",
+		`{"from":"a",}`:                                "the request body is not valid JSON: invalid character '}' looking for beginning of object key string (at byte 13)",
+	} {
+		res := s.post(t, "/bind", body)
+		if p := res.problem(t); res.status != 400 || p.Code != "invalid_json" || p.Detail != want {
+			t.Errorf("%q: %d %s", body, res.status, res.body)
+		}
+	}
+}
+
 // A compressed body is refused as such, not as malformed JSON; "identity"
 // is no compression.
 func TestBindJSONCompressedBody(t *testing.T) {

@@ -115,6 +115,13 @@ func ParseAddress(s string) (Address, error) {
 	if strings.ContainsAny(s, "\r\n") {
 		return Address{}, addrErr("it contains a line break")
 	}
+	// "a@example.org, b@example.org" is a list, which other mail APIs take
+	// in one string: say so rather than blame a character.
+	if strings.Contains(s, ",") {
+		if list, err := mail.ParseAddressList(s); err == nil && len(list) > 1 {
+			return Address{}, addrErr("it holds more than one address; send each as an item of a list")
+		}
+	}
 	raw, namePart := s, ""
 	if strings.HasSuffix(s, ">") {
 		i := strings.LastIndexByte(s, '<')
@@ -180,7 +187,7 @@ func checkEmail(email string) error {
 		return addrErr("the domain is missing")
 	}
 	if len(email) > maxEmailLen {
-		return addrErr("it is longer than 254 characters")
+		return addrErr("it is longer than 254 bytes")
 	}
 	if len(local) > maxLocalLen {
 		return addrErr("the part before @ is longer than 64 characters")

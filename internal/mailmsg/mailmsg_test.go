@@ -796,6 +796,19 @@ func TestParseAddress(t *testing.T) {
 			t.Errorf("ParseAddress(%q) error = %q", in, err)
 		}
 	}
+	// Some refusals name what the sender most likely meant.
+	for in, reason := range map[string]string{
+		"a@b.com, c@d.com":                "it holds more than one address; send each as an item of a list",
+		"a@b.com,c@d.com":                 "it holds more than one address; send each as an item of a list",
+		"Name <a@b.com>, Other <c@d.com>": "it holds more than one address; send each as an item of a list",
+		"Doe, John <john@example.com>":    "the display name is malformed; put it in double quotes",
+		"a@" + strings.Repeat("é", 63) + "." + strings.Repeat("é", 63) + ".com": "it is longer than 254 bytes",
+	} {
+		var ae *AddressError
+		if _, err := ParseAddress(in); !errors.As(err, &ae) || ae.Reason != reason {
+			t.Errorf("ParseAddress(%.30q): %v, want %q", in, err, reason)
+		}
+	}
 }
 
 func TestContentTypeFor(t *testing.T) {
