@@ -1,6 +1,7 @@
 package httpserver
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -99,20 +100,28 @@ func tooMany(outer []frame, n int) *Problem {
 	if n <= MaxItems {
 		return nil
 	}
-	var path strings.Builder
-	for _, f := range outer {
+	// Named as the decoder's errors name fields: "attachments.1.filename".
+	path := make([]string, len(outer))
+	for i, f := range outer {
 		if f.object {
-			if path.Len() > 0 {
-				path.WriteByte('.')
-			}
-			path.Write(f.key)
+			path[i] = memberName(f.key)
 		} else {
-			path.WriteString("[" + strconv.Itoa(f.items-1) + "]")
+			path[i] = strconv.Itoa(f.items - 1)
 		}
 	}
-	field := path.String()
+	field := strings.Join(path, ".")
 	if field == "" {
 		field = "body"
 	}
-	return Validation(FieldError{Field: field, Message: fmt.Sprintf("must have at most %d items", MaxItems)})
+	return Validation(FieldError{Field: field, Message: fmt.Sprintf("has more than %d items, more than any field takes", MaxItems)})
+}
+
+// memberName is an object key as sent (a slice of the body, perhaps cut
+// short), with its escapes decoded where they can be.
+func memberName(raw []byte) string {
+	var name string
+	if json.Unmarshal([]byte(`"`+string(raw)+`"`), &name) == nil {
+		return name
+	}
+	return strings.ToValidUTF8(string(raw), "\ufffd")
 }
