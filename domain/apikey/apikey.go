@@ -3,6 +3,7 @@
 package apikey
 
 import (
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -92,9 +93,12 @@ func Create(s State, keyID, accountID, name string, permissions []string, secret
 	default:
 		v.CheckLine("name", name)
 	}
-	perms, ok := parsePermissions(permissions)
-	if !ok {
-		v.Add("permissions", "must be a non-empty list of emails:send and emails:read")
+	perms, unknown := parsePermissions(permissions)
+	switch {
+	case perms == nil && unknown < 0:
+		v.Add("permissions", "must list at least one of emails:send and emails:read")
+	case unknown >= 0:
+		v.Add(fmt.Sprintf("permissions.%d", unknown), "unknown permission %q; known: emails:send, emails:read", permissions[unknown])
 	}
 	if err := v.OrNil(); err != nil {
 		return nil, err
@@ -105,19 +109,18 @@ func Create(s State, keyID, accountID, name string, permissions []string, secret
 	}}, nil
 }
 
-// parsePermissions validates and de-duplicates, keeping the canonical order.
-func parsePermissions(in []string) ([]Permission, bool) {
+// parsePermissions validates and de-duplicates, keeping the canonical
+// order. It gives no permissions for an empty list, and the index of the
+// first unknown one (-1 when there is none).
+func parsePermissions(in []string) ([]Permission, int) {
 	if in == nil {
-		return append([]Permission(nil), AllPermissions...), true
-	}
-	if len(in) == 0 {
-		return nil, false
+		return append([]Permission(nil), AllPermissions...), -1
 	}
 	seen := map[Permission]bool{}
-	for _, p := range in {
+	for i, p := range in {
 		perm := Permission(p)
 		if perm != SendEmails && perm != ReadEmails {
-			return nil, false
+			return nil, i
 		}
 		seen[perm] = true
 	}
@@ -127,7 +130,7 @@ func parsePermissions(in []string) ([]Permission, bool) {
 			out = append(out, p)
 		}
 	}
-	return out, true
+	return out, -1
 }
 
 // Revoke decides revoking the key on behalf of accountID. A key of another

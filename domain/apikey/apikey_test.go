@@ -24,15 +24,22 @@ func TestCreatePermissions(t *testing.T) {
 		{"read only", []string{"emails:read"}, []apikey.Permission{apikey.ReadEmails}, false},
 		{"duplicates collapse in canonical order", []string{"emails:read", "emails:send", "emails:read"}, []apikey.Permission{apikey.SendEmails, apikey.ReadEmails}, false},
 		{"empty list refused", []string{}, nil, true},
-		{"unknown refused", []string{"emails:delete"}, nil, true},
+		{"unknown refused", []string{"emails:read", "emails:delete"}, nil, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			evs, err := apikey.Create(apikey.State{}, "k1", "a1", "ci", tc.in, apikey.Secret{Hash: "h", Preview: "mr_abcdef..."}, now)
 			if tc.err {
 				var v *domain.ValidationError
-				if !errors.As(err, &v) || v.Errors[0].Field != "permissions" {
+				if !errors.As(err, &v) || len(v.Errors) != 1 {
 					t.Fatalf("want validation error on permissions, got %v", err)
+				}
+				// The unknown one is named with its place in the list.
+				if want := map[bool]domain.FieldError{
+					true:  {Field: "permissions", Message: "must list at least one of emails:send and emails:read"},
+					false: {Field: "permissions.1", Message: `unknown permission "emails:delete"; known: emails:send, emails:read`},
+				}[len(tc.in) == 0]; v.Errors[0] != want {
+					t.Fatalf("got %+v, want %+v", v.Errors[0], want)
 				}
 				return
 			}

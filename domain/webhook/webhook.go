@@ -205,7 +205,7 @@ func ValidateSettings(in Settings) error {
 					v.Add(fmt.Sprintf("event_types.%d", i), "%s", p)
 					continue
 				}
-				v.Add("event_types", "unknown event type %q; known: %s", t, strings.Join(EventTypes, ", "))
+				v.Add(fmt.Sprintf("event_types.%d", i), "unknown event type %q; known: %s", t, strings.Join(EventTypes, ", "))
 			}
 		}
 	}

@@ -133,7 +133,7 @@ func TestSettingsAreRefusedByField(t *testing.T) {
 		{webhook.Settings{URL: &long}, "url", 1},
 		{webhook.Settings{URL: &u, Description: &d201}, "description", 1},
 		{webhook.Settings{URL: &u, EventTypes: []string{"email.sent\x1b"}, TypesGiven: true}, "event_types.0", 1},
-		{webhook.Settings{URL: &u, EventTypes: many, TypesGiven: true}, "event_types", 10},
+		{webhook.Settings{URL: &u, EventTypes: many, TypesGiven: true}, "event_types.0", 10},
 	} {
 		var v *domain.ValidationError
 		if err := webhook.ValidateSettings(c.in); !errors.As(err, &v) || v.Errors[0].Field != c.field || len(v.Errors) != c.n {

@@ -554,7 +554,11 @@ func TestWebhooksOfAnotherAccount(t *testing.T) {
 	}
 	// Webhook routes need both permissions.
 	reader := w.Do("POST", "/api/auth/api-keys", w.admin, map[string]any{"name": "r", "permissions": []string{"emails:read"}}).JSON(t)["key"].(string)
-	wantProblem(t, w.Do("GET", "/v1/webhooks", reader, nil), 403, "permission_denied")
+	r := w.Do("GET", "/v1/webhooks", reader, nil)
+	wantProblem(t, r, 403, "permission_denied")
+	if d := r.JSON(t)["detail"]; d != "this route needs an API key with emails:send and emails:read; this one lacks emails:send" {
+		t.Errorf("detail: %v", d)
+	}
 }
 
 // A PATCH racing a DELETE of its endpoint answers 200 (it came first) or

@@ -223,7 +223,11 @@ func Require(permissions ...string) echo.MiddlewareFunc {
 			p := From(c)
 			for _, perm := range permissions {
 				if !p.Can(perm) {
-					return httpserver.Forbidden("permission_denied", "this API key lacks the "+perm+" permission")
+					detail := "this API key lacks the " + perm + " permission"
+					if len(permissions) > 1 {
+						detail = "this route needs an API key with " + strings.Join(permissions, " and ") + "; this one lacks " + perm
+					}
+					return httpserver.Forbidden("permission_denied", detail)
 				}
 			}
 			return next(c)
