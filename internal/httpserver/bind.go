@@ -196,6 +196,14 @@ func utf8Problem(data []byte) *Problem {
 // typeProblem builds the 400 invalid_type problem for a type mismatch.
 func typeProblem(data []byte, te *json.UnmarshalTypeError) *Problem {
 	msg := "must be " + expectedJSON(te.Type)
+	// An integer is refused for its size only: saying "must be an integer"
+	// of 99999999999999999999 would puzzle.
+	if n, ok := strings.CutPrefix(te.Value, "number "); ok && !strings.ContainsAny(n, ".eE") && strings.HasSuffix(expectedJSON(te.Type), "integer") {
+		msg = "is too large"
+		if strings.HasPrefix(n, "-") {
+			msg = "is too small"
+		}
+	}
 	path := te.Field
 	if te.Offset > 0 {
 		if p, ok := jsonPathAt(data, te.Offset); ok && extendsField(p, te.Field) {
