@@ -108,11 +108,18 @@ func (s *Service) repeats(st account.State, accountID, key string, ids []string)
 // address only as its keyed hash. A suppression of the address stays, by
 // that hash.
 func (s *Service) EraseRecipient(ctx context.Context, accountID, address string, meta Meta) (Erasure, error) {
+	var v domain.ValidationError
 	a, err := mailmsg.ParseAddress(strings.TrimSpace(address))
-	if err != nil || a.Name != "" {
-		var v domain.ValidationError
-		v.Add("email", "must be an email address")
-		return Erasure{}, &v
+	switch {
+	case strings.TrimSpace(address) == "":
+		v.Add("email", "is required")
+	case err != nil:
+		v.Add("email", "%s", err.Error())
+	case a.Name != "":
+		v.Add("email", "must be the address alone, without a display name (%s)", a.Email)
+	}
+	if err := v.OrNil(); err != nil {
+		return Erasure{}, err
 	}
 	key := s.address.Of(accountID, a.Email)
 	// The erasure goes on when the request ends first (a client's time-out

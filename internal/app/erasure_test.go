@@ -49,7 +49,17 @@ func TestErasureOfOneRecipientAcrossFiftyEmails(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantProblem(t, w.Do("POST", "/api/erasures", member, map[string]any{"email": erased}), http.StatusForbidden, "role_required")
-	wantProblem(t, w.Do("POST", "/api/erasures", w.admin, map[string]any{"email": "not an address"}), http.StatusUnprocessableEntity, "validation_failed")
+	for body, want := range map[string]string{
+		`{"email":"not an address"}`:      "is not a valid email address (it contains a space)",
+		`{}`:                              "is required",
+		`{"email":"Ann <ann@acme.test>"}`: "must be the address alone, without a display name (ann@acme.test)",
+	} {
+		r := w.Do("POST", "/api/erasures", w.admin, body)
+		wantProblem(t, r, http.StatusUnprocessableEntity, "validation_failed")
+		if !strings.Contains(string(r.Body), `{"field":"email","message":"`+want+`"}`) {
+			t.Errorf("%s: %s", body, r.Body)
+		}
+	}
 
 	r := w.Do("POST", "/api/erasures", w.admin, map[string]any{"email": "Bounce@Simulator.AmazonSES.com"})
 	if r.Status != http.StatusCreated {
