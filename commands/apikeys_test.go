@@ -64,7 +64,7 @@ func TestCreateAPIKeyRefusesInvalidInput(t *testing.T) {
 		{"", nil, []string{"name"}},
 		{strings.Repeat("n", 101), nil, []string{"name"}},
 		{"bot", []string{}, []string{"permissions"}},
-		{"bot", []string{"emails:delete"}, []string{"permissions"}},
+		{"bot", []string{"emails:delete"}, []string{"permissions.0"}},
 	} {
 		_, err := h.svc.CreateAPIKey(ctx, acct, c.name, c.perms, meta)
 		if got := fields(t, err); !slices.Equal(got, c.want) {

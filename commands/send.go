@@ -517,8 +517,11 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 			if p := domain.URLProblem(a.Path); p != "" {
 				v.Add(f("path"), "%s", p)
 				pathBad = true
-			} else if u, err := url.Parse(a.Path); err != nil || u.Host == "" {
-				v.Add(f("path"), "must be an https URL")
+			} else if u, err := url.Parse(a.Path); err != nil {
+				v.Add(f("path"), "%s", egress.Unreadable(err))
+				pathBad = true
+			} else if u.Host == "" {
+				v.Add(f("path"), "must be an https URL with a host, like https://files.example.com/report.pdf")
 				pathBad = true
 			} // the egress policy judges the rest
 		}

@@ -74,7 +74,7 @@ func TestCreateWebhookRefusesInvalidSettings(t *testing.T) {
 		{"loopback", webhook.Settings{URL: ptr("https://127.0.0.1/hooks")}, []string{"url"}},
 		{"long description", webhook.Settings{URL: ptr(hookURL), Description: ptr(strings.Repeat("d", webhook.MaxDescription+1))}, []string{"description"}},
 		{"no event types", webhook.Settings{URL: ptr(hookURL), EventTypes: []string{}, TypesGiven: true}, []string{"event_types"}},
-		{"unknown event type", webhook.Settings{URL: ptr(hookURL), EventTypes: []string{"email.sent", "email.lost"}, TypesGiven: true}, []string{"event_types"}},
+		{"unknown event type", webhook.Settings{URL: ptr(hookURL), EventTypes: []string{"email.sent", "email.lost"}, TypesGiven: true}, []string{"event_types.1"}},
 	} {
 		if _, _, err := h.svc.CreateWebhook(ctx, acct, c.in, meta); !slices.Equal(fields(t, err), c.want) {
 			t.Errorf("%s: %v, want errors on %q", c.name, err, c.want)

@@ -148,6 +148,18 @@ func TestSendValidation(t *testing.T) {
 			}
 		})
 	}
+	// A path that is no URL to read says why in words, without the URL.
+	for path, want := range map[string]string{
+		"https://":           "must be an https URL with a host, like https://files.example.com/report.pdf",
+		"https://[zz]/a.pdf": "is not a valid URL",
+		"https://a.test:0/x": "invalid port (1 to 65535)",
+		"ftp://a.test/x.pdf": "must use https",
+	} {
+		r := w.Do("POST", "/v1/emails/send", w.key, with("attachments", att(map[string]any{"path": path})))
+		if !strings.Contains(string(r.Body), `{"field":"attachments.0.path","message":"`+want+`"}`) {
+			t.Errorf("%s: %s", path, r.Body)
+		}
+	}
 	// A path too long to take is reported once, not again for the file
 	// name it would give.
 	r := w.Do("POST", "/v1/emails/send", w.key, with("attachments", att(map[string]any{"path": longURL + strings.Repeat("b", 1000)})))

@@ -186,7 +186,7 @@ func kind(a netip.Addr) string {
 func (p Policy) CheckURL(ctx context.Context, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return refused("invalid URL")
+		return refused("%s", Unreadable(err))
 	}
 	host, ip, err := p.checkStatic(u)
 	if err != nil {
@@ -216,6 +216,20 @@ func (p Policy) CheckURL(ctx context.Context, raw string) error {
 		}
 	}
 	return nil
+}
+
+// Unreadable says why url.Parse refused a URL, in words rather than the
+// parser's, and without quoting the URL, which its field already shows.
+func Unreadable(err error) string {
+	var esc url.EscapeError
+	var host url.InvalidHostError
+	switch {
+	case errors.As(err, &esc):
+		return fmt.Sprintf("is not a valid URL: %q is not a valid %%-escape", string(esc))
+	case errors.As(err, &host):
+		return fmt.Sprintf("is not a valid URL: its host has %q, which a host cannot", string(host))
+	}
+	return "is not a valid URL"
 }
 
 // refusedResolved is the refusal of a host for an address it resolved to:
@@ -252,7 +266,7 @@ func (p Policy) checkStatic(u *url.URL) (string, netip.Addr, error) {
 	host := strings.ToLower(u.Hostname())
 	if port := u.Port(); port != "" {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return "", none, refused("invalid port")
+			return "", none, refused("invalid port (1 to 65535)")
 		}
 	}
 	if strings.HasPrefix(u.Host, "[") {

@@ -129,7 +129,9 @@ func TestCheckURLRefuses(t *testing.T) {
 		{"https://10.1/", "host is a private address (10.0.0.1)"},
 		{"https://012.0x1.2/", "host is a private address (10.1.0.2)"},
 		{"https://127.0.0.1./", "host is a loopback address (127.0.0.1)"},
-		{"https://127.0.0.%31/", "invalid URL"},
+		{"https://127.0.0.%31/", `is not a valid URL: "%31" is not a valid %-escape`},
+		{"https://[zz]/", "is not a valid URL"},
+		{"https://a b.test/", `is not a valid URL: its host has " ", which a host cannot`},
 		{"https://4294967296/", "host is not a valid IP address"},
 		{"https://1.2.3.4.5/", "host is not a valid IP address"},
 		{"https://08.0.0.1/", "host is not a valid IP address"},
@@ -158,7 +160,7 @@ func TestCheckURLRefuses(t *testing.T) {
 		{"https://[2002:7f00:1::]/", ""},   // 6to4 of 127.0.0.1
 		{"https://[2001::1]/", ""},         // Teredo
 		{"https://[::127.0.0.1]/", ""},     // IPv4-compatible
-		{"https://example.com:0/", "invalid port"},
+		{"https://example.com:0/", "invalid port (1 to 65535)"},
 	}
 	// Host names that resolve to non-public addresses: the customer learns
 	// only that; the address goes to the operators' log.
