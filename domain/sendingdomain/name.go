@@ -20,42 +20,73 @@ const MaxNameLength = 253 - len("mr000000._domainkey.")
 // MaxNameLength characters.
 func NormalizeName(raw string) (string, string) {
 	name := strings.TrimSuffix(strings.TrimSpace(raw), ".")
-	if name == "" {
+	switch {
+	case name == "":
 		return "", "is required"
+	case strings.Contains(name, "://"):
+		return "", "must be a domain name, not a URL: example.com, not https://example.com/"
+	case strings.Contains(name, "@"):
+		return "", "must be a domain name, not an address: the part after the @"
+	case strings.ContainsAny(name, "/?#"):
+		return "", "must be a domain name alone, without a path"
 	}
 	if _, err := netip.ParseAddr(strings.Trim(name, "[]")); err == nil {
 		return "", "must be a domain name, not an IP address"
+	}
+	// An ASCII name is told what is wrong with it; the IDNA mapping, which
+	// would refuse most of the same names first, says only that it failed.
+	if lower := strings.ToLower(name); isASCII(lower) {
+		if p := checkShape(lower); p != "" {
+			return "", p
+		}
 	}
 	ascii, err := idna.Lookup.ToASCII(name)
 	if err != nil {
 		return "", "is not a valid domain name"
 	}
 	ascii = strings.ToLower(ascii)
+	if p := checkShape(ascii); p != "" {
+		return "", p
+	}
+	return ascii, ""
+}
+
+// checkShape checks an ASCII name's length, labels and characters.
+func checkShape(ascii string) string {
 	if len(ascii) > MaxNameLength {
-		return "", fmt.Sprintf("must be at most %d characters, so that its DKIM record's name (selector._domainkey.<domain>) fits in DNS's 253", MaxNameLength)
+		return fmt.Sprintf("must be at most %d characters, so that its DKIM record's name (selector._domainkey.<domain>) fits in DNS's 253", MaxNameLength)
 	}
 	labels := strings.Split(ascii, ".")
 	if len(labels) < 2 {
-		return "", "must have at least two labels, like example.com"
+		return "must have at least two labels, like example.com"
 	}
 	for _, l := range labels {
 		switch {
 		case l == "":
-			return "", "has an empty label"
+			return "has an empty label"
 		case len(l) > 63:
-			return "", "has a label over 63 characters"
+			return "has a label over 63 characters"
 		case l[0] == '-' || l[len(l)-1] == '-':
-			return "", "has a label starting or ending with a hyphen"
+			return "has a label starting or ending with a hyphen"
 		}
 		for i := 0; i < len(l); i++ {
 			c := l[i]
 			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-				return "", "may only hold letters, digits and hyphens"
+				return "may only hold letters, digits and hyphens"
 			}
 		}
 	}
 	if tld := labels[len(labels)-1]; strings.Trim(tld, "0123456789") == "" {
-		return "", "must end in a top-level domain, not a number"
+		return "must end in a top-level domain, not a number"
 	}
-	return ascii, ""
+	return ""
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }

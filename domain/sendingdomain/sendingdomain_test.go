@@ -52,6 +52,21 @@ func TestNormalizeName(t *testing.T) {
 			t.Errorf("%q accepted as %q", in, got)
 		}
 	}
+	// What was most likely meant is named.
+	for in, want := range map[string]string{
+		"https://acme.dev/": "must be a domain name, not a URL: example.com, not https://example.com/",
+		"ann@acme.dev":      "must be a domain name, not an address: the part after the @",
+		"acme.dev/mail":     "must be a domain name alone, without a path",
+		"a_b.com":           "may only hold letters, digits and hyphens",
+		"-a.com":            "has a label starting or ending with a hyphen",
+		"a..com":            "has an empty label",
+		"localhost":         "must have at least two labels, like example.com",
+		"bü_cher.de":        "is not a valid domain name",
+	} {
+		if _, problem := sd.NormalizeName(in); problem != want {
+			t.Errorf("%q: %q, want %q", in, problem, want)
+		}
+	}
 }
 
 // A name is taken only if every record Mailroom derives from it has a
