@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"mime"
 	"net/url"
 	"path"
@@ -477,7 +478,8 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 	if len(req.Tags) > MaxTags {
 		v.Add("tags", "at most %d tags; got %d", MaxTags, len(req.Tags))
 	} else {
-		for k, val := range req.Tags {
+		for _, k := range slices.Sorted(maps.Keys(req.Tags)) { // the same errors in the same order every time
+			val := req.Tags[k]
 			if !tagPattern.MatchString(k) {
 				v.Add("tags", "tag name %q must be 1 to %d ASCII letters, digits, _ or -", k, MaxTagLength)
 			} else if k == email.IDTag {

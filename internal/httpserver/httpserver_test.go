@@ -33,6 +33,8 @@ func TestProblemConstructors(t *testing.T) {
 		{"conflict", Conflict("idempotency_key_reused", "different body"), 409, "idempotency_key_reused", "different body", 0, ""},
 		{"validation one", Validation(FieldError{"subject", "must not be empty"}), 422, "validation_failed", "subject: must not be empty", 1, ""},
 		{"validation many", Validation(FieldError{"subject", "too long"}, FieldError{"to", "required"}), 422, "validation_failed", "2 fields are invalid: subject, to", 2, ""},
+		{"fields named once", Validation(FieldError{"tags", "a"}, FieldError{"tags", "b"}, FieldError{"to", "c"}), 422, "validation_failed", "2 fields are invalid: tags, to", 3, ""},
+		{"one field, two errors", Validation(FieldError{"tags", "a"}, FieldError{"tags", "b"}), 422, "validation_failed", "tags is invalid: 2 errors", 2, ""},
 		{"limit", LimitExceeded("at most 10 endpoints"), 422, "limit_exceeded", "at most 10 endpoints", 0, ""},
 		{"too large", TooLarge("too big"), 413, "payload_too_large", "too big", 0, ""},
 		{"rate limited", TooManyRequests(1500 * time.Millisecond), 429, "rate_limited", "rate limit exceeded; retry after 2 second(s)", 0, "2"},

@@ -13,6 +13,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -110,11 +111,17 @@ func Validation(errs ...FieldError) *Problem {
 		// is required") from reading as a stutter.
 		detail = errs[0].Field + ": " + errs[0].Message
 	default:
-		names := make([]string, len(errs))
-		for i, e := range errs {
-			names[i] = e.Field
+		var names []string // each field once: one may have several errors
+		for _, e := range errs {
+			if !slices.Contains(names, e.Field) {
+				names = append(names, e.Field)
+			}
 		}
-		detail = fmt.Sprintf("%d fields are invalid: %s", len(errs), strings.Join(names, ", "))
+		if len(names) == 1 {
+			detail = fmt.Sprintf("%s is invalid: %d errors", names[0], len(errs))
+		} else {
+			detail = fmt.Sprintf("%d fields are invalid: %s", len(names), strings.Join(names, ", "))
+		}
 	}
 	p := NewProblem(http.StatusUnprocessableEntity, "validation_failed", detail)
 	p.Errors = append([]FieldError(nil), errs...)
