@@ -201,7 +201,7 @@ func printStatus(out io.Writer, st []projections.Status) error {
 	return w.Flush()
 }
 
-var errNameOrAll = errors.New("name one projection or pass --all")
+var errNameOrAll = errors.New("name one projection, or pass --all alone")
 
 // chosen is the projection named in args, or every one when args is empty.
 func chosen(a *app.App, args []string) ([]projections.Projector, error) {

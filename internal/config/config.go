@@ -187,9 +187,6 @@ func (c *Config) Validate() error {
 	if c.DKIMRotationDays <= 0 {
 		return errors.New("dkim-rotation-days must be positive")
 	}
-	if c.SendConcurrency <= 0 || c.SendConcurrency > 64 {
-		return errors.New("send-concurrency must be between 1 and 64")
-	}
 	if c.WebhookConcurrency <= 0 || c.WebhookAccountConcurrency <= 0 {
 		return errors.New("webhook-concurrency and webhook-account-concurrency must be positive")
 	}
@@ -404,9 +401,28 @@ func (c *Config) ApplyEnv(fs *pflag.FlagSet) {
 		}
 		// Value.Set, not fs.Set: the flag stays "not given on the command line".
 		if err := f.Value.Set(v); err != nil {
+			if want := wanted(f.Value.Type()); want != "" {
+				err = fmt.Errorf("%q is not %s", v, want)
+			}
 			c.envErrors = append(c.envErrors, fmt.Errorf("%s: %w", names[0], err))
 		}
 	})
+}
+
+// wanted describes the values a flag type takes, for a variable that holds
+// none of them (the parser's own words name Go functions).
+func wanted(flagType string) string {
+	switch flagType {
+	case "int", "int64":
+		return "a whole number"
+	case "float64":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "duration":
+		return "a duration such as 500ms, 30s or 5m"
+	}
+	return ""
 }
 
 // RetrySchedule parses the webhook retry schedule.

@@ -39,3 +39,34 @@ func TestDurationsThatCannotWorkAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// A variable that does not parse is reported by name, with the kind of
+// value it takes, not the parser's words; a deprecated setting stops
+// nothing.
+func TestVariablesThatDoNotParseSayWhatTheyTake(t *testing.T) {
+	for name, c := range map[string]struct{ value, want string }{
+		"MAILROOM_RATE_LIMIT":          {"abc", `MAILROOM_RATE_LIMIT: "abc" is not a number`},
+		"MAILROOM_RATE_BURST":          {"1.5", `MAILROOM_RATE_BURST: "1.5" is not a whole number`},
+		"MAILROOM_WEBHOOK_ALLOW_HTTP":  {"maybe", `MAILROOM_WEBHOOK_ALLOW_HTTP: "maybe" is not true or false`},
+		"MAILROOM_CONSISTENCY_TIMEOUT": {"2", `MAILROOM_CONSISTENCY_TIMEOUT: "2" is not a duration such as 500ms, 30s or 5m`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(name, c.value)
+			var cfg Config
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			cfg.Flags(fs)
+			cfg.ApplyEnv(fs)
+			if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "strconv") {
+				t.Errorf("got %v, want %q", err, c.want)
+			}
+		})
+	}
+	t.Setenv("MAILROOM_SEND_CONCURRENCY", "100")
+	var cfg Config
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	cfg.Flags(fs)
+	cfg.ApplyEnv(fs)
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("a deprecated, ignored setting stopped the start: %v", err)
+	}
+}

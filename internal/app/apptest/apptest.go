@@ -81,7 +81,6 @@ func Config(t testing.TB, databaseURL string) config.Config {
 	cfg.RateLimit = 0
 	cfg.IPRateLimit = 0
 	cfg.AccountRateLimit = 0
-	cfg.SendConcurrency = 2          // each shard holds a connection; tests run several servers at once
 	cfg.ProviderConcurrency = 8      // likewise, jobs in flight share the server's pool
 	cfg.DNSResolvers = "127.0.0.1:9" // nothing answers: tests that check DNS start their own servers
 	return cfg
