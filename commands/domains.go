@@ -61,7 +61,7 @@ func (s *Service) addDomain(ctx context.Context, accountID, rawName string, lega
 		return sendingdomain.State{}, err
 	}
 	if n >= sendingdomain.MaxDomains {
-		return sendingdomain.State{}, &LimitError{Detail: fmt.Sprintf("an account may hold at most %d sending domains", sendingdomain.MaxDomains)}
+		return sendingdomain.State{}, &LimitError{Detail: fmt.Sprintf("an account may hold at most %d sending domains; remove one first", sendingdomain.MaxDomains)}
 	}
 	// Claim the name before making a key: a name in use costs nothing, and
 	// two adds of one name cannot both succeed.

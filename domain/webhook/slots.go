@@ -46,7 +46,7 @@ func (*SlotFreed) EventType() string   { return "WebhookSlotFreed" }
 const SlotGrace = time.Minute
 
 // ErrEndpointLimit refuses a create beyond MaxEndpoints.
-var ErrEndpointLimit = fmt.Errorf("an account may hold at most %d webhook endpoints", MaxEndpoints)
+var ErrEndpointLimit = fmt.Errorf("an account may hold at most %d webhook endpoints; delete one first", MaxEndpoints)
 
 // Slots is an account's slots as their events left them.
 type Slots struct {
