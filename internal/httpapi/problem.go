@@ -94,6 +94,13 @@ func problemOf(err error, resource string) error {
 		p := httpserver.NewProblem(http.StatusServiceUnavailable, "lookup_unavailable", lookup.Error())
 		p.RetryAfter = 5 * time.Second
 		return p
+	case eventstore.IsConflict(err):
+		// Other writes to the same stream kept winning the race, past
+		// every retry: a passing contention, not a fault.
+		p := httpserver.NewProblem(http.StatusServiceUnavailable, "write_contention",
+			"other changes to the same resource were being recorded at the same time; retry shortly")
+		p.RetryAfter = time.Second
+		return p
 	case errors.Is(err, commands.ErrNotVisible):
 		p := httpserver.NewProblem(http.StatusServiceUnavailable, "not_yet_visible", err.Error())
 		p.RetryAfter = time.Second

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/readapi"
 )
@@ -16,6 +17,11 @@ import (
 func TestProblemOf(t *testing.T) {
 	notVisible := httpserver.NewProblem(503, "not_yet_visible", commands.ErrNotVisible.Error())
 	notVisible.RetryAfter = time.Second
+	contention := httpserver.NewProblem(503, "write_contention", "other changes to the same resource were being recorded at the same time; retry shortly")
+	contention.RetryAfter = time.Second
+	lookup := &commands.LookupUnavailableError{Field: "url", Reason: "host lookup timed out"}
+	lookupProblem := httpserver.NewProblem(503, "lookup_unavailable", lookup.Error())
+	lookupProblem.RetryAfter = 5 * time.Second
 	cases := []struct {
 		name string
 		err  error
@@ -30,6 +36,8 @@ func TestProblemOf(t *testing.T) {
 		{"read side resource not found", &readapi.NotFoundError{Resource: "email"}, httpserver.NotFound("no such email")},
 		{"limit", &commands.LimitError{Detail: "at most 10"}, httpserver.LimitExceeded("at most 10")},
 		{"not visible", commands.ErrNotVisible, notVisible},
+		{"write contention past every retry", fmt.Errorf("append to account-1: %w", &eventstore.ConflictError{Stream: "account-1"}), contention},
+		{"lookup unavailable", lookup, lookupProblem},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
