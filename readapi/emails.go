@@ -69,12 +69,13 @@ func (r *Reader) ListEmails(ctx context.Context, accountID string, f EmailFilter
 
 	// One statement, so one snapshot: the total always agrees with the
 	// page, even while emails arrive. The count's row stands alone when the
-	// page is past the end.
+	// page is past the end, and then the page is not read at all (sorting
+	// every email to skip them all would cost as much as the deepest page).
 	args = append(args, f.PerPage, offsetOf(f.Page, f.PerPage))
 	rows, err := r.pool.Query(ctx, fmt.Sprintf(`SELECT t.total, e.id, e.from_email, e.to_email, e.subject, e.status, e.attachment_count, e.created_at
 		FROM (SELECT count(*) AS total FROM emails WHERE %[1]s) AS t
 		LEFT JOIN LATERAL (SELECT id, from_email, to_email, subject, status, attachment_count, created_at
-			FROM emails WHERE %[1]s ORDER BY created_at DESC, id DESC LIMIT $%[2]d OFFSET $%[3]d) AS e ON true
+			FROM emails WHERE %[1]s AND $%[3]d < t.total ORDER BY created_at DESC, id DESC LIMIT $%[2]d OFFSET $%[3]d) AS e ON true
 		ORDER BY e.created_at DESC, e.id DESC`, cond, len(args)-1, len(args)), args...)
 	page := EmailPage{Emails: []EmailListItem{}}
 	if err != nil {
