@@ -191,7 +191,11 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			if errors.As(err, &pe) {
 				attrs = append(attrs, slog.String("stack", string(pe.Stack)))
 			}
-			logger.LogAttrs(context.Background(), slog.LevelError, "request failed", attrs...)
+			level := slog.LevelError
+			if p.Code == "lookup_unavailable" || p.Code == "write_contention" {
+				level = slog.LevelWarn // a passing condition outside this request's code, retried by its client
+			}
+			logger.LogAttrs(context.Background(), level, "request failed", attrs...)
 		}
 
 		// Copy so shared *Problem values are never mutated.
