@@ -526,3 +526,96 @@ func TestParseResolvers(t *testing.T) {
 		}
 	}
 }
+
+// A record left out by match (DMARC, say) in the middle of the list does not
+// stop the others from counting: a domain whose MX is missing is not
+// verified because an optional record came before it.
+func TestSeenAllReadsPastRecordsLeftOut(t *testing.T) {
+	s := dnscheck.ServerResult{Records: []dnscheck.RecordResult{
+		{Record: dnscheck.Record{Type: "TXT", Name: "sel._domainkey.example.com"}, Seen: true},
+		{Record: dnscheck.Record{Type: "TXT", Name: "_dmarc.example.com"}, Reason: "NXDOMAIN"},
+		{Record: dnscheck.Record{Type: "MX", Name: "send.example.com"}, Reason: "NXDOMAIN"},
+	}}
+	if s.SeenAll(required) {
+		t.Error("SeenAll(required) true although the MX record was not seen")
+	}
+	if (dnscheck.Result{Servers: []dnscheck.ServerResult{s}}).SeenByAll(required) {
+		t.Error("SeenByAll(required) true although the MX record was not seen")
+	}
+	s.Records[2].Seen = true
+	if !s.SeenAll(required) {
+		t.Error("SeenAll(required) false with every required record seen")
+	}
+}
+
+// A Checker made with no timeout (0, as the docs allow) uses
+// DefaultTimeout rather than timing every query out at once.
+func TestZeroTimeoutMeansDefault(t *testing.T) {
+	a := dnstest.Start(t)
+	recs := domainRecords()
+	a.Set(recs...)
+	for _, timeout := range []time.Duration{0, -time.Second} {
+		c := dnscheck.New([]string{a.Addr()}, timeout)
+		if res := c.Check(context.Background(), recs); !res.SeenByAll(nil) {
+			t.Errorf("timeout %v: %+v", timeout, res.Servers[0].Records)
+		}
+	}
+}
+
+// A CNAME published where the MX record belongs, pointing at the MX host
+// (a common mistake), is not an MX record: bounces would not reach it.
+func TestCNAMEToTheMXHostIsNoMX(t *testing.T) {
+	a := dnstest.Start(t)
+	mx := domainRecords()[1]
+	a.Set(dnscheck.Record{Type: "CNAME", Name: mx.Name, Value: mx.Value})
+	c := dnscheck.New([]string{a.Addr()}, 2*time.Second)
+	if r := c.Check(context.Background(), []dnscheck.Record{mx}).Servers[0].Records[0]; r.Seen || r.Reason != "no MX record" {
+		t.Errorf("MX published as a CNAME: seen=%v reason=%q, want unseen \"no MX record\"", r.Seen, r.Reason)
+	}
+}
+
+// An empty TXT record beside the SPF record, or an empty value asked for,
+// is judged like any other (no crash of the checker).
+func TestEmptyTXTRecords(t *testing.T) {
+	a := dnstest.Start(t)
+	spf := domainRecords()[2]
+	a.Set(spf, dnscheck.Record{Type: "TXT", Name: spf.Name, Value: ""})
+	c := dnscheck.New([]string{a.Addr()}, 2*time.Second)
+	if r := c.Check(context.Background(), []dnscheck.Record{spf}).Servers[0].Records[0]; !r.Seen {
+		t.Errorf("SPF beside an empty TXT record unseen (%q)", r.Reason)
+	}
+	empty := dnscheck.Record{Type: "TXT", Name: spf.Name, Value: ""}
+	if r := c.Check(context.Background(), []dnscheck.Record{empty}).Servers[0].Records[0]; !r.Seen {
+		t.Errorf("an empty TXT value asked for and published: unseen (%q)", r.Reason)
+	}
+}
+
+// A DKIM key record with an empty tag between others (";;") is read to its
+// end, as receivers read it: the key after it counts.
+func TestDKIMWithAnEmptyTagIsRead(t *testing.T) {
+	a := dnstest.Start(t)
+	dkim := domainRecords()[0]
+	c := dnscheck.New([]string{a.Addr()}, 2*time.Second)
+	for _, v := range []string{"v=DKIM1;; k=rsa; p=" + dkimKey, "v=DKIM1; k=rsa; ; p=" + dkimKey, "v=DKIM1; junk; p=" + dkimKey} {
+		a.Clear()
+		a.Set(dnscheck.Record{Type: "TXT", Name: dkim.Name, Value: v})
+		if r := c.Check(context.Background(), []dnscheck.Record{dkim}).Servers[0].Records[0]; !r.Seen {
+			t.Errorf("%.30q…: unseen (%q)", v, r.Reason)
+		}
+	}
+}
+
+// Two SPF records make SPF fail, but they do not hide a verification or
+// DMARC TXT value published at the same name.
+func TestTwoSPFRecordsDoNotHideOtherTXT(t *testing.T) {
+	a := dnstest.Start(t)
+	name := "send.example.com"
+	token := dnscheck.Record{Type: "TXT", Name: name, Value: "verification=abc123"}
+	a.Set(token,
+		dnscheck.Record{Type: "TXT", Name: name, Value: "v=spf1 include:amazonses.com ~all"},
+		dnscheck.Record{Type: "TXT", Name: name, Value: "v=spf1 include:_spf.google.com ~all"})
+	c := dnscheck.New([]string{a.Addr()}, 2*time.Second)
+	if r := c.Check(context.Background(), []dnscheck.Record{token}).Servers[0].Records[0]; !r.Seen {
+		t.Errorf("a plain TXT beside two SPF records: unseen (%q)", r.Reason)
+	}
+}

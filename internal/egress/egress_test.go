@@ -695,3 +695,56 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 }
+
+// Every TCP port from 1 to 65535 is a valid webhook port; 0 and 65536 are
+// not. A customer whose receiver listens on port 1 or 65535 would see the
+// URL refused otherwise.
+func TestCheckURLPortRange(t *testing.T) {
+	p := Policy{}
+	for _, port := range []string{"1", "443", "65535"} {
+		if err := p.CheckURL(context.Background(), "https://"+publicV4+":"+port+"/hook"); err != nil {
+			t.Errorf("port %s: %v", port, err)
+		}
+	}
+	for _, port := range []string{"0", "65536", "99999"} {
+		if err := p.CheckURL(context.Background(), "https://"+publicV4+":"+port+"/hook"); err == nil || err.Error() != "invalid port (1 to 65535)" {
+			t.Errorf("port %s: %v, want the port range", port, err)
+		}
+	}
+}
+
+// A download of undeclared length (chunked) of exactly the limit is taken,
+// as one with a Content-Length is; a byte more is refused.
+func TestFetchChunkedBodyAtTheLimit(t *testing.T) {
+	chunked := func(n int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			for i := 0; i < n; i += 25 {
+				io.WriteString(w, strings.Repeat("x", min(25, n-i)))
+				w.(http.Flusher).Flush()
+			}
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/exact", chunked(100))
+	mux.HandleFunc("/over", chunked(101))
+	srv := httptest.NewTLSServer(mux)
+	defer srv.Close()
+	p := Policy{AllowCIDRs: loopback(t)}
+	c := p.ClientWithTLS(5*time.Second, tlsConfigOf(srv))
+	if d, err := p.Fetch(context.Background(), c, srv.URL+"/exact", 100); err != nil || len(d.Body) != 100 {
+		t.Errorf("chunked body of exactly the limit: %d bytes, %v", len(d.Body), err)
+	}
+	if _, err := p.Fetch(context.Background(), c, srv.URL+"/over", 100); err == nil || err.Error() != "larger than 100 bytes" {
+		t.Errorf("chunked body one byte over the limit: %v", err)
+	}
+}
+
+// A Content-Disposition file name that is an absolute path keeps only its
+// last element, however short the path.
+func TestFilenameDropsALeadingSeparator(t *testing.T) {
+	for _, in := range []string{"/passwd", `\passwd`, "/etc/passwd"} {
+		if got := cleanFilename(in); got != "passwd" {
+			t.Errorf("cleanFilename(%q) = %q, want passwd", in, got)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -425,5 +426,49 @@ func TestReadBodyOfUndeclaredLength(t *testing.T) {
 	}
 	if _, err := readBody(iotest.TimeoutReader(bytes.NewReader(make([]byte, 10<<10))), -1); err == nil {
 		t.Error("a failed read went unreported")
+	}
+}
+
+// Malformed bodies that end inside a string, close more than they open or
+// hold a comma outside any container are a 400 invalid_json, and a root
+// number, boolean or string is a 400 invalid_type: never a 500 from the
+// item count that runs before decoding.
+func TestMalformedBodiesAre400(t *testing.T) {
+	s := bindServer(t)
+	for _, body := range []string{`{"from":"abc`, `"`, `{"to":["a@x.dev`, `}`, `]`, `{"from":"a"}}`, `{"to":[]]}`, `,`, `{"from":"a"},`} {
+		res := s.post(t, "/bind", body)
+		if p := res.problem(t); res.status != 400 || p.Code != "invalid_json" {
+			t.Errorf("%q: %d %s", body, res.status, res.body)
+		}
+	}
+	for _, body := range []string{`5`, `true`, `"x"`} {
+		res := s.post(t, "/bind", body)
+		if p := res.problem(t); res.status != 400 || p.Code != "invalid_type" || p.Detail != "the request body must be an object" {
+			t.Errorf("root %s: %d %s", body, res.status, res.body)
+		}
+	}
+}
+
+// An object's members count once each, whether their values are strings or
+// not: an object of exactly MaxItems string members is decoded as usual.
+func TestObjectOfMaxItemsStringMembersIsAccepted(t *testing.T) {
+	s := bindServer(t)
+	members := make([]string, MaxItems)
+	for i := range members {
+		members[i] = fmt.Sprintf(`"X-H%d":"v%d"`, i, i)
+	}
+	body := `{"from":"a@x.dev","headers":{` + strings.Join(members, ",") + `}}`
+	if res := s.post(t, "/bind", body); res.status != 200 {
+		t.Errorf("headers with %d string members: %d %.300s", MaxItems, res.status, res.body)
+	}
+}
+
+// A byte that is not UTF-8 in a top-level key is named as the body, not as
+// an empty field.
+func TestInvalidUTF8InATopLevelKeyNamesTheBody(t *testing.T) {
+	s := bindServer(t)
+	res := s.post(t, "/bind", "{\"\xff\":\"v\"}")
+	if p := res.problem(t); res.status != 422 || len(p.Errors) != 1 || p.Errors[0] != (FieldError{"body", "must be valid UTF-8"}) {
+		t.Errorf("%d %s", res.status, res.body)
 	}
 }

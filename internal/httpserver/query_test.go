@@ -84,3 +84,22 @@ func TestQueryIntValidationResponse(t *testing.T) {
 }
 
 func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
+
+// A query parameter given twice (?status=sent&status=bounced) is a 422
+// naming it, not quietly answered with one of the two values.
+func TestQueryGivenTwiceIsRefused(t *testing.T) {
+	e := echo.New()
+	c := e.NewContext(httptest.NewRequest("GET", "/?per_page=5&per_page=10&status=sent&status=bounced&q=x", nil), httptest.NewRecorder())
+	if n, ferr := QueryInt(c, "per_page", 20, 100); ferr == nil || ferr.Field != "per_page" || ferr.Message != "must be given once" {
+		t.Errorf("per_page twice: %d, %v; want \"must be given once\"", n, ferr)
+	}
+	if v, ferr := Query(c, "status"); ferr == nil || ferr.Field != "status" || ferr.Message != "must be given once" || v != "" {
+		t.Errorf("status twice: %q, %v; want \"must be given once\"", v, ferr)
+	}
+	if v, ferr := Query(c, "q"); ferr != nil || v != "x" {
+		t.Errorf("q once: %q, %v", v, ferr)
+	}
+	if v, ferr := Query(c, "absent"); ferr != nil || v != "" {
+		t.Errorf("absent: %q, %v", v, ferr)
+	}
+}

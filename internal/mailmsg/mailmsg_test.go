@@ -840,3 +840,250 @@ func TestContentTypeFor(t *testing.T) {
 		}
 	}
 }
+
+// The longest address that fits (254 bytes, a 64-byte local part, 63-byte
+// labels) is taken; one byte more is refused. A sender would see a valid
+// address refused, or an over-long one accepted and bounced by relays.
+func TestAddressLengthLimitsAreInclusive(t *testing.T) {
+	local := strings.Repeat("l", 64)
+	dom := strings.Repeat("d", 63) + "." + strings.Repeat("d", 63) + "." + strings.Repeat("d", 57) + ".com"
+	at254 := local + "@" + dom
+	if len(at254) != 254 {
+		t.Fatalf("test address is %d bytes", len(at254))
+	}
+	if _, err := ParseAddress(at254); err != nil {
+		t.Errorf("a 254-byte address was refused: %v", err)
+	}
+	if _, err := ParseAddress(local + "@d" + dom); err == nil {
+		t.Error("a 255-byte address was accepted")
+	}
+}
+
+// An internationalised address is held to 254 bytes as it travels, in
+// punycode, even when its Unicode form is shorter: exactly 254 is taken,
+// more is refused (a relay would refuse it after the API said 202).
+func TestInternationalAddressIsMeasuredInPunycode(t *testing.T) {
+	addr := func(n int) string {
+		label := "ü" + strings.Repeat("a", n)
+		return strings.Repeat("l", 64) + "@" + strings.Repeat(label+".", 3) + "com"
+	}
+	if w := WireAddress(addr(53)); len(w) != 254 {
+		t.Fatalf("test address is %d bytes in punycode, want 254", len(w))
+	}
+	if _, err := ParseAddress(addr(53)); err != nil {
+		t.Errorf("an address of 254 bytes in punycode was refused: %v", err)
+	}
+	long := addr(54)
+	if len(long) > 254 || len(WireAddress(long)) <= 254 {
+		t.Fatalf("test address: %d bytes, %d in punycode", len(long), len(WireAddress(long)))
+	}
+	if _, err := ParseAddress(long); err == nil || !strings.Contains(err.Error(), "punycode") {
+		t.Errorf("an address of %d bytes in punycode: %v, want refused", len(WireAddress(long)), err)
+	}
+}
+
+// A display name of exactly MaxNameLength characters is taken on the way in.
+func TestDisplayNameOfMaxLengthIsAccepted(t *testing.T) {
+	in := `"` + strings.Repeat("n", MaxNameLength) + `" <ann@example.org>`
+	if _, err := ParseNewAddress(in); err != nil {
+		t.Errorf("a display name of %d characters was refused: %v", MaxNameLength, err)
+	}
+}
+
+// A domain whose last label is all digits is no host name, whichever
+// digits it has (0 and 9 included).
+func TestNumericTopLevelDomainRefused(t *testing.T) {
+	for _, in := range []string{"user@example.0", "user@example.9", "user@example.10", "user@example.90", "user@1.2.3.4"} {
+		if _, err := ParseAddress(in); err == nil {
+			t.Errorf("ParseAddress(%q) accepted an address with a numeric top-level label", in)
+		}
+	}
+}
+
+// Every RFC 5322 atext character is allowed in the local part; the sender
+// would see a valid address refused otherwise.
+func TestEveryAtextCharacterAllowedInLocalPart(t *testing.T) {
+	for _, c := range "!#$%&'*+-/=?^_`{|}~" {
+		in := "a" + string(c) + "b@example.com"
+		if _, err := ParseAddress(in); err != nil {
+			t.Errorf("ParseAddress(%q): %v", in, err)
+		}
+	}
+	if _, err := ParseAddress("!#$%&'*+-/=?^_`{|}~@example.com"); err != nil {
+		t.Errorf("all atext specials: %v", err)
+	}
+}
+
+// The 422 says why an address was refused, after the fixed prefix.
+func TestAddressErrorCarriesItsReason(t *testing.T) {
+	_, err := ParseAddress("user@example")
+	if err == nil || err.Error() != "is not a valid email address (the domain needs a dot)" {
+		t.Errorf("error = %v, want the reason in parentheses", err)
+	}
+	if got := (&AddressError{}).Error(); got != "is not a valid email address" {
+		t.Errorf("error without a reason = %q", got)
+	}
+}
+
+// A content_id must have 1 to 255 characters once its angle brackets are
+// dropped, and only the allowed characters: "<>", 256 characters or a
+// stray ">" are refused by the API, not quietly altered.
+func TestContentIDBounds(t *testing.T) {
+	for _, ok := range []string{"c", "<c>", strings.Repeat("c", 255), "<" + strings.Repeat("c", 255) + ">", "logo@acme.example", "a!#$%&'*+-/=?^_`{|}~"} {
+		if err := CheckContentID(ok); err != nil {
+			t.Errorf("CheckContentID(%.20q…) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"<>", strings.Repeat("c", 256), "<" + strings.Repeat("c", 256) + ">", "logo>", "<logo", "a<b>"} {
+		if err := CheckContentID(bad); err == nil {
+			t.Errorf("CheckContentID(%.20q…) accepted", bad)
+		}
+	}
+}
+
+// A Message-ID whose local part is not a dot-atom (spaces, a line break
+// that would start a Bcc header) or that is longer than a header word is
+// refused, not written.
+func TestMessageIDLocalPartAndLengthChecked(t *testing.T) {
+	for name, id := range map[string]string{
+		"CRLF in local part":  "x\r\nBcc: victim@acme.com",
+		"space in local part": "a b@acme.com",
+		"too long":            strings.Repeat("a", maxRawWordLen-8) + "@acme.com",
+	} {
+		m := baseMessage()
+		m.MessageID = id
+		if raw, err := Build(m); err == nil {
+			t.Errorf("%s: Build accepted Message-ID %.40q:\n%.300s", name, id, raw)
+		}
+	}
+	m := baseMessage()
+	m.MessageID = strings.Repeat("a", maxRawWordLen-9) + "@acme.com" // exactly 900
+	if _, err := Build(m); err != nil {
+		t.Errorf("a 900-character Message-ID was refused: %v", err)
+	}
+}
+
+// Extra header names are 1 to 76 printable ASCII characters; DEL is not
+// one, nor is it allowed in a value. A value may end in a space.
+func TestExtraHeaderBounds(t *testing.T) {
+	m := baseMessage()
+	m.Headers = []Header{{"X-" + strings.Repeat("n", maxHeaderNameLen-2), "v"}, {"X-Trailing", "v "}, {"X-Word", strings.Repeat("w", maxRawWordLen)}}
+	if _, err := Build(m); err != nil {
+		t.Errorf("headers at the bounds refused: %v", err)
+	}
+	for name, h := range map[string]Header{
+		"name too long": {"X-" + strings.Repeat("n", maxHeaderNameLen-1), "v"},
+		"DEL in name":   {"X-A\x7f", "v"},
+		"DEL in value":  {"X-A", "a\x7fb"},
+		"word too long": {"X-A", strings.Repeat("w", maxRawWordLen+1)},
+	} {
+		m := baseMessage()
+		m.Headers = []Header{h}
+		if _, err := Build(m); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// File names with MIME special characters (parentheses, brackets, '@',
+// ',', ';', '=', '?') or, in non-ASCII names, RFC 2231's own '%', '*' and
+// "'" are written so that the recipient's client reads them as given.
+func TestFilenamesWithSpecialCharactersReadAsGiven(t *testing.T) {
+	for _, name := range []string{"report(1).pdf", "a[1]<2>@b,c;d=e?.txt", `x"y\z.txt`, "naïve 100%*'s.pdf", "ü%41.txt", "ü'*'.txt"} {
+		m := baseMessage()
+		m.Attachments = []Attachment{{Filename: name, Content: []byte("a")}}
+		_, _, root := mustParse(t, m)
+		n := root.parts[1]
+		if n.dispParams["filename"] != name || n.params["name"] != name {
+			t.Errorf("%q read back as filename %q, name %q", name, n.dispParams["filename"], n.params["name"])
+		}
+	}
+}
+
+// The longest file name the API takes (255 characters), in any script, is
+// split into RFC 2231 continuations and read back whole.
+func TestLongNonASCIIFilenameIsSplit(t *testing.T) {
+	for _, name := range []string{strings.Repeat("ü", 255), strings.Repeat("😀", 255)} {
+		m := baseMessage()
+		m.Attachments = []Attachment{{Filename: name, Content: []byte("a")}}
+		_, _, root := mustParse(t, m)
+		if got := root.parts[1].dispParams["filename"]; got != name {
+			t.Errorf("a 255-character name read back as %d characters", len([]rune(got)))
+		}
+	}
+}
+
+// Every RFC 2047 encoded-word in the headers fits RFC 2047's 75 characters,
+// past which strict clients show the raw =?utf-8?...?= text.
+func TestEncodedWordsAreAtMost75Characters(t *testing.T) {
+	m := baseMessage()
+	m.Subject = strings.Repeat("Größenänderung ", 40)
+	m.From.Name = strings.Repeat("注文確認", 60)
+	m.To = []Address{{Name: strings.Repeat("Ünïcödé ", 30), Email: "u@example.com"}}
+	raw, _, _ := mustParse(t, m)
+	header := string(raw[:bytes.Index(raw, []byte("\r\n\r\n"))])
+	words := 0
+	for _, f := range strings.Fields(header) {
+		for _, w := range strings.SplitAfter(f, "?=") {
+			if i := strings.Index(w, "=?"); i >= 0 {
+				w = w[i:]
+				words++
+				if len(w) > 75 {
+					t.Errorf("encoded-word of %d characters: %s", len(w), w)
+				}
+			}
+		}
+	}
+	if words == 0 {
+		t.Fatal("no encoded-words found")
+	}
+}
+
+// Short headers are written on one line, and a parameter list does not end
+// in a stray ";".
+func TestShortHeadersWrittenOnOneLine(t *testing.T) {
+	raw, _, _ := mustParse(t, baseMessage())
+	for _, want := range []string{
+		"From: Acme <hello@acme.com>\r\nTo: bob@example.com\r\nSubject: Your receipt\r\n",
+		"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n",
+	} {
+		if !bytes.Contains(raw, []byte(want)) {
+			t.Errorf("message lacks %q:\n%s", want, raw)
+		}
+	}
+}
+
+// A type known only to Go's MIME table (not the built-in one) is used.
+func TestContentTypeForFallsBackToGoTable(t *testing.T) {
+	if got := ContentTypeFor("module.wasm"); got != "application/wasm" {
+		t.Errorf("ContentTypeFor(module.wasm) = %q", got)
+	}
+}
+
+// Domains with digits, hyphens and non-ASCII letters or marks are taken;
+// ASCII punctuation other than '-' is not.
+func TestDomainLabelCharacters(t *testing.T) {
+	for _, ok := range []string{"a@b1.com", "a@1b.com", "a@b-c.com", "a@B.COM", "a@bücher.de", "a@ñ.es", "a@x\u0301y.com"} {
+		if _, err := ParseAddress(ok); err != nil {
+			t.Errorf("ParseAddress(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"a@b+c.com", "a@b/c.com", "a@b*c.com", "a@b\u2603.com", "a@b\u00a7.com"} {
+		if _, err := ParseAddress(bad); err == nil || !errors.Is(err, ErrInvalidAddress) {
+			t.Errorf("ParseAddress(%q) = %v, want refused", bad, err)
+		}
+	}
+}
+
+// None of the headers Build writes itself (nor Bcc or Sender) can be
+// supplied again as an extra header, in any case: a second From or Sender
+// would let a message claim another sender.
+func TestEveryReservedHeaderRefused(t *testing.T) {
+	for _, name := range []string{"From", "to", "CC", "Bcc", "Reply-To", "Subject", "Date", "Message-ID", "MIME-Version", "Sender", "Content-Type", "content-transfer-encoding", "Content-Disposition", "Content-ID"} {
+		m := baseMessage()
+		m.Headers = []Header{{name, "x@example.com"}}
+		if _, err := Build(m); err == nil {
+			t.Errorf("extra header %s accepted", name)
+		}
+	}
+}
