@@ -619,3 +619,55 @@ func TestTwoSPFRecordsDoNotHideOtherTXT(t *testing.T) {
 		t.Errorf("a plain TXT beside two SPF records: unseen (%q)", r.Reason)
 	}
 }
+
+// A TXT value with bytes outside printable ASCII (which travel as \DDD
+// escapes, from \128 to \255) is compared as published.
+func TestNonASCIITXTValueIsMatched(t *testing.T) {
+	a := dnstest.Start(t)
+	c := dnscheck.New([]string{a.Addr()}, 2*time.Second)
+	for _, v := range []string{"verification=café-ñ-ÿ", "token=\x80\xc8\xff", "tab\there"} {
+		want := dnscheck.Record{Type: "TXT", Name: "v.example.com", Value: v}
+		a.Clear()
+		a.Set(want)
+		if r := c.Check(context.Background(), []dnscheck.Record{want}).Servers[0].Records[0]; !r.Seen {
+			t.Errorf("TXT %q published as asked: unseen (%q)", v, r.Reason)
+		}
+	}
+}
+
+// A blank entry in the middle of MAILROOM_DNS_RESOLVERS is skipped, not the
+// end of the list: every resolver after it is still asked.
+func TestParseResolversSkipsBlankEntriesAnywhere(t *testing.T) {
+	got, err := dnscheck.ParseResolvers("1.1.1.1, ,,8.8.8.8:53")
+	if err != nil || len(got) != 2 || got[1] != "8.8.8.8:53" {
+		t.Errorf("ParseResolvers = %q, %v; want both resolvers", got, err)
+	}
+}
+
+// Resolver host names follow the host name rules: ports 1 to 65535, labels
+// of 1 to 63 letters, digits and inner hyphens, names up to 253 characters.
+func TestParseResolversHostAndPortBounds(t *testing.T) {
+	label63 := strings.Repeat("a", 63)
+	name253 := strings.Repeat(label63+".", 3) + strings.Repeat("b", 61)
+	for in, want := range map[string]string{
+		"1.1.1.1:1":               "1.1.1.1:1",
+		"1.1.1.1:65535":           "1.1.1.1:65535",
+		"az.AZ09-x:53":            "az.az09-x:53",
+		label63 + ".example:53":   label63 + ".example:53",
+		name253 + ":53":           name253 + ":53",
+		"resolver.internal.:5353": "resolver.internal.:5353",
+	} {
+		got, err := dnscheck.ParseResolvers(in)
+		if err != nil || len(got) != 1 || got[0] != want {
+			t.Errorf("ParseResolvers(%.40q…) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{
+		"-coredns:53", "coredns-:53", "core_dns:53", "core@dns:53", "a..b:53", "core[dns:53", "core`dns:53", "core{dns:53",
+		strings.Repeat("a", 64) + ".example:53", name253 + "b:53",
+	} {
+		if got, err := dnscheck.ParseResolvers(in); err == nil {
+			t.Errorf("ParseResolvers(%.40q…) = %q, want an error", in, got)
+		}
+	}
+}

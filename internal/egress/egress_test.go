@@ -748,3 +748,18 @@ func TestFilenameDropsALeadingSeparator(t *testing.T) {
 		}
 	}
 }
+
+// IP literals are parsed as WHATWG does: a 0 octet is a number like any
+// other (93.0.216.34 is public and taken), while a part over 255 or a fifth
+// part is no address at all, refused rather than wrapped around or cut.
+func TestCheckURLIPv4LiteralParts(t *testing.T) {
+	p := Policy{}
+	if err := p.CheckURL(context.Background(), "https://93.0.216.34/hook"); err != nil {
+		t.Errorf("public address with a 0 octet: %v", err)
+	}
+	for _, host := range []string{"256.184.216.34", "349.184.216.34", "93.184.216.34.0", "93.184.216.34.5"} {
+		if err := p.CheckURL(context.Background(), "https://"+host+"/hook"); err == nil || err.Error() != "host is not a valid IP address" {
+			t.Errorf("%s: %v, want \"host is not a valid IP address\"", host, err)
+		}
+	}
+}

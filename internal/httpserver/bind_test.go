@@ -472,3 +472,40 @@ func TestInvalidUTF8InATopLevelKeyNamesTheBody(t *testing.T) {
 		t.Errorf("%d %s", res.status, res.body)
 	}
 }
+
+// Brackets and commas inside strings are text, also after an escaped quote
+// or an empty string: a body whose strings hold "[1,1,…]" is decoded, not
+// refused for having too many items.
+func TestItemCountSkipsStringsWithEscapesAndEmptyStrings(t *testing.T) {
+	s := bindServer(t)
+	many := `[` + strings.Repeat("1,", MaxItems+200) + `1]`
+	for _, body := range []string{
+		`{"from":"a","headers":{"x":"\"` + many + `"}}`,
+		`{"from":"","headers":{"x":"` + many + `"}}`,
+	} {
+		if res := s.post(t, "/bind", body); res.status != 200 {
+			t.Errorf("%.50q…: %d %.200s", body, res.status, res.body)
+		}
+	}
+}
+
+// Whitespace and multi-character numbers, booleans and nulls count as one
+// item each wherever they stand: a pretty-printed body of MaxItems values is
+// decoded as usual, and MaxItems+1 objects that end in a number are refused.
+func TestItemCountReadsWhitespaceAndScalarsWhole(t *testing.T) {
+	s := bindServer(t)
+	for _, item := range []string{`"a@example.org"`, `12345`, `true`, `null`, `-1.5e3`} {
+		body := "{\r\n\t\"to\": [\r\n\t\t" + strings.TrimSuffix(strings.Repeat(item+",\r\n\t\t", MaxItems), ",\r\n\t\t") + "\r\n\t]\r\n}"
+		res := s.post(t, "/bind", body)
+		// The items are decoded (strings) or refused by the decoder for
+		// their type (400), never by the count (422).
+		if res.status == 422 {
+			t.Errorf("%d items %s, pretty-printed: %d %.200s", MaxItems, item, res.status, res.body)
+		}
+	}
+	body := `{"attachments":[` + strings.TrimSuffix(strings.Repeat(`{"size":1},`, MaxItems+1), ",") + `]}`
+	res := s.post(t, "/bind", body)
+	if p := res.problem(t); res.status != 422 || len(p.Errors) != 1 || p.Errors[0].Field != "attachments" {
+		t.Errorf("%d objects ending in a number: %d %.200s", MaxItems+1, res.status, res.body)
+	}
+}
