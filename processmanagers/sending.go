@@ -85,15 +85,15 @@ type SendWorker struct {
 	river.WorkerDefaults[SendArgs]
 	Pipeline *Pipeline
 	Accounts *AccountSlots
-	// Memory bounds the attachment bytes of the emails this process
-	// prepares and sends at once (nil: no bound), in two parts: Memory
-	// for emails of 1 MiB or more, which take turns, and SmallMemory for
-	// the others, which never wait behind a large one. Each email is held
-	// whole, several times over (downloaded, sealed, rendered in base64),
-	// so a burst of large emails would otherwise take gigabytes.
-	Memory, SmallMemory *semaphore.Weighted
-	// MemoryBytes is Memory's size: an email larger than it takes it all.
-	MemoryBytes int64
+	// Memory and SmallMemory bound the attachment bytes of the emails
+	// this process prepares and sends at once (nil: no bound): Memory
+	// those of emails with 1 MiB or more, which take turns, shared
+	// between accounts; SmallMemory the others', which never wait behind
+	// a large one. Each email is held whole, several times over
+	// (downloaded, sealed, rendered in base64), so a burst of large
+	// emails would otherwise take gigabytes.
+	Memory      *Room
+	SmallMemory *semaphore.Weighted
 	// Retry is the wait before a transient failure is tried again.
 	Retry jobs.Backoff
 	Log   *slog.Logger
@@ -119,23 +119,18 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 		return w.outcome(ctx, job, Transient(err))
 	}
 	if account == "" && st.Exists() { // EmailReleased: the account is on the stream
-		if !w.Accounts.Acquire(st.Queued.AccountID) {
+		account = st.Queued.AccountID
+		if !w.Accounts.Acquire(account) {
 			return river.JobSnooze(overCapWait())
 		}
-		defer w.Accounts.Release(st.Queued.AccountID)
+		defer w.Accounts.Release(account)
 	}
 	if n := MemoryWeight(st); w.Memory != nil && n >= smallAttachments {
-		// Large emails take their turns (the semaphore serves waiters in
-		// order), so one needing the whole bound is not passed over for
-		// ever by smaller ones; one that waits too long tries again later.
-		n = min(n, w.MemoryBytes)
-		wait, cancel := context.WithTimeout(ctx, memoryWait)
-		err := w.Memory.Acquire(wait, n)
-		cancel()
-		if err != nil {
+		release, ok := w.Memory.Take(ctx, account, n)
+		if !ok {
 			return river.JobSnooze(overCapWait())
 		}
-		defer w.Memory.Release(n)
+		defer release()
 	} else if w.SmallMemory != nil {
 		if !w.SmallMemory.TryAcquire(n) {
 			return river.JobSnooze(overCapWait())
@@ -149,10 +144,6 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 // SendWorker.SmallMemory rather than Memory: emails with small attachments
 // or none go out while large ones hold their part of the bound.
 const smallAttachments = 1 << 20
-
-// memoryWait bounds how long a large email waits for its share before its
-// job is snoozed.
-const memoryWait = 10 * time.Second
 
 // MemoryWeight is what an email counts against SendWorker's bound: its
 // attachments' bytes, an attachment still to be downloaded at the most it

@@ -101,7 +101,7 @@ func (a *App) sendWorker(limit *ratelimit.Limiter) *processmanagers.SendWorker {
 		// A quarter for emails under 1 MiB of attachments, which then
 		// never wait behind a large one; the rest for the large ones.
 		small := n / 4
-		w.Memory, w.MemoryBytes, w.SmallMemory = semaphore.NewWeighted(n-small), n-small, semaphore.NewWeighted(small)
+		w.Memory, w.SmallMemory = processmanagers.NewRoom(n-small), semaphore.NewWeighted(small)
 	}
 	return w
 }

@@ -3,6 +3,7 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -403,6 +404,45 @@ func TestWorkerHoldsNoMoreAttachmentBytesThanItsBound(t *testing.T) {
 	}
 	if n := most.Load(); n != 2 {
 		t.Fatalf("%d downloads at once, want 2", n)
+	}
+}
+
+// One account's emails waiting for room to download large attachments do
+// not stand in front of another account's large email: it goes out while
+// they still wait, though the room is taken in turns.
+func TestLargeEmailsOfOneAccountLeaveRoomForAnother(t *testing.T) {
+	trickle, downloading, _ := startTrickle(t)
+	defer trickle.CloseClientConnections() // before the workers stop, which wait for their downloads
+
+	w := newSendWorld(t, func(c *config.Config) {
+		c.MaxSendingBytes = 64 << 20 // the default: room for one download at a time
+	})
+	var slow []string
+	for i := range 40 {
+		slow = append(slow, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "slow", "text": "t",
+			"attachments": []map[string]any{{"path": fmt.Sprintf("%s/files/slow-%d.bin", trickle.URL, i)}}})["id"].(string))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for downloading.Load() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no download started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	_, _, otherKey := w.Sender("other.test")
+	other := &sendWorld{Server: w.Server, key: otherKey}
+	report := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("r"), 3<<19)) // 1.5 MiB
+	id := other.send(t, map[string]any{"from": "b@other.test", "to": "y@example.org", "subject": "report", "text": "t",
+		"attachments": []map[string]any{{"filename": "report.bin", "content": report}}})["id"].(string)
+	other.waitFor(t, id, status("delivered"))
+	if downloading.Load() == 0 {
+		t.Fatal("the slow downloads ended before the other account's email was sent")
+	}
+	for _, id := range slow {
+		if e := w.Do("GET", "/v1/emails/"+id, w.key, nil).JSON(t); e["status"] == "delivered" || e["status"] == "sent" {
+			t.Fatalf("slow email %s already %s", id, e["status"])
+		}
 	}
 }
 
