@@ -165,12 +165,14 @@ func validateRequest(req SendEmail, idempotencyKey string) ([][]byte, error) {
 // and again when fetched) and the sender's domain.
 func (s *Service) checkSend(ctx context.Context, accountID string, req SendEmail, decoded [][]byte) (checkedSend, error) {
 	var paths domain.ValidationError
+	var fields, urls []string
 	for i, a := range req.Attachments {
 		if a.Path != "" {
-			if err := s.checkURLField(ctx, &paths, fmt.Sprintf("attachments.%d.path", i), a.Path); err != nil {
-				return checkedSend{}, err
-			}
+			fields, urls = append(fields, fmt.Sprintf("attachments.%d.path", i)), append(urls, a.Path)
 		}
+	}
+	if err := s.checkURLFields(ctx, &paths, fields, urls); err != nil {
+		return checkedSend{}, err
 	}
 	if err := paths.OrNil(); err != nil {
 		return checkedSend{}, err

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -144,16 +145,40 @@ func (e *LookupUnavailableError) Error() string {
 // checkURLField runs the egress policy on the URL in field: a refusal is
 // added to v, a lookup without an answer is returned.
 func (s *Service) checkURLField(ctx context.Context, v *domain.ValidationError, field, raw string) error {
-	err := s.egress.CheckURL(ctx, raw)
-	switch {
-	case err == nil:
-	case errors.Is(err, egress.ErrLookupUnavailable):
-		return &LookupUnavailableError{Field: field, Reason: err.Error()}
-	default:
-		v.Add(field, "%s", err.Error())
-	}
-	return nil
+	return s.checkURLFields(ctx, v, []string{field}, []string{raw})
 }
+
+// checkURLFields runs checkURLField on each of urls (in fields) side by
+// side, all within urlChecksDeadline: one at a time, twenty attachments on
+// hosts whose lookups time out would hold the request for minutes, past
+// the server's write timeout. Refusals are added to v in field order; the
+// first unanswered lookup in field order is returned.
+func (s *Service) checkURLFields(ctx context.Context, v *domain.ValidationError, fields, urls []string) error {
+	ctx, cancel := context.WithTimeout(ctx, urlChecksDeadline)
+	defer cancel()
+	errs := make([]error, len(urls))
+	var wg sync.WaitGroup
+	for i, raw := range urls {
+		wg.Go(func() { errs[i] = s.egress.CheckURL(ctx, raw) })
+	}
+	wg.Wait()
+	var unavailable error
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, egress.ErrLookupUnavailable):
+			if unavailable == nil {
+				unavailable = &LookupUnavailableError{Field: fields[i], Reason: err.Error()}
+			}
+		default:
+			v.Add(fields[i], "%s", err.Error())
+		}
+	}
+	return unavailable
+}
+
+// urlChecksDeadline bounds the host lookups of one request's URLs.
+const urlChecksDeadline = 10 * time.Second
 
 // DNSChecker looks records up on every configured resolver.
 type DNSChecker interface {

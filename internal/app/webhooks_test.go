@@ -725,6 +725,33 @@ func TestURLWhoseHostCannotBeLookedUpIsRetried(t *testing.T) {
 	}
 }
 
+// The host names of an email's attachment URLs are looked up side by side:
+// with a resolver that takes seconds to answer, a send naming many hosts
+// that do not resolve gets its 422 naming each of them, long before the
+// server would give up on writing the answer.
+func TestManyURLsOnASlowResolverAnswerInTime(t *testing.T) {
+	dns := dnstest.Start(t)
+	s := apptest.Start(t, func(c *config.Config) {
+		c.EgressResolver = dns.Addr()
+		c.HTTPReadTimeout, c.HTTPWriteTimeout = 20*time.Second, 30*time.Second
+	})
+	_, _, key := s.Sender("acme.test")
+	dns.SetDelay(3 * time.Second)
+	defer dns.SetDelay(0)
+	var attachments []map[string]any
+	for i := range 12 {
+		attachments = append(attachments, map[string]any{"path": fmt.Sprintf("https://files-%d.example/a.pdf", i)})
+	}
+	r := s.Do("POST", "/v1/emails/send", key, map[string]any{"from": "a@acme.test", "to": "b@example.org", "subject": "s", "text": "t",
+		"attachments": attachments})
+	wantProblem(t, r, 422, "validation_failed")
+	for i := range attachments {
+		if field := fmt.Sprintf(`"attachments.%d.path"`, i); !strings.Contains(string(r.Body), field) {
+			t.Fatalf("%s is not named: %s", field, r.Body)
+		}
+	}
+}
+
 // The delivery log pages newest first: after= the last id of a page gives
 // the next, has_more says whether there is one, and every delivery is
 // listed once. An after that names no delivery of the endpoint is a 422.
