@@ -1,6 +1,7 @@
 package sendingdomain
 
 import (
+	"slices"
 	"time"
 
 	"github.com/mailroom/mailroom/domain"
@@ -42,8 +43,9 @@ type Outcome struct {
 
 // RecordCheck decides what a DNS check means. asked is true when the
 // account asked for it (verify), which also restarts an expired window and
-// is always recorded; a background check is recorded only when it changes
-// something.
+// is recorded unless it found what the check recorded within
+// RepeatedCheckQuiet found; a background check is recorded only when it
+// changes something.
 func RecordCheck(s State, accountID string, o Outcome, asked bool, now time.Time) ([]domain.Event, error) {
 	if err := owned(s, accountID); err != nil {
 		return nil, err
@@ -54,6 +56,9 @@ func RecordCheck(s State, accountID string, o Outcome, asked bool, now time.Time
 	var evs []domain.Event
 	if asked && s.Status == StatusFailed {
 		evs = append(evs, &VerificationRestarted{DomainID: s.ID, RestartedAt: now, Deadline: now.Add(VerificationWindow)})
+	}
+	if asked && s.Status != StatusFailed && s.repeats(o, now) {
+		asked = false // nothing new to say: recorded only if it changes something, as a background check
 	}
 	if asked || o.DkimOK != s.DkimOK || o.MailFromOK != s.MailFromOK {
 		evs = append(evs, &Checked{DomainID: s.ID, DkimOK: o.DkimOK, MailFromOK: o.MailFromOK, DmarcOK: o.DmarcOK, Servers: o.Servers, CheckedAt: now})
@@ -163,4 +168,15 @@ func Remove(s State, accountID string, now time.Time) ([]domain.Event, error) {
 		return nil, err
 	}
 	return []domain.Event{&Removed{DomainID: s.ID, AccountID: s.AccountID, Name: s.Name, RemovedAt: now}}, nil
+}
+
+// repeats reports whether o is what the last recorded check found, within
+// RepeatedCheckQuiet of it.
+func (s State) repeats(o Outcome, now time.Time) bool {
+	c := s.LastCheck
+	return c != nil && now.Sub(c.CheckedAt) < RepeatedCheckQuiet &&
+		c.DkimOK == o.DkimOK && c.MailFromOK == o.MailFromOK && c.DmarcOK == o.DmarcOK &&
+		slices.EqualFunc(c.Servers, o.Servers, func(a, b ServerCheck) bool {
+			return a.Server == b.Server && a.OK == b.OK && slices.Equal(a.Records, b.Records)
+		})
 }

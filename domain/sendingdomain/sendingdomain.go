@@ -14,6 +14,11 @@ import (
 const (
 	VerificationWindow = 72 * time.Hour
 	OldKeyOverlap      = 7 * 24 * time.Hour
+	// RepeatedCheckQuiet is how long an asked check that finds what the
+	// last recorded check found goes unrecorded: a client polling verify
+	// in a loop would otherwise add an event a request to the domain's
+	// stream, which every later command on the domain replays.
+	RepeatedCheckQuiet = time.Hour
 	// MaxDomains is how many domains an account may hold; removed ones do
 	// not count, expired ones do until removed.
 	MaxDomains = 100
@@ -77,7 +82,7 @@ type (
 		Deadline       time.Time `json:"verification_deadline"`
 	}
 	// Checked records a DNS check whose outcome changed what the domain
-	// shows, or that was asked for.
+	// shows, or that was asked for (see RepeatedCheckQuiet).
 	Checked struct {
 		DomainID   string        `json:"domain_id"`
 		DkimOK     bool          `json:"dkim_ok"`

@@ -146,6 +146,52 @@ func TestVerificationWindow(t *testing.T) {
 	}
 }
 
+// A client polling verify in a loop adds no event a request: an asked check
+// that finds what the last recorded one found is recorded again only after
+// RepeatedCheckQuiet, and one that finds something else at once.
+func TestRepeatedAskedChecksAreRecordedWhenTheySaySomethingNew(t *testing.T) {
+	s := added()
+	missing := sd.Outcome{MailFromOK: true, Servers: []sd.ServerCheck{{Server: "1.1.1.1:53", Records: []sd.RecordVerdict{
+		{Type: "TXT", Name: "mrold111._domainkey.example.com", Reason: "NXDOMAIN"},
+		{Type: "MX", Name: "send.example.com", OK: true},
+	}}}}
+	s = apply(s)(sd.RecordCheck(s, "a1", missing, true, t0))
+	if s.LastCheck == nil || !s.LastCheck.CheckedAt.Equal(t0) {
+		t.Fatalf("the first asked check was not recorded: %+v", s.LastCheck)
+	}
+	if evs, _ := sd.RecordCheck(s, "a1", missing, true, t0.Add(sd.RepeatedCheckQuiet-time.Second)); len(evs) != 0 {
+		t.Fatalf("the same finding asked again was recorded: %v", evs)
+	}
+	if evs, _ := sd.RecordCheck(s, "a1", missing, true, t0.Add(sd.RepeatedCheckQuiet)); len(evs) != 1 {
+		t.Fatalf("the same finding asked again %s later: %v", sd.RepeatedCheckQuiet, evs)
+	}
+
+	// Another reason for the same missing record is news.
+	timeout := missing
+	timeout.Servers = []sd.ServerCheck{{Server: "1.1.1.1:53", Records: []sd.RecordVerdict{
+		{Type: "TXT", Name: "mrold111._domainkey.example.com", Reason: "timeout"},
+		{Type: "MX", Name: "send.example.com", OK: true},
+	}}}
+	if evs, _ := sd.RecordCheck(s, "a1", timeout, true, t0.Add(time.Minute)); len(evs) != 1 {
+		t.Fatalf("a new reason was not recorded: %v", evs)
+	}
+	for name, o := range map[string]sd.Outcome{
+		"dmarc found":      {MailFromOK: true, DmarcOK: true, Servers: missing.Servers},
+		"another resolver": {MailFromOK: true, Servers: append([]sd.ServerCheck{{Server: "8.8.8.8:53"}}, missing.Servers...)},
+	} {
+		if evs, _ := sd.RecordCheck(s, "a1", o, true, t0.Add(time.Minute)); len(evs) != 1 {
+			t.Errorf("%s: not recorded: %v", name, evs)
+		}
+	}
+
+	// The record published: recorded and verified, however soon.
+	found := sd.Outcome{DkimOK: true, MailFromOK: true}
+	s = apply(s)(sd.RecordCheck(s, "a1", found, true, t0.Add(time.Minute)))
+	if s.Status != sd.StatusVerified || s.LastCheck.DkimOK != true {
+		t.Fatalf("after the record was published: %+v", s)
+	}
+}
+
 func TestRotation(t *testing.T) {
 	s := added()
 	s = apply(s)(sd.RecordCheck(s, "a1", sd.Outcome{DkimOK: true, MailFromOK: true}, true, t0))

@@ -37,6 +37,7 @@ type State struct {
 	Active         *Key
 	LegacyTokens   []string
 	Transition     *Transition
+	LastCheck      *Checked // the last check recorded
 	CreatedAt      time.Time
 	Deadline       time.Time
 	Removed        bool
@@ -55,7 +56,7 @@ func Evolve(s State, e domain.Event) State {
 			Active: e.Key, LegacyTokens: e.LegacyTokens, CreatedAt: e.AddedAt, Deadline: e.Deadline,
 		}
 	case *Checked:
-		s.DkimOK, s.MailFromOK = e.DkimOK, e.MailFromOK
+		s.DkimOK, s.MailFromOK, s.LastCheck = e.DkimOK, e.MailFromOK, e
 	case *Verified:
 		s.Status = StatusVerified
 		if e.Method == "sandbox" {
