@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS api_keys (
     created_at  timestamptz NOT NULL,
     revoked_at  timestamptz
 );
-CREATE INDEX IF NOT EXISTS api_keys_account_idx ON api_keys (account_id, created_at);`
+CREATE INDEX IF NOT EXISTS api_keys_account_idx ON api_keys (account_id, created_at);
+CREATE INDEX IF NOT EXISTS api_keys_revoked_idx ON api_keys (account_id, revoked_at DESC, id DESC) WHERE NOT is_active;`
 }
 
 func (APIKeys) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {

@@ -18,13 +18,21 @@ type APIKey struct {
 	LastUsed    apitime.Time `json:"last_used"`
 }
 
-// APIKeys lists an account's API keys, revoked ones included, newest first.
+// ListedRevokedKeys is how many revoked keys the list shows, the latest
+// revoked: active keys are capped, but revoked ones pile up without end
+// when a client creates and revokes a key per deployment.
+const ListedRevokedKeys = 100
+
+// APIKeys lists an account's API keys, newest first: every active one and
+// the ListedRevokedKeys revoked last.
 func (r *Reader) APIKeys(ctx context.Context, accountID string) ([]APIKey, error) {
 	rows, err := r.pool.Query(ctx, `
 		SELECT k.id, k.name, k.key_preview, k.permissions, k.is_active, k.created_at, u.last_used
-		FROM api_keys k LEFT JOIN api_key_usage u ON u.key_id = k.id
-		WHERE k.account_id = $1
-		ORDER BY k.created_at DESC, k.id DESC`, accountID)
+		FROM ((SELECT * FROM api_keys WHERE account_id = $1 AND is_active)
+			UNION ALL
+			(SELECT * FROM api_keys WHERE account_id = $1 AND NOT is_active ORDER BY revoked_at DESC, id DESC LIMIT $2)) AS k
+		LEFT JOIN api_key_usage u ON u.key_id = k.id
+		ORDER BY k.created_at DESC, k.id DESC`, accountID, ListedRevokedKeys)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/readapi"
 )
 
 var timestamp = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$`)
@@ -415,4 +417,43 @@ func TestWrongMethodIs405(t *testing.T) {
 	wantProblem(t, s.Do("GET", "/v1/nothing-here", key, nil), http.StatusNotFound, "not_found")
 	wantProblem(t, s.Do("PUT", "/api/nothing/here", admin, nil), http.StatusNotFound, "not_found")
 	wantProblem(t, s.Do("PUT", "/v1/webhooks/x", "", nil), http.StatusUnauthorized, "")
+}
+
+// Revoked keys pile up when a client makes and revokes one per deployment;
+// the list keeps every active key and the latest revoked ones, newest
+// first, not all of them.
+func TestKeyListShowsEveryActiveKeyAndTheLatestRevoked(t *testing.T) {
+	s := apptest.Start(t)
+	_, admin, key := s.Sender("acme.test")
+	var revoked []string
+	for i := range readapi.ListedRevokedKeys + 5 {
+		r := s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"name": fmt.Sprintf("deploy %d", i)})
+		if r.Status != http.StatusCreated {
+			t.Fatalf("create: %d %s", r.Status, r.Body)
+		}
+		id := r.JSON(t)["id"].(string)
+		if r := s.Do("DELETE", "/api/auth/api-keys/"+id, admin, nil); r.Status != http.StatusNoContent {
+			t.Fatalf("revoke: %d %s", r.Status, r.Body)
+		}
+		revoked = append(revoked, id)
+	}
+	latest := s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"name": "latest"}).JSON(t)["id"].(string)
+
+	var ids []string
+	var firstListed bool
+	for _, k := range s.Do("GET", "/api/auth/api-keys", admin, nil).JSON(t)["data"].([]any) {
+		k := k.(map[string]any)
+		ids = append(ids, k["id"].(string))
+		firstListed = firstListed || (k["key_preview"] == key[:9]+"..." && k["is_active"] == true)
+	}
+	if len(ids) != readapi.ListedRevokedKeys+2 || ids[0] != latest {
+		t.Fatalf("%d keys listed, first %v; want %d, the newest first", len(ids), ids[:1], readapi.ListedRevokedKeys+2)
+	}
+	if !firstListed || ids[len(ids)-1] == latest {
+		t.Fatal("the account's first active key is not listed last")
+	}
+	slices.Reverse(revoked)
+	if want := revoked[:readapi.ListedRevokedKeys]; !slices.Equal(ids[1:len(ids)-1], want) {
+		t.Fatalf("revoked keys listed are not the latest %d, newest first", readapi.ListedRevokedKeys)
+	}
 }
