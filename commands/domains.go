@@ -75,7 +75,7 @@ func (s *Service) addDomain(ctx context.Context, accountID, rawName string, lega
 	if legacy {
 		tokens = legacyTokens()
 	} else {
-		k, err := s.newKey(id, now)
+		k, err := s.newKey(ctx, accountID, id, now)
 		if err != nil {
 			return sendingdomain.State{}, err
 		}
@@ -113,8 +113,13 @@ func (s *Service) claimName(ctx context.Context, accountID, name, domainID strin
 	return err
 }
 
-// newKey makes a DKIM key for domainID.
-func (s *Service) newKey(domainID string, now time.Time) (sendingdomain.Key, error) {
+// newKey makes a DKIM key for accountID's domainID, in its turn.
+func (s *Service) newKey(ctx context.Context, accountID, domainID string, now time.Time) (sendingdomain.Key, error) {
+	release, err := s.keyTurns.take(ctx, accountID)
+	if err != nil {
+		return sendingdomain.Key{}, err
+	}
+	defer release()
 	k, err := dkimkey.Generate(s.box, domainID, now)
 	if err == nil && s.keyGenerated != nil {
 		s.keyGenerated()
@@ -290,7 +295,7 @@ func (s *Service) changeKey(ctx context.Context, accountID, id string, check fun
 		return sendingdomain.State{}, err
 	}
 	now := s.now()
-	key, err := s.newKey(id, now)
+	key, err := s.newKey(ctx, accountID, id, now)
 	if err != nil {
 		return sendingdomain.State{}, err
 	}

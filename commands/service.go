@@ -106,6 +106,7 @@ type Service struct {
 	domainsNamed  func(ctx context.Context, name string) ([]sendingdomain.State, error)
 	domainCount   func(ctx context.Context, accountID string) (int, error)
 	keyGenerated  func()
+	keyTurns      *keyTurns
 
 	erasing singleflight.Group // erasures of an address under way here, by account and key
 }
@@ -238,7 +239,7 @@ func New(d Deps) *Service {
 	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
 		domains: d.Domains, sendable: d.SendableDomain, content: d.Content, egress: d.Egress, endpointIDs: d.EndpointIDs, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity,
 		domainsNamed: d.DomainsNamed, domainCount: d.DomainCount, keyGenerated: d.KeyGenerated, keys: d.DataKeys, address: d.AddressKeys,
-		emailsSentTo: d.EmailsSentTo}
+		emailsSentTo: d.EmailsSentTo, keyTurns: newKeyTurns()}
 }
 
 // maxAttempts bounds retries after a concurrency conflict; busy streams
