@@ -94,13 +94,13 @@ func (p *Pipeline) Process(ctx context.Context, id string, pos eventstore.Positi
 	if err != nil {
 		return Transient(err)
 	}
-	return p.process(ctx, st, ver, pos, pipelineMeta)
+	return p.process(ctx, st, ver, pos, nil, pipelineMeta)
 }
 
 // process works the email from st, read at version ver, which lets the
 // outcome be appended without reading the stream again; meta names the
 // event that asked for the work.
-func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position, meta commands.Meta) error {
+func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position, room *Lease, meta commands.Meta) error {
 	if !st.Exists() || st.Sent != nil || st.Failed != nil || st.Held || st.Erased != nil || st.Queued.Erased {
 		if st.Exists() {
 			p.unrecorded.Delete(st.Queued.EmailID)
@@ -134,7 +134,7 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	atts := st.Attachments()
 	if st.Scanned == nil {
 		var reason, detail string
-		reason, detail, atts, err = p.prepare(ctx, st, checks, meta)
+		reason, detail, atts, err = p.prepare(ctx, st, checks, room, meta)
 		if errors.Is(err, datakeys.ErrErased) {
 			return nil // erased meanwhile: nothing happens to it any more
 		}
@@ -162,11 +162,11 @@ func (p *Pipeline) fail(ctx context.Context, meta commands.Meta, id, reason, det
 
 // prepare runs the gateway within the preparation deadline: an email that
 // cannot be prepared in time fails rather than holding a worker for good.
-func (p *Pipeline) prepare(ctx context.Context, st email.State, checks Checks, meta commands.Meta) (reason, detail string, atts []email.Attachment, err error) {
+func (p *Pipeline) prepare(ctx context.Context, st email.State, checks Checks, room *Lease, meta commands.Meta) (reason, detail string, atts []email.Attachment, err error) {
 	limit := cmp.Or(p.Prepare, PrepareDeadline)
 	pctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	reason, detail, atts, err = p.gateway(pctx, st, checks, meta)
+	reason, detail, atts, err = p.gateway(pctx, st, checks, room, meta)
 	if err != nil && pctx.Err() != nil && ctx.Err() == nil {
 		p.logFailure(meta, st.Queued.EmailID, "preparation deadline passed", err)
 		return email.ReasonAttachmentDownload, fmt.Sprintf("the attachments could not be fetched and scanned within %s", limit), nil, nil
@@ -177,8 +177,9 @@ func (p *Pipeline) prepare(ctx context.Context, st email.State, checks Checks, m
 // gateway runs the checks an email must pass before it leaves, once its
 // domain is known to send: no recipient is suppressed, attachments
 // download, and nothing is blocked by the content scanner. A non-empty
-// reason fails the email; an error means try again.
-func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, meta commands.Meta) (reason, detail string, atts []email.Attachment, err error) {
+// reason fails the email; an error means try again. Each download's room
+// beyond its length goes back as soon as the length is known.
+func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, room *Lease, meta commands.Meta) (reason, detail string, atts []email.Attachment, err error) {
 	q := st.Queued
 	// What this pass downloads belongs to the email only once the pass
 	// succeeds: an email that fails keeps none of it, and a retry
@@ -235,7 +236,11 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, m
 			if err != nil {
 				return "", "", nil, err
 			}
-			dl, err := p.Egress.Fetch(ctx, client, raw, maxBytes)
+			kept := int64(downloadWeight) // the room this download holds
+			dl, err := p.Egress.Fetch(ctx, client, raw, maxBytes, func(n int64) {
+				room.Shrink(kept - n)
+				kept = n
+			})
 			var tle *egress.TooLargeError
 			if errors.As(err, &tle) {
 				return email.ReasonAttachmentsTooLarge, tooLarge, nil, nil
@@ -245,6 +250,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, m
 				return email.ReasonAttachmentDownload, fmt.Sprintf("attachment %d (%s): %s", i, a.Filename, egress.Describe(err)), nil, nil
 			}
 			content = dl.Body
+			room.Shrink(kept - int64(len(content)))
 			budget -= email.Base64Size(int64(len(content)))
 			if a.ContentType == "" || a.ContentType == "application/octet-stream" {
 				if dl.ContentType != "" {

@@ -44,10 +44,10 @@ const roomWait = 10 * time.Second
 const askedLately = 2 * time.Second
 
 // Take waits for n bytes of room for account's email (all of it, when n is
-// more), and answers the release, or false when the email must try again
-// later: the account is already waiting with another email or holds its
-// share, or no room came in time.
-func (r *Room) Take(ctx context.Context, account string, n int64) (release func(), ok bool) {
+// more), or answers false when the email must try again later: the account
+// is already waiting with another email or holds its share, or no room
+// came in time.
+func (r *Room) Take(ctx context.Context, account string, n int64) (*Lease, bool) {
 	n = min(n, r.size)
 	r.mu.Lock()
 	wait := r.wait
@@ -76,14 +76,42 @@ func (r *Room) Take(ctx context.Context, account string, n int64) (release func(
 		return nil, false
 	}
 	r.holding[account] += n
-	return func() {
-		r.mu.Lock()
-		if r.holding[account] -= n; r.holding[account] <= 0 {
-			delete(r.holding, account)
-		}
-		r.mu.Unlock()
-		r.bytes.Release(n)
-	}, true
+	return &Lease{room: r, account: account, n: n}, true
+}
+
+// A Lease is room an email holds, used by one goroutine. A nil Lease holds
+// nothing.
+type Lease struct {
+	room    *Room
+	account string
+	n       int64
+}
+
+// Shrink gives by bytes back before the end: a download turned out smaller
+// than the most it could have been.
+func (l *Lease) Shrink(by int64) {
+	if l == nil || by <= 0 {
+		return
+	}
+	by = min(by, l.n)
+	l.n -= by
+	l.room.give(l.account, by)
+}
+
+// Release gives the rest back.
+func (l *Lease) Release() {
+	if l != nil {
+		l.Shrink(l.n)
+	}
+}
+
+func (r *Room) give(account string, n int64) {
+	r.mu.Lock()
+	if r.holding[account] -= n; r.holding[account] <= 0 {
+		delete(r.holding, account)
+	}
+	r.mu.Unlock()
+	r.bytes.Release(n)
 }
 
 // share is each account's part of the room while the accounts that hold,

@@ -13,12 +13,13 @@ func (r *Room) waitingFor(account string) bool {
 	return r.waiting[account] != nil
 }
 
-// takeLater asks for room in the background and answers whether it came.
-func takeLater(r *Room, account string, n int64) <-chan func() {
-	got := make(chan func(), 1)
+// takeLater asks for room in the background; the channel gets the lease,
+// nil when none came.
+func takeLater(r *Room, account string, n int64) <-chan *Lease {
+	got := make(chan *Lease, 1)
 	go func() {
-		release, _ := r.Take(context.Background(), account, n)
-		got <- release
+		lease, _ := r.Take(context.Background(), account, n)
+		got <- lease
 	}()
 	return got
 }
@@ -41,8 +42,8 @@ func TestAnAccountAloneMayFillTheRoom(t *testing.T) {
 	if !ok {
 		t.Fatal("second half refused to the only account asking")
 	}
-	first()
-	second()
+	first.Release()
+	second.Release()
 	if _, ok := r.Take(ctx, "a", 500); !ok {
 		t.Fatal("an email larger than the room was refused; it takes it all")
 	}
@@ -51,13 +52,13 @@ func TestAnAccountAloneMayFillTheRoom(t *testing.T) {
 func TestAnAccountWaitsWithOneEmailAtATime(t *testing.T) {
 	r := NewRoom(100)
 	ctx := context.Background()
-	release, _ := r.Take(ctx, "a", 60)
+	lease, _ := r.Take(ctx, "a", 60)
 	second := takeLater(r, "a", 60)
 	untilWaiting(t, r, "a")
 	if _, ok := r.Take(ctx, "a", 10); ok {
 		t.Fatal("a third email took room while the second waits")
 	}
-	release()
+	lease.Release()
 	if <-second == nil {
 		t.Fatal("the waiting email got no room when it was freed")
 	}
@@ -77,8 +78,8 @@ func TestAnAccountOverItsShareStepsAsideForAnother(t *testing.T) {
 
 	other := takeLater(r, "b", 30)
 	select {
-	case release := <-other:
-		if release == nil {
+	case lease := <-other:
+		if lease == nil {
 			t.Fatal("another account's email found no room beside the first account's")
 		}
 	case <-time.After(30 * time.Second):
@@ -100,13 +101,45 @@ func TestAShareGrowsBackWhenOthersStopAsking(t *testing.T) {
 	if _, ok := r.Take(ctx, "a", 60); !ok {
 		t.Fatal("refused")
 	}
-	releaseB, _ := r.Take(ctx, "b", 10)
-	releaseB()
+	b, _ := r.Take(ctx, "b", 10)
+	b.Release()
 	if _, ok := r.Take(ctx, "a", 10); ok {
 		t.Fatal("took more than its share while another account asked lately")
 	}
 	now = now.Add(askedLately + time.Second)
 	if _, ok := r.Take(ctx, "a", 10); !ok {
 		t.Fatal("refused though no other account wants room any more")
+	}
+}
+
+// A download whose length turns out small gives the rest of its room back
+// at once: another email that waited for it goes ahead, and giving back
+// more than is held, or twice, changes nothing.
+func TestRoomGivenBackEarlyLetsTheNextEmailIn(t *testing.T) {
+	r := NewRoom(100)
+	ctx := context.Background()
+	download, _ := r.Take(ctx, "a", 90)
+	next := takeLater(r, "b", 50)
+	untilWaiting(t, r, "b")
+	download.Shrink(80) // the download declared 10 bytes
+	lease := <-next
+	if lease == nil {
+		t.Fatal("the room given back let no one in")
+	}
+	download.Shrink(500)
+	download.Release()
+	lease.Release()
+	var none *Lease
+	none.Shrink(1)
+	none.Release()
+	if all, ok := r.Take(ctx, "c", 100); !ok {
+		t.Fatal("room was lost")
+	} else {
+		all.Release()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.holding) != 0 {
+		t.Fatalf("holdings left: %v", r.holding)
 	}
 }

@@ -125,19 +125,20 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 		}
 		defer w.Accounts.Release(account)
 	}
+	var lease *Lease
 	if n := MemoryWeight(st); w.Memory != nil && n >= smallAttachments {
-		release, ok := w.Memory.Take(ctx, account, n)
-		if !ok {
+		var ok bool
+		if lease, ok = w.Memory.Take(ctx, account, n); !ok {
 			return river.JobSnooze(overCapWait())
 		}
-		defer release()
+		defer lease.Release()
 	} else if w.SmallMemory != nil {
 		if !w.SmallMemory.TryAcquire(n) {
 			return river.JobSnooze(overCapWait())
 		}
 		defer w.SmallMemory.Release(n)
 	}
-	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, ver, pos, pipelineMeta.Following(job.Args.EventID, job.Args.CorrelationID)))
+	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, ver, pos, lease, pipelineMeta.Following(job.Args.EventID, job.Args.CorrelationID)))
 }
 
 // smallAttachments is the weight below which an email counts against
@@ -147,18 +148,23 @@ const smallAttachments = 1 << 20
 
 // MemoryWeight is what an email counts against SendWorker's bound: its
 // attachments' bytes, an attachment still to be downloaded at the most it
-// may be, and 64 KiB for the rest (bodies, the message).
+// may be (downloadWeight) until its length is known, and 64 KiB for the
+// rest (bodies, the message).
 func MemoryWeight(st email.State) int64 {
 	n := int64(64 << 10)
 	for _, a := range st.Attachments() {
 		if a.Path != "" && a.Digest == "" {
-			n += commands.MaxAttachmentBytes / 4 * 3
+			n += downloadWeight
 		} else {
 			n += a.SizeBytes
 		}
 	}
 	return n
 }
+
+// downloadWeight is the most bytes a download may bring: its base64 fills
+// the attachments' limit.
+const downloadWeight = commands.MaxAttachmentBytes / 4 * 3
 
 // overCapWait is how long a job of an account that has its share in flight
 // waits before it is fetched again: long enough that such jobs cost little

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/mail"
@@ -331,7 +332,7 @@ func TestLastingThrottleFailsTheEmail(t *testing.T) {
 // no more than that account's share of the workers: another account's
 // emails are sent while they are still downloading.
 func TestSlowAttachmentsDelayNoOtherAccount(t *testing.T) {
-	trickle, downloading, _ := startTrickle(t)
+	trickle, downloading, _ := startTrickle(t, 0)
 	defer trickle.CloseClientConnections() // before the workers stop, which wait for their downloads
 
 	w := newSendWorld(t, func(c *config.Config) {
@@ -376,7 +377,7 @@ func TestSlowAttachmentsDelayNoOtherAccount(t *testing.T) {
 // room for two, two download at a time, while emails without attachments
 // still go out.
 func TestWorkerHoldsNoMoreAttachmentBytesThanItsBound(t *testing.T) {
-	trickle, downloading, most := startTrickle(t)
+	trickle, downloading, most := startTrickle(t, 0)
 	defer trickle.CloseClientConnections() // before the workers stop, which wait for their downloads
 
 	download := processmanagers.MemoryWeight(email.State{Queued: &email.Queued{Attachments: []email.Attachment{{Path: "x"}}}})
@@ -411,7 +412,7 @@ func TestWorkerHoldsNoMoreAttachmentBytesThanItsBound(t *testing.T) {
 // not stand in front of another account's large email: it goes out while
 // they still wait, though the room is taken in turns.
 func TestLargeEmailsOfOneAccountLeaveRoomForAnother(t *testing.T) {
-	trickle, downloading, _ := startTrickle(t)
+	trickle, downloading, _ := startTrickle(t, 0)
 	defer trickle.CloseClientConnections() // before the workers stop, which wait for their downloads
 
 	w := newSendWorld(t, func(c *config.Config) {
@@ -446,9 +447,33 @@ func TestLargeEmailsOfOneAccountLeaveRoomForAnother(t *testing.T) {
 	}
 }
 
+// A download that declares its length holds room for that length, not
+// for the most it could be: with room for one undeclared download, several
+// declared small ones of the same account go side by side.
+func TestDownloadsOfDeclaredLengthGoSideBySide(t *testing.T) {
+	trickle, downloading, most := startTrickle(t, 1000)
+	defer trickle.CloseClientConnections() // before the workers stop, which wait for their downloads
+
+	w := newSendWorld(t, func(c *config.Config) {
+		c.MaxSendingBytes = 64 << 20 // the default: room for one undeclared download at a time
+	})
+	for i := range 4 {
+		w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "declared", "text": "t",
+			"attachments": []map[string]any{{"path": fmt.Sprintf("%s/files/small-%d.bin", trickle.URL, i)}}})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for downloading.Load() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d downloads at once (most %d), want all 4", downloading.Load(), most.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // startTrickle serves downloads that send a byte a second and never end
 // (until the test does), counting those under way and the most at once.
-func startTrickle(t *testing.T) (srv *httptest.Server, downloading, most *atomic.Int32) {
+// A length above 0 is declared in Content-Length.
+func startTrickle(t *testing.T, length int) (srv *httptest.Server, downloading, most *atomic.Int32) {
 	stop := make(chan struct{})
 	downloading, most = new(atomic.Int32), new(atomic.Int32)
 	srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -457,7 +482,12 @@ func startTrickle(t *testing.T) (srv *httptest.Server, downloading, most *atomic
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
 		rw.Header().Set("Content-Type", "application/octet-stream")
-		for {
+		left := math.MaxInt32
+		if length > 0 {
+			rw.Header().Set("Content-Length", fmt.Sprint(length))
+			left = length
+		}
+		for range left {
 			if _, err := rw.Write([]byte("x")); err != nil {
 				return
 			}

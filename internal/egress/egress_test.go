@@ -476,7 +476,7 @@ func TestClientTimeout(t *testing.T) {
 		t.Errorf("Describe(reading body) = %q (err %v)", got, err)
 	}
 
-	_, err = p.Fetch(context.Background(), c, srv.URL+"/headers", 1<<20)
+	_, err = p.Fetch(context.Background(), c, srv.URL+"/headers", 1<<20, nil)
 	if got := Describe(err); got != "timeout after 50ms" {
 		t.Errorf("Describe(Fetch) = %q (err %v)", got, err)
 	}
@@ -484,7 +484,7 @@ func TestClientTimeout(t *testing.T) {
 	// A presigned URL's query is a credential: the error, which is logged,
 	// names the URL without it.
 	u := srv.URL + "/headers?X-Amz-Signature=s3cr3t#frag"
-	_, err = p.Fetch(context.Background(), c, u, 1<<20)
+	_, err = p.Fetch(context.Background(), c, u, 1<<20, nil)
 	if err == nil || !strings.Contains(err.Error(), "/headers") {
 		t.Fatalf("Fetch(%s) = %v, want an error naming the path", u, err)
 	}
@@ -569,7 +569,7 @@ func TestFetch(t *testing.T) {
 		{"/exact", "exact", strings.Repeat("x", 100), "text/plain; charset=utf-8"},
 	}
 	for _, g := range good {
-		d, err := p.Fetch(ctx, c, srv.URL+g.path, limit)
+		d, err := p.Fetch(ctx, c, srv.URL+g.path, limit, nil)
 		if err != nil {
 			t.Errorf("Fetch(%s): %v", g.path, err)
 			continue
@@ -587,7 +587,7 @@ func TestFetch(t *testing.T) {
 		{"/missing", "server returned 404"},
 	}
 	for _, b := range bad {
-		_, err := p.Fetch(ctx, c, srv.URL+b.path, limit)
+		_, err := p.Fetch(ctx, c, srv.URL+b.path, limit, nil)
 		if err == nil {
 			t.Errorf("Fetch(%s) succeeded", b.path)
 			continue
@@ -603,11 +603,11 @@ func TestFetch(t *testing.T) {
 	// Without the development allowance, loopback is refused before any
 	// request is made.
 	before := hits.Load()
-	_, err := Policy{}.Fetch(ctx, c, srv.URL+"/files/a.pdf", limit)
+	_, err := Policy{}.Fetch(ctx, c, srv.URL+"/files/a.pdf", limit, nil)
 	if !errors.Is(err, ErrRefused) || Describe(err) != "destination not allowed" {
 		t.Errorf("Fetch from loopback without allowance: %v", err)
 	}
-	if _, err := p.Fetch(ctx, c, strings.Replace(srv.URL, "https:", "http:", 1)+"/files/a.pdf", limit); err == nil || err.Error() != "must use https" {
+	if _, err := p.Fetch(ctx, c, strings.Replace(srv.URL, "https:", "http:", 1)+"/files/a.pdf", limit, nil); err == nil || err.Error() != "must use https" {
 		t.Errorf("Fetch over http: %v", err)
 	}
 	if hits.Load() != before {
@@ -731,10 +731,10 @@ func TestFetchChunkedBodyAtTheLimit(t *testing.T) {
 	defer srv.Close()
 	p := Policy{AllowCIDRs: loopback(t)}
 	c := p.ClientWithTLS(5*time.Second, tlsConfigOf(srv))
-	if d, err := p.Fetch(context.Background(), c, srv.URL+"/exact", 100); err != nil || len(d.Body) != 100 {
+	if d, err := p.Fetch(context.Background(), c, srv.URL+"/exact", 100, nil); err != nil || len(d.Body) != 100 {
 		t.Errorf("chunked body of exactly the limit: %d bytes, %v", len(d.Body), err)
 	}
-	if _, err := p.Fetch(context.Background(), c, srv.URL+"/over", 100); err == nil || err.Error() != "larger than 100 bytes" {
+	if _, err := p.Fetch(context.Background(), c, srv.URL+"/over", 100, nil); err == nil || err.Error() != "larger than 100 bytes" {
 		t.Errorf("chunked body one byte over the limit: %v", err)
 	}
 }

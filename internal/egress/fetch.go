@@ -52,9 +52,11 @@ const defaultFetchTimeout = 30 * time.Second
 // redirects are never followed), and a body over maxBytes gives "larger than
 // N bytes". Errors are for Describe; those that name the URL name it without
 // its query, fragment or password, which may be credentials (a presigned
-// URL's signature), so they can be logged.
-func (p Policy) Fetch(ctx context.Context, client *http.Client, raw string, maxBytes int64) (Download, error) {
-	d, err := p.fetch(ctx, client, raw, maxBytes)
+// URL's signature), so they can be logged. declared, when not nil, hears a
+// length the response declares before its body is read, so a caller that
+// kept memory for the largest body may give the rest back.
+func (p Policy) Fetch(ctx context.Context, client *http.Client, raw string, maxBytes int64, declared func(n int64)) (Download, error) {
+	d, err := p.fetch(ctx, client, raw, maxBytes, declared)
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		ue.URL = Redact(ue.URL)
@@ -76,7 +78,7 @@ func Redact(raw string) string {
 	return u.String()
 }
 
-func (p Policy) fetch(ctx context.Context, client *http.Client, raw string, maxBytes int64) (Download, error) {
+func (p Policy) fetch(ctx context.Context, client *http.Client, raw string, maxBytes int64, declared func(n int64)) (Download, error) {
 	if maxBytes <= 0 {
 		return Download{}, errors.New("egress: Fetch needs a positive maxBytes")
 	}
@@ -100,6 +102,9 @@ func (p Policy) fetch(ctx context.Context, client *http.Client, raw string, maxB
 	}
 	if resp.ContentLength > maxBytes {
 		return Download{}, &TooLargeError{Limit: maxBytes}
+	}
+	if resp.ContentLength >= 0 && declared != nil {
+		declared(resp.ContentLength)
 	}
 	body, err := readBody(resp, maxBytes)
 	if err != nil {
