@@ -214,10 +214,14 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, r
 	}
 	// Downloads share the message's attachment budget with the inline
 	// attachments: each may take what is left, and is read one at a time.
-	budget := int64(commands.MaxAttachmentBytes)
+	// The room the email holds follows what is known of its size.
+	budget, known, toCome := int64(commands.MaxAttachmentBytes), int64(0), 0
 	for _, a := range q.Attachments {
 		if a.Path == "" {
 			budget -= email.Base64Size(a.SizeBytes)
+			known += a.SizeBytes
+		} else {
+			toCome++
 		}
 	}
 	client := p.Egress.Client(p.Download)
@@ -236,10 +240,8 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, r
 			if err != nil {
 				return "", "", nil, err
 			}
-			kept := int64(downloadWeight) // the room this download holds
 			dl, err := p.Egress.Fetch(ctx, client, raw, maxBytes, func(n int64) {
-				room.Shrink(kept - n)
-				kept = n
+				room.ShrinkTo(attachmentBound(known+n, budget-email.Base64Size(n), toCome-1))
 			})
 			var tle *egress.TooLargeError
 			if errors.As(err, &tle) {
@@ -250,8 +252,9 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, r
 				return email.ReasonAttachmentDownload, fmt.Sprintf("attachment %d (%s): %s", i, a.Filename, egress.Describe(err)), nil, nil
 			}
 			content = dl.Body
-			room.Shrink(kept - int64(len(content)))
 			budget -= email.Base64Size(int64(len(content)))
+			known, toCome = known+int64(len(content)), toCome-1
+			room.ShrinkTo(attachmentBound(known, budget, toCome))
 			if a.ContentType == "" || a.ContentType == "application/octet-stream" {
 				if dl.ContentType != "" {
 					a.ContentType = dl.ContentType

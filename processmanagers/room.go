@@ -87,23 +87,19 @@ type Lease struct {
 	n       int64
 }
 
-// Shrink gives by bytes back before the end: a download turned out smaller
-// than the most it could have been.
-func (l *Lease) Shrink(by int64) {
-	if l == nil || by <= 0 {
+// ShrinkTo keeps at most n bytes and gives the rest back before the end:
+// the email's downloads turned out smaller than the most they could be.
+func (l *Lease) ShrinkTo(n int64) {
+	if l == nil || n >= l.n {
 		return
 	}
-	by = min(by, l.n)
+	by := l.n - max(n, 0)
 	l.n -= by
 	l.room.give(l.account, by)
 }
 
-// Release gives the rest back.
-func (l *Lease) Release() {
-	if l != nil {
-		l.Shrink(l.n)
-	}
-}
+// Release gives all of it back.
+func (l *Lease) Release() { l.ShrinkTo(0) }
 
 func (r *Room) give(account string, n int64) {
 	r.mu.Lock()

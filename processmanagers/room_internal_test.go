@@ -113,24 +113,25 @@ func TestAShareGrowsBackWhenOthersStopAsking(t *testing.T) {
 }
 
 // A download whose length turns out small gives the rest of its room back
-// at once: another email that waited for it goes ahead, and giving back
-// more than is held, or twice, changes nothing.
+// at once: another email that waited for it goes ahead; keeping more than
+// it holds, or less than nothing, changes nothing.
 func TestRoomGivenBackEarlyLetsTheNextEmailIn(t *testing.T) {
 	r := NewRoom(100)
 	ctx := context.Background()
 	download, _ := r.Take(ctx, "a", 90)
 	next := takeLater(r, "b", 50)
 	untilWaiting(t, r, "b")
-	download.Shrink(80) // the download declared 10 bytes
+	download.ShrinkTo(10) // the download declared 10 bytes
 	lease := <-next
 	if lease == nil {
 		t.Fatal("the room given back let no one in")
 	}
-	download.Shrink(500)
+	download.ShrinkTo(20)
+	download.ShrinkTo(-5)
 	download.Release()
 	lease.Release()
 	var none *Lease
-	none.Shrink(1)
+	none.ShrinkTo(1)
 	none.Release()
 	if all, ok := r.Take(ctx, "c", 100); !ok {
 		t.Fatal("room was lost")

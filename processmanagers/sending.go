@@ -146,25 +146,32 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 // or none go out while large ones hold their part of the bound.
 const smallAttachments = 1 << 20
 
-// MemoryWeight is what an email counts against SendWorker's bound: its
-// attachments' bytes, an attachment still to be downloaded at the most it
-// may be (downloadWeight) until its length is known, and 64 KiB for the
-// rest (bodies, the message).
+// MemoryWeight is what an email counts against SendWorker's bound: the
+// most its attachments may come to (attachmentBound).
 func MemoryWeight(st email.State) int64 {
-	n := int64(64 << 10)
+	budget, known, toCome := int64(commands.MaxAttachmentBytes), int64(0), 0
 	for _, a := range st.Attachments() {
 		if a.Path != "" && a.Digest == "" {
-			n += downloadWeight
+			toCome++
 		} else {
-			n += a.SizeBytes
+			budget -= email.Base64Size(a.SizeBytes)
+			known += a.SizeBytes
 		}
+	}
+	return attachmentBound(known, budget, toCome)
+}
+
+// attachmentBound is the most an email's attachments may come to: the
+// bytes known, and while downloads are still to come, all that the rest of
+// the attachments' budget (in base64 bytes) allows; plus 64 KiB for the
+// rest (bodies, the message).
+func attachmentBound(known, budget int64, toCome int) int64 {
+	n := 64<<10 + known
+	if toCome > 0 && budget > 0 {
+		n += budget / 4 * 3
 	}
 	return n
 }
-
-// downloadWeight is the most bytes a download may bring: its base64 fills
-// the attachments' limit.
-const downloadWeight = commands.MaxAttachmentBytes / 4 * 3
 
 // overCapWait is how long a job of an account that has its share in flight
 // waits before it is fetched again: long enough that such jobs cost little
