@@ -2,8 +2,12 @@ package processmanagers
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain/email"
 )
 
 // waitingFor reports whether account has an email waiting for room.
@@ -142,5 +146,32 @@ func TestRoomGivenBackEarlyLetsTheNextEmailIn(t *testing.T) {
 	defer r.mu.Unlock()
 	if len(r.holding) != 0 {
 		t.Fatalf("holdings left: %v", r.holding)
+	}
+}
+
+// An email's attachments never come to more than the attachments' budget,
+// however many downloads it names; what is known counts as it is.
+func TestMemoryWeightIsTheMostTheAttachmentsMayComeTo(t *testing.T) {
+	weight := func(atts ...email.Attachment) int64 {
+		return MemoryWeight(email.State{Queued: &email.Queued{Attachments: atts}})
+	}
+	const rest = 64 << 10
+	download := email.Attachment{Path: "https://files.example/a.pdf"}
+	most := int64(commands.MaxAttachmentBytes / 4 * 3)
+	if got := weight(download); got != rest+most {
+		t.Fatalf("one download: %d, want %d", got, rest+most)
+	}
+	if one, twenty := weight(download), weight(slices.Repeat([]email.Attachment{download}, 20)...); twenty != one {
+		t.Fatalf("twenty downloads weigh %d, one %d", twenty, one)
+	}
+	inline := email.Attachment{Digest: "d", SizeBytes: 3 << 20}
+	if got := weight(inline); got != rest+3<<20 {
+		t.Fatalf("an inline attachment of 3 MiB: %d", got)
+	}
+	if got, want := weight(inline, download), rest+3<<20+(commands.MaxAttachmentBytes-email.Base64Size(3<<20))/4*3; got != want {
+		t.Fatalf("inline and a download: %d, want %d", got, want)
+	}
+	if got := weight(); got != rest {
+		t.Fatalf("no attachments: %d", got)
 	}
 }
