@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/mailmsg"
 	"github.com/mailroom/mailroom/projections"
 )
@@ -67,32 +69,33 @@ type Erasure struct {
 // nothing new is answered with the erasure of that address before it.
 const ErasureRepeatWindow = 24 * time.Hour
 
-// repeatedErasure answers a request that repeats the account's last one:
-// the same address, within ErasureRepeatWindow, and no email to erase that
-// it did not erase (the read side may not show its erasures yet). A client
+// repeatedErasure answers a request that repeats the last one of its
+// address: within ErasureRepeatWindow, and no email to erase that it did
+// not erase (the read side may not show its erasures yet). A client
 // retrying after a 503 thus learns what was erased, and the log records
 // the request once. It waits, as the first did, until the erasure is
 // visible.
 func (s *Service) repeatedErasure(ctx context.Context, accountID, key string, ids []string, meta Meta) (Erasure, bool, error) {
-	st, _, err := load(ctx, s.store, account.Stream(accountID), account.Evolve)
+	stream := account.ErasureStream(accountID, key)
+	st, _, err := load(ctx, s.store, stream, account.EvolveErasures)
 	if err != nil {
 		return Erasure{}, false, err
 	}
-	er, ok := s.repeats(st, accountID, key, ids)
+	er, ok := s.repeats(st, accountID, ids)
 	if !ok {
 		return Erasure{}, false, nil
 	}
-	_, err = executeConfirmed(ctx, s, account.Stream(accountID), account.Evolve, func(account.State) ([]domain.Event, error) {
+	_, err = executeConfirmed(ctx, s, stream, account.EvolveErasures, func(account.Erasures) ([]domain.Event, error) {
 		return nil, nil
 	}, meta, projections.EmailsName, projections.AccountsName)
 	return er, true, err
 }
 
-// repeats is the account's last erasure when a request to erase the
-// address of key, finding ids, repeats it.
-func (s *Service) repeats(st account.State, accountID, key string, ids []string) (Erasure, bool) {
-	last := st.LastErasure
-	if last == nil || last.AddressKey != key || s.now().Sub(last.CompletedAt) > ErasureRepeatWindow {
+// repeats is the address's last erasure when a request to erase it,
+// finding ids, repeats it.
+func (s *Service) repeats(st account.Erasures, accountID string, ids []string) (Erasure, bool) {
+	last := st.Last
+	if last == nil || s.now().Sub(last.CompletedAt) > ErasureRepeatWindow {
 		return Erasure{}, false
 	}
 	for _, id := range ids {
@@ -119,6 +122,9 @@ func (s *Service) EraseRecipient(ctx context.Context, accountID, address string,
 		v.Add("email", "must be the address alone, without a display name (%s)", a.Email)
 	}
 	if err := v.OrNil(); err != nil {
+		return Erasure{}, err
+	}
+	if err := s.accountExists(ctx, accountID); err != nil {
 		return Erasure{}, err
 	}
 	key := s.address.Of(accountID, a.Email)
@@ -162,18 +168,31 @@ func (s *Service) eraseRecipient(ctx context.Context, accountID, key string, met
 	// erased email records nothing more), but the first to record its
 	// completion is the erasure; the others are answered with it.
 	var first *Erasure
-	_, err = executeConfirmed(ctx, s, account.Stream(accountID), account.Evolve, func(st account.State) ([]domain.Event, error) {
-		if prior, ok := s.repeats(st, accountID, key, ids); ok {
+	_, err = executeConfirmed(ctx, s, account.ErasureStream(accountID, key), account.EvolveErasures, func(st account.Erasures) ([]domain.Event, error) {
+		if prior, ok := s.repeats(st, accountID, ids); ok {
 			first = &prior
 			return nil, nil
 		}
 		first = nil
-		return account.CompleteErasure(st, er.ID, key, ids, er.CreatedAt)
+		return account.CompleteErasure(accountID, er.ID, key, ids, er.CreatedAt)
 	}, meta, projections.EmailsName, projections.AccountsName) // the held list drops erased emails too
 	if first != nil {
 		return *first, err
 	}
 	return er, err
+}
+
+// accountExists is nil when the account was created, domain.ErrNotFound
+// otherwise: its first event is enough.
+func (s *Service) accountExists(ctx context.Context, accountID string) error {
+	evs, err := s.store.ReadStream(ctx, account.Stream(accountID), 0, 1)
+	switch {
+	case errors.Is(err, eventstore.ErrStreamNotFound) || (err == nil && len(evs) == 0):
+		return domain.ErrNotFound
+	case err != nil:
+		return err
+	}
+	return nil
 }
 
 // deleteContent deletes the email's bodies and attachments from blob

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,5 +59,9 @@ func TestEraseCommand(t *testing.T) {
 	}
 	if _, _, err := run(t, "erase", "--account", acct, "--recipient", "not an address", "--database-url", db, "--data-dir", s.Config.DataDir); err == nil {
 		t.Error("erase accepted a malformed address")
+	}
+	if _, _, err := run(t, "erase", "--account", "0198a1d0-0000-7000-8000-000000000000", "--recipient", "ann@example.org",
+		"--database-url", db, "--data-dir", s.Config.DataDir); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("erase for an unknown account: %v", err)
 	}
 }

@@ -67,7 +67,8 @@ type (
 	}
 	// ErasureCompleted: every email of the account sent to one address was
 	// erased on request. The address is kept only as its keyed hash, so the
-	// record of the request does not bring it back.
+	// record of the request does not bring it back. Recorded on the
+	// address's ErasureStream (before that, on the account's stream).
 	ErasureCompleted struct {
 		AccountID   string    `json:"account_id"`
 		ErasureID   string    `json:"erasure_id"`
@@ -102,6 +103,29 @@ func Stream(id string) string { return streamPrefix + id }
 // for a stream of anything else.
 func IDFromStream(stream string) (id string, ok bool) { return strings.CutPrefix(stream, streamPrefix) }
 
+// ErasureStream is the stream of accountID's erasure requests for the
+// address whose keyed hash is addressKey. Each address has its own: on the
+// account's stream, which every command on the account reads whole, each
+// erasure would make the next one slower, and erasures of different
+// addresses would contend for one stream.
+func ErasureStream(accountID, addressKey string) string {
+	return "erasure-" + accountID + "-" + addressKey
+}
+
+// Erasures is an address's erasure requests as their events left them.
+type Erasures struct {
+	// Last is the latest recorded, nil before any.
+	Last *ErasureCompleted
+}
+
+// EvolveErasures applies one event of an ErasureStream.
+func EvolveErasures(s Erasures, e domain.Event) Erasures {
+	if e, ok := e.(*ErasureCompleted); ok {
+		s.Last = e
+	}
+	return s
+}
+
 // State is the account as its events left it.
 type State struct {
 	ID     string
@@ -112,8 +136,6 @@ type State struct {
 	// RetentionDays is how long the account keeps its emails' content;
 	// zero means the server's default.
 	RetentionDays int
-	// LastErasure is the latest erasure request recorded, nil before any.
-	LastErasure *ErasureCompleted
 }
 
 // Exists reports whether the account was created.
@@ -134,8 +156,6 @@ func Evolve(s State, e domain.Event) State {
 		s.Tokens = withToken(s.Tokens, e.TokenID, true)
 	case *RetentionSet:
 		s.RetentionDays = e.Days
-	case *ErasureCompleted:
-		s.LastErasure = e
 	}
 	return s
 }
@@ -255,11 +275,8 @@ func SetRetention(s State, days int, now time.Time) ([]domain.Event, error) {
 	return []domain.Event{&RetentionSet{AccountID: s.ID, Days: days, SetAt: now}}, nil
 }
 
-// CompleteErasure decides recording an erasure request for the address
-// whose keyed hash is addressKey, once its emails are erased.
-func CompleteErasure(s State, erasureID, addressKey string, emailIDs []string, now time.Time) ([]domain.Event, error) {
-	if !s.Exists() {
-		return nil, domain.ErrNotFound
-	}
-	return []domain.Event{&ErasureCompleted{AccountID: s.ID, ErasureID: erasureID, AddressKey: addressKey, EmailIDs: emailIDs, CompletedAt: now}}, nil
+// CompleteErasure decides recording an erasure request of accountID for the
+// address whose keyed hash is addressKey, once its emails are erased.
+func CompleteErasure(accountID, erasureID, addressKey string, emailIDs []string, now time.Time) ([]domain.Event, error) {
+	return []domain.Event{&ErasureCompleted{AccountID: accountID, ErasureID: erasureID, AddressKey: addressKey, EmailIDs: emailIDs, CompletedAt: now}}, nil
 }

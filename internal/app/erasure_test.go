@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -224,6 +225,47 @@ func TestRacingErasuresOfOneAddressRecordOne(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%d erasures recorded, want 1", n)
+	}
+}
+
+// Erasures are recorded apart from the account's own stream, one stream
+// per address: erasing many addresses does not make the account's stream,
+// which every command on the account reads, grow. A repeat is recognised
+// as such even after another address was erased in between.
+func TestErasuresLeaveTheAccountStreamAlone(t *testing.T) {
+	w := newSendWorld(t)
+	ctx := context.Background()
+	accountEvents := func() (n int) {
+		if err := w.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1`, "account-"+w.account).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := accountEvents()
+	erase := func(address string) map[string]any {
+		r := w.Do("POST", "/api/erasures", w.admin, map[string]any{"email": address})
+		if r.Status != http.StatusCreated {
+			t.Fatalf("erasure: %d %s", r.Status, r.Body)
+		}
+		return r.JSON(t)
+	}
+	w.waitFor(t, w.send(t, map[string]any{"from": "billing@acme.test", "to": "ann@example.org", "subject": "hi", "text": "hi"})["id"].(string), status("delivered"))
+	ann := erase("ann@example.org")
+	for i := range 5 {
+		erase(fmt.Sprintf("p%d@example.org", i))
+	}
+	if again := erase("ann@example.org"); again["id"] != ann["id"] || again["erased"] != 1.0 {
+		t.Fatalf("a repeat after other erasures: %v, want the first %v", again, ann)
+	}
+	if n := accountEvents(); n != before {
+		t.Fatalf("the account's stream went from %d to %d events", before, n)
+	}
+	var recorded int
+	if err := w.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE event_type = 'AccountErasureCompleted'`).Scan(&recorded); err != nil {
+		t.Fatal(err)
+	}
+	if recorded != 6 {
+		t.Fatalf("%d erasures recorded, want 6", recorded)
 	}
 }
 
