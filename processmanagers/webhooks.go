@@ -86,11 +86,11 @@ type Webhooks struct {
 	listed *endpointSet // what Prepare read for the batch; nil: nothing
 
 	mu        sync.Mutex
-	accounts  map[string]int // attempts in flight by account
-	endpoints map[string]int // and by endpoint
-	waiting   map[string]int // attempts waiting for a place, by account
-	freed     chan struct{}  // closed when a place is freed
-	lastSweep time.Time      // of held deliveries, by Now
+	accounts  map[string]*share // attempts in flight by account
+	endpoints map[string]*share // and by endpoint
+	waiting   map[string]int    // attempts waiting for a place, by account
+	freed     chan struct{}     // closed when a place is freed
+	lastSweep time.Time         // of held deliveries, by Now
 }
 
 // Target is an endpoint an event goes to.
@@ -528,7 +528,7 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	// goes to its own job after all, as does anything a rerun finds.
 	if len(jobs) == 1 && only != nil && job.Attempt == 1 {
 		st, expected := commands.Created(only.Created)
-		err := w.attempt(ctx, jobs[0].Args.(AttemptArgs), st, expected)
+		err := w.attempt(ctx, jobs[0].Args.(AttemptArgs), st, expected, false, 0)
 		var wait *river.JobSnoozeError
 		if !errors.As(err, &wait) {
 			return err
@@ -550,8 +550,22 @@ func (*attemptWorker) Timeout(*river.Job[AttemptArgs]) time.Duration { return ti
 
 // busy is how long an attempt that found no place within its shares waits
 // in the queue before asking again, instead of holding one of the
-// process's slots.
-func busy() time.Duration { return 200*time.Millisecond + rand.N(400*time.Millisecond) }
+// process's slots: 200–600 ms at first, doubling with each time the job
+// found none (snoozed), up to about the time the full share's places take
+// to free (pace) but at most busyMax, ±50 %. A slow receiver's backlog
+// then asks every few seconds per job instead of several times a second,
+// while a fast one's, whose places free within milliseconds, never waits
+// longer than 600 ms.
+func busy(snoozed int, pace time.Duration) time.Duration {
+	d := busyMin << min(snoozed, 8)
+	d = min(d, max(busyMin, min(pace, busyMax)))
+	return d/2 + rand.N(d)
+}
+
+// busyMax keeps busy, jitter included, under River's scheduler interval
+// (5 s): a longer snooze would wait for the scheduler to make the job
+// available again.
+const busyMin, busyMax = 400 * time.Millisecond, 3 * time.Second
 
 // shareWait is how long an attempt waits in the process for a place within
 // its shares: a fast receiver frees one within milliseconds, so its
@@ -559,21 +573,65 @@ func busy() time.Duration { return 200*time.Millisecond + rand.N(400*time.Millis
 // one does not, and its attempts go back to the queue.
 const shareWait = 250 * time.Millisecond
 
+// share is an account's or an endpoint's places in this process.
+type share struct {
+	n     int           // places taken
+	freed time.Time     // when one was last freed (or the first taken)
+	took  time.Duration // how long an attempt holds its place, averaged; 0: none measured
+}
+
+// pace is how long s's places take to free: the usual time of an attempt,
+// or longer while none has freed for longer.
+func (s *share) pace(now time.Time) time.Duration {
+	if s == nil {
+		return 0
+	}
+	return max(s.took, now.Sub(s.freed))
+}
+
+// over reports whether the account's or the endpoint's share is full, and
+// how long the full one's places take to free. w.mu is held.
+func (w *Webhooks) over(accountID, endpointID string) (over bool, pace time.Duration) {
+	now := time.Now()
+	if a := w.accounts[accountID]; a != nil && a.n >= w.PerAccount {
+		over, pace = true, a.pace(now)
+	}
+	if e := w.endpoints[endpointID]; e != nil && e.n >= w.PerEndpoint {
+		over, pace = true, max(pace, e.pace(now))
+	}
+	return over, pace
+}
+
+// slow reports that an attempt's share is full and its places take longer
+// than shareWait to free: its job had better take its place before reading
+// anything, since it most likely finds none.
+func (w *Webhooks) slow(accountID, endpointID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	over, pace := w.over(accountID, endpointID)
+	return over && pace > shareWait
+}
+
 // take claims a place for an attempt within its account's and endpoint's
 // shares, waiting up to shareWait. At most an account's share of its
 // attempts wait at once, so one account never holds more than twice its
-// share of the process's slots.
-func (w *Webhooks) take(ctx context.Context, accountID, endpointID string) bool {
+// share of the process's slots. When it gets none, pace is how long the
+// full share's places take to free (see busy).
+func (w *Webhooks) take(ctx context.Context, accountID, endpointID string) (ok bool, pace time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.accounts == nil {
-		w.accounts, w.endpoints, w.waiting = map[string]int{}, map[string]int{}, map[string]int{}
+		w.accounts, w.endpoints, w.waiting = map[string]*share{}, map[string]*share{}, map[string]int{}
 		w.freed = make(chan struct{})
 	}
 	var timeout <-chan time.Time
-	for w.accounts[accountID] >= w.PerAccount || w.endpoints[endpointID] >= w.PerEndpoint {
+	for {
+		over, p := w.over(accountID, endpointID)
+		if !over {
+			break
+		}
 		if w.waiting[accountID] >= w.PerAccount {
-			return false
+			return false, p
 		}
 		if timeout == nil {
 			t := time.NewTimer(shareWait)
@@ -596,34 +654,81 @@ func (w *Webhooks) take(ctx context.Context, accountID, endpointID string) bool 
 			delete(w.waiting, accountID)
 		}
 		if expired {
-			return false
+			_, p := w.over(accountID, endpointID)
+			return false, p
 		}
 	}
-	w.accounts[accountID]++
-	w.endpoints[endpointID]++
-	return true
+	now := time.Now()
+	hold(w.accounts, accountID, now)
+	hold(w.endpoints, endpointID, now)
+	return true, 0
 }
 
-func (w *Webhooks) release(accountID, endpointID string) {
+// release frees a place take claimed; took is how long the attempt spent
+// on the receiver (0: it made none).
+func (w *Webhooks) release(accountID, endpointID string, took time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.accounts[accountID]--; w.accounts[accountID] <= 0 {
-		delete(w.accounts, accountID)
-	}
-	if w.endpoints[endpointID]--; w.endpoints[endpointID] <= 0 {
-		delete(w.endpoints, endpointID)
-	}
+	now := time.Now()
+	free(w.accounts, accountID, now, took)
+	free(w.endpoints, endpointID, now, took)
 	close(w.freed) // wakes the waiters
 	w.freed = make(chan struct{})
 }
 
+// hold counts a place taken in m[id].
+func hold(m map[string]*share, id string, now time.Time) {
+	if m[id] == nil {
+		m[id] = &share{freed: now}
+	}
+	m[id].n++
+}
+
+// free counts a place of m[id] freed after took on the receiver (0: none).
+func free(m map[string]*share, id string, now time.Time, took time.Duration) {
+	s := m[id]
+	if s == nil {
+		return // never taken
+	}
+	if s.n--; s.n <= 0 {
+		delete(m, id)
+		return
+	}
+	s.freed = now
+	switch {
+	case took <= 0:
+	case s.took == 0:
+		s.took = took
+	default:
+		s.took = (3*s.took + took) / 4
+	}
+}
+
 // Work makes the attempt if it is still due and its endpoint may receive
 // it, records it, and queues the next when it failed with retries left.
+// Behind a slow receiver whose share is full, the attempt takes its place
+// before reading anything, so one over its share costs a fetch and a
+// snooze, nothing more; its reads then hold the place for a few
+// milliseconds of the receiver's hundreds. Otherwise it reads first, and
+// its place holds only the receiver's time.
 func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) error {
 	w, a := aw.w, job.Args
 	if wait := a.NotBefore.Sub(w.Now()); wait > 0 {
 		return river.JobSnooze(wait)
 	}
+	placed := false
+	if w.slow(a.AccountID, a.EndpointID) {
+		ok, pace := w.take(ctx, a.AccountID, a.EndpointID)
+		if !ok {
+			return river.JobSnooze(busy(snoozes(job.Metadata), pace))
+		}
+		placed = true
+	}
+	defer func() {
+		if placed {
+			w.release(a.AccountID, a.EndpointID, 0)
+		}
+	}()
 	st, expected, err := w.Commands.Delivery(ctx, a.DeliveryID)
 	if err != nil {
 		return err
@@ -637,12 +742,20 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 		}
 		a.Cause, a.CorrelationID = story.CausationID, story.CorrelationID
 	}
-	return w.attempt(ctx, a, st, expected)
+	held := placed
+	placed = false // attempt frees it
+	return w.attempt(ctx, a, st, expected, held, snoozes(job.Metadata))
 }
 
 // attempt is a's work on the delivery as its stream stands (st, read at
 // expected). A river.JobSnoozeError asks for the attempt again later.
-func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State, expected eventstore.ExpectedVersion) error {
+// placed: the caller took a's place (take), which attempt frees.
+func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State, expected eventstore.ExpectedVersion, placed bool, snoozed int) error {
+	defer func() {
+		if placed {
+			w.release(a.AccountID, a.EndpointID, 0)
+		}
+	}()
 	if st.Created == nil || st.Status != delivery.Pending || st.Attempts >= a.Attempt+1 {
 		return nil // ended, or its next attempt is under way
 	}
@@ -682,13 +795,17 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 		// A receiver that hears of a delivery finds it listed.
 		_ = w.Settle(ctx, *a.Listed, projections.WebhooksName)
 	}
-	// The shares bound the time spent on receivers; reading and recording
-	// are the database's and hold none.
-	if !w.take(ctx, a.AccountID, a.EndpointID) {
-		return river.JobSnooze(busy())
+	// The shares bound the time spent on receivers; recording is the
+	// database's and holds none.
+	if !placed {
+		if ok, pace := w.take(ctx, a.AccountID, a.EndpointID); !ok {
+			return river.JobSnooze(busy(snoozed, pace))
+		}
 	}
+	start := time.Now()
 	o, err := w.post(ctx, st.Created, ep.URL, ep.SealedSecret)
-	w.release(a.AccountID, a.EndpointID)
+	w.release(a.AccountID, a.EndpointID, time.Since(start))
+	placed = false
 	if err != nil {
 		return err
 	}

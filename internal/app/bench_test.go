@@ -367,3 +367,87 @@ func procStatusKiB(b *testing.B, field string) int64 {
 	b.Fatalf("no %s in /proc/self/status", field)
 	return 0
 }
+
+// BenchmarkSlowEndpointBacklog queues 300 test events to an endpoint that
+// answers after 9 s and reports what the backlog costs the database while
+// it waits: commits/s (and the same before the events, idle_commits/s),
+// attempt jobs run per second (webhook_jobs/s: River's fetch, the
+// worker's run, the snooze), and the time a test event to another
+// endpoint of the same account takes meanwhile, with the slow receiver's
+// requests and the most it had at once (its share is 8). The figures are
+// of one 10 s window per run; use -benchtime 1x.
+func BenchmarkSlowEndpointBacklog(b *testing.B) {
+	s := apptest.Start(b, func(c *config.Config) { c.EgressAllowCIDRs = "127.0.0.0/8"; c.WebhookAllowHTTP = true })
+	_, _, key := s.Sender("acme.test")
+	release := make(chan struct{})
+	var arrived, inFlight, most atomic.Int64
+	slow := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
+		n := inFlight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		select {
+		case <-release:
+		case <-time.After(9 * time.Second):
+		}
+		inFlight.Add(-1)
+		rw.WriteHeader(http.StatusNoContent)
+	}))
+	b.Cleanup(slow.Close)
+	b.Cleanup(func() { close(release) })
+	sink := &hookSink{delivered: map[string]time.Time{}}
+	fast := httptest.NewServer(sink)
+	b.Cleanup(fast.Close)
+	endpoint := func(url string) string {
+		r := s.Do("POST", "/v1/webhooks", key, map[string]any{"url": url})
+		if r.Status != 201 {
+			b.Fatalf("endpoint: %d %s", r.Status, r.Body)
+		}
+		return r.JSON(b)["id"].(string)
+	}
+	slowID, fastID := endpoint(slow.URL), endpoint(fast.URL)
+	ctx := context.Background()
+	sample := func() (commits, runs int64) {
+		if err := s.Pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&commits); err != nil {
+			b.Fatal(err)
+		}
+		// A job's runs: its snoozes, and the run it is in or ended with.
+		if err := s.Pool.QueryRow(ctx, `SELECT coalesce(sum(coalesce((metadata->>'snoozes')::int, 0) + attempt), 0)
+			FROM river_job WHERE kind = 'webhook_attempt'`).Scan(&runs); err != nil {
+			b.Fatal(err)
+		}
+		return commits, runs
+	}
+	const window = 10 * time.Second
+	time.Sleep(2 * time.Second)
+	c0, _ := sample()
+	time.Sleep(window)
+	c1, _ := sample()
+	b.ResetTimer()
+	for range b.N {
+		for range 300 {
+			if r := s.Do("POST", "/v1/webhooks/"+slowID+"/test", key, nil); r.Status != 202 {
+				b.Fatalf("test: %d %s", r.Status, r.Body)
+			}
+		}
+		time.Sleep(2 * time.Second) // the reader has queued them all
+		c2, r2 := sample()
+		time.Sleep(window)
+		c3, r3 := sample()
+		t0 := time.Now()
+		if r := s.Do("POST", "/v1/webhooks/"+fastID+"/test", key, nil); r.Status != 202 {
+			b.Fatalf("test: %d %s", r.Status, r.Body)
+		}
+		for deadline := time.Now().Add(30 * time.Second); sink.count() == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatal("the other endpoint's test event never arrived")
+			}
+		}
+		b.ReportMetric(float64(c1-c0)/window.Seconds(), "idle_commits/s")
+		b.ReportMetric(float64(c3-c2)/window.Seconds(), "commits/s")
+		b.ReportMetric(float64(r3-r2)/window.Seconds(), "webhook_jobs/s")
+		b.ReportMetric(float64(time.Since(t0).Microseconds())/1000, "other_endpoint_ms")
+		b.ReportMetric(float64(arrived.Load()), "slow_requests")
+		b.ReportMetric(float64(most.Load()), "slow_most_at_once")
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/webhook"
 )
 
 // One account whose ten endpoints answer only after 9 s (the receiver
@@ -150,5 +151,50 @@ func TestWebhookRetryAfterIsHonoured(t *testing.T) {
 	}
 	if wait := got[0].at.Sub(asked); wait < 2*time.Second {
 		t.Fatalf("the retry came %v after the test event, before the receiver's Retry-After", wait)
+	}
+}
+
+// A backlog behind a receiver slower than the in-process wait for a place
+// goes back to the queue and comes out whole: each delivery arrives once,
+// on its first attempt (waiting for a place is no failure), and the
+// endpoint never has more than its share (one here) at once.
+func TestBacklogBehindASlowReceiverArrivesOnceEach(t *testing.T) {
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookAccountConcurrency = 2 })
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	got := map[string]int{}
+	slow := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got[r.Header.Get(webhook.HeaderDeliveryID)]++
+		if inFlight++; inFlight > most {
+			most = inFlight
+		}
+		mu.Unlock()
+		time.Sleep(400 * time.Millisecond)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		rw.WriteHeader(204)
+	}))
+	defer slow.Close()
+	id, _ := w.endpoint(t, map[string]any{"url": slow.URL})
+	var ids []string
+	for range 8 {
+		ids = append(ids, w.test(t, id))
+	}
+	for _, did := range ids {
+		if d := w.waitDelivery(t, id, did, "delivered"); d["attempts"] != 1.0 {
+			t.Fatalf("delivery %v", d)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, did := range ids {
+		if got[did] != 1 {
+			t.Fatalf("delivery %s arrived %d times: %v", did, got[did], got)
+		}
+	}
+	if most != 1 {
+		t.Fatalf("the endpoint had %d attempts at once, its share is 1", most)
 	}
 }
