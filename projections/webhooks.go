@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS webhook_deliveries (
 CREATE INDEX IF NOT EXISTS webhook_deliveries_endpoint_idx ON webhook_deliveries (endpoint_id, created_at DESC);
 CREATE INDEX IF NOT EXISTS webhook_deliveries_email_idx ON webhook_deliveries (email_id);
 CREATE INDEX IF NOT EXISTS webhook_deliveries_failed_idx ON webhook_deliveries (endpoint_id, created_at DESC) WHERE status = 'failed';
+CREATE INDEX IF NOT EXISTS webhook_deliveries_pending_idx ON webhook_deliveries (endpoint_id, created_at DESC) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) WHERE status = 'pending' AND NOT held;
 CREATE INDEX IF NOT EXISTS webhook_deliveries_held_idx ON webhook_deliveries (created_at) WHERE status = 'pending' AND held;`
 }

@@ -116,10 +116,10 @@ var ErrNoSuchDelivery = errors.New("no such delivery of this endpoint")
 
 // deliveriesQueries are the list's queries, by status filter and by
 // whether a page follows a cursor, with both written out: the partial
-// index of failed deliveries (rare, and the ones a reader looks for) serves
-// only a query that names the status, and the cursor bounds the index scan
-// only where the query holds it unconditionally (a plan made for any cursor
-// would otherwise filter the whole log).
+// indexes of failed and of pending deliveries (few, and the ones a reader
+// looks for) serve only a query that names the status, and the cursor
+// bounds the index scan only where the query holds it unconditionally (a
+// plan made for any cursor would otherwise filter the whole log).
 var deliveriesQueries = func() map[deliveriesKey]string {
 	out := map[deliveriesKey]string{}
 	for _, status := range []string{"", "pending", "delivered", "failed"} {
