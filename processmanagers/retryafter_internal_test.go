@@ -1,6 +1,7 @@
 package processmanagers
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -30,5 +31,18 @@ func TestRetryAfterReadsSecondsDatesAndHugeNumbers(t *testing.T) {
 		if got := retryAfter(c.header, now); got != c.want {
 			t.Errorf("Retry-After %q: %v, want %v", c.header, got, c.want)
 		}
+	}
+}
+
+// A send's retries are counted apart from River's snoozes, which also count
+// the waits for an account's slot or for memory: an email that waited its
+// turn ten times and then fails for now is on its first retry.
+func TestSendTriesIgnoreWaitsForATurn(t *testing.T) {
+	ctx := context.Background()
+	if n := retried(ctx, []byte(`{"snoozes": 10}`)); n != 1 {
+		t.Fatalf("first failure after ten waits is try %d", n)
+	}
+	if n := retried(ctx, []byte(`{"snoozes": 14, "send_tries": 2}`)); n != 3 {
+		t.Fatalf("third failure is try %d", n)
 	}
 }

@@ -191,9 +191,9 @@ func (w *SendWorker) outcome(ctx context.Context, job *river.Job[SendArgs], err 
 	case ctx.Err() != nil:
 		return river.JobSnooze(0) // stopping: the next worker takes it at once
 	case provider.IsThrottled(err):
-		return river.JobSnooze(throttleWait(err, snoozes(job.Metadata)+1))
+		return river.JobSnooze(throttleWait(err, retried(ctx, job.Metadata)))
 	case IsTransient(err):
-		n := snoozes(job.Metadata) + 1
+		n := retried(ctx, job.Metadata)
 		d := w.Retry.Delay(n)
 		if w.Log != nil && n > 1 {
 			w.Log.Warn("email send will be retried", "email_id", job.Args.EmailID, "request_id", job.Args.CorrelationID,
@@ -215,6 +215,20 @@ func snoozes(metadata []byte) int {
 	}
 	_ = json.Unmarshal(metadata, &m)
 	return m.Snoozes
+}
+
+// retried counts a send's try that failed for now (transient or throttled)
+// in its job's metadata and answers which try it was, from 1. River's own
+// snooze count would also count the waits for an account's slot or for
+// memory, and stretch the backoff of an email that merely waited its turn.
+func retried(ctx context.Context, metadata []byte) int {
+	var m struct {
+		Tries int `json:"send_tries"`
+	}
+	_ = json.Unmarshal(metadata, &m)
+	m.Tries++
+	_ = river.MetadataSet(ctx, "send_tries", m.Tries)
+	return m.Tries
 }
 
 // AccountSlots caps the emails of one account being prepared or sent at

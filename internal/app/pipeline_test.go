@@ -296,6 +296,12 @@ func TestThrottledSendWaitsAndGoesOut(t *testing.T) {
 	if e["status"] != "queued" {
 		t.Fatalf("a throttled email is %v: %v", e["status"], e["events"])
 	}
+	// Its backoff counts its own tries, not every wait of its job.
+	var tries int
+	if err := w.Pool.QueryRow(context.Background(), `SELECT coalesce((metadata->>'send_tries')::int, 0) FROM river_job
+		WHERE kind = 'email_send' AND args->>'email_id' = $1`, id).Scan(&tries); err != nil || tries < 2 {
+		t.Fatalf("the send's tries recorded: %d %v", tries, err)
+	}
 	if r := w.Do("GET", "/readyz", "", nil); r.Status != 200 {
 		t.Fatalf("/readyz while throttled: %d %s", r.Status, r.Body)
 	}
