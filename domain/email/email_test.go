@@ -1,6 +1,7 @@
 package email_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -154,5 +155,32 @@ func TestAnEarlierNotificationRedeliveredIsNotRecordedAgain(t *testing.T) {
 	s = fold(s, email.RecordFeedback(s, o))
 	if evs := email.RecordFeedback(s, d); len(evs) != 0 {
 		t.Fatalf("redelivered f1 recorded again: %v", evs)
+	}
+}
+
+// Opens and clicks are recorded up to MaxEngagement, together; a bounce or
+// a complaint after them still is.
+func TestOpensAndClicksAreRecordedUpToTheCap(t *testing.T) {
+	s := queued()
+	s = fold(s, email.MarkScanned(s, nil, t0))
+	s = fold(s, email.MarkSent(s, "p1", t0))
+	for i := range email.MaxEngagement {
+		var fb domain.Event = &email.Opened{EmailID: "e1", FeedbackID: fmt.Sprintf("o%d", i), OccurredAt: t0}
+		if i%2 == 1 {
+			fb = &email.Clicked{EmailID: "e1", FeedbackID: fmt.Sprintf("c%d", i), OccurredAt: t0}
+		}
+		evs := email.RecordFeedback(s, fb)
+		if len(evs) != 1 {
+			t.Fatalf("engagement %d not recorded", i+1)
+		}
+		s = fold(s, evs)
+	}
+	for _, fb := range []domain.Event{&email.Opened{EmailID: "e1", FeedbackID: "one more"}, &email.Clicked{EmailID: "e1", FeedbackID: "and one"}} {
+		if evs := email.RecordFeedback(s, fb); len(evs) != 0 {
+			t.Fatalf("%T past the cap recorded", fb)
+		}
+	}
+	if evs := email.RecordFeedback(s, &email.Complained{EmailID: "e1", FeedbackID: "complaint"}); len(evs) != 1 {
+		t.Fatal("a complaint past the cap was not recorded")
 	}
 }

@@ -15,7 +15,16 @@ type State struct {
 	Held     bool            // waiting for its account's reinstatement
 	Erased   *Erased         // its personal data is destroyed
 	Feedback map[string]bool // feedback ids already recorded
+	Engaged  int             // opens and clicks recorded
 }
+
+// MaxEngagement is how many opens and clicks an email records; later ones
+// are not recorded. Recipients open and click without end (a message
+// forwarded to a list, a pixel reloaded in a loop), and every later command
+// on the email and every read of its timeline would carry them all. The
+// first open and click set opened_at and clicked_at; a thousand is far
+// more than a timeline is read for.
+const MaxEngagement = 1000
 
 // Exists reports whether the email was queued.
 func (s State) Exists() bool { return s.Queued != nil }
@@ -65,8 +74,10 @@ func Evolve(s State, e domain.Event) State {
 		s = s.sawFeedback(e.FeedbackID)
 	case *Opened:
 		s = s.sawFeedback(e.FeedbackID)
+		s.Engaged++
 	case *Clicked:
 		s = s.sawFeedback(e.FeedbackID)
+		s.Engaged++
 	case *Erased:
 		s.Erased = e
 	}
@@ -155,11 +166,18 @@ func FeedbackID(e domain.Event) (string, bool) {
 }
 
 // RecordFeedback decides recording provider feedback: only for an email
-// that was sent, and once per feedback id (providers redeliver).
+// that was sent, once per feedback id (providers redeliver), and opens and
+// clicks up to MaxEngagement.
 func RecordFeedback(s State, fb domain.Event) []domain.Event {
 	id, ok := FeedbackID(fb)
 	if !ok || s.Sent == nil || s.Erased != nil || s.Feedback[id] {
 		return nil
+	}
+	switch fb.(type) {
+	case *Opened, *Clicked:
+		if s.Engaged >= MaxEngagement {
+			return nil
+		}
 	}
 	return []domain.Event{fb}
 }
