@@ -88,14 +88,21 @@ func (r *Runner) Prepare(ctx context.Context) error {
 	return nil
 }
 
-// ensureSchema runs p's idempotent DDL over its live tables. Its CREATE
-// INDEX IF NOT EXISTS locks each table even when the index is there, so
-// beside a running projector writing the same tables (an operator command
-// while the service runs) it can meet a deadlock or a lock timeout: then
-// it gives way and runs again.
+// ensureSchema runs p's idempotent DDL over its live tables, under the
+// projector's lock: processes starting together would otherwise each build
+// an index one of them just added, and all but the first fail on its name.
+// Its CREATE INDEX IF NOT EXISTS locks each table even when the index is
+// there, so beside other work on the same tables it can meet a deadlock or
+// a lock timeout: then it gives way and runs again.
 func (r *Runner) ensureSchema(ctx context.Context, p Projector) error {
 	for attempt := 1; ; attempt++ {
-		_, err := r.pool.Exec(ctx, ddl(p))
+		err := r.inTx(ctx, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pglock.Projection(string(p.Name())))); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, ddl(p))
+			return err
+		})
 		if err == nil || !isLockConflict(err) || attempt == 50 {
 			return err
 		}

@@ -652,3 +652,62 @@ func TestRunnerSubscribesAgainAfterALostSubscription(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// Processes starting together on a read model that lacks an index their
+// release adds (an upgrade) all start: one builds the index while the
+// others wait for it, rather than building it too and failing on its name.
+func TestStartsTogetherBuildANewIndexOnce(t *testing.T) {
+	ctx := context.Background()
+	pool, store := setup(t)
+	p := projections.Emails{}
+	if err := projections.NewRunner(pool, store, nil, quiet, p).Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Enough emails for the index to take a moment to build.
+	if _, err := pool.Exec(ctx, `INSERT INTO emails (id, account_id, from_email, to_email, to_addresses, subject,
+			status, top_status, top_rank, top_at, created_at)
+		SELECT 'e' || i, 'acct', 'a@acme.test', 'user' || i || '@example.org', ARRAY['user' || i || '@example.org'], 's',
+			'queued', 'queued', 0, now(), now()
+		FROM generate_series(1, 20000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "DROP INDEX emails_account_status_idx"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A writer holds the table, so that both starts come to its indexes
+	// together once it is done.
+	writer, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Rollback(ctx)
+	if _, err := writer.Exec(ctx, "LOCK TABLE emails IN ROW EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 2)
+	for range 2 {
+		go func() { started <- projections.NewRunner(pool, store, nil, quiet, p).Prepare(ctx) }()
+	}
+	for waiting := 0; waiting < 2; {
+		// Not in the writer's transaction: it would see the same figures
+		// every time.
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := writer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-started; err != nil {
+			t.Errorf("a start failed: %v", err)
+		}
+	}
+	var indexed bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass('emails_account_status_idx') IS NOT NULL").Scan(&indexed); err != nil || !indexed {
+		t.Fatalf("index not built (%v)", err)
+	}
+}
