@@ -5,6 +5,7 @@ package readapi
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +18,8 @@ import (
 type Reader struct {
 	pool *pgxpool.Pool
 	now  func() time.Time
+	// recipientTrigrams is set once the emails' trigram index is found.
+	recipientTrigrams atomic.Bool
 }
 
 // New returns a Reader over pool; now is the clock that decides expiry.

@@ -179,5 +179,29 @@ func up(ctx context.Context, db *sql.DB, pool *pgxpool.Pool) error {
 	}
 	// The job queue's tables are River's, migrated by River's own migrator
 	// so they always match the River this build links.
-	return jobs.Migrate(ctx, pool)
+	if err := jobs.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	ensureTrigrams(ctx, pool)
+	return nil
+}
+
+// ensureTrigrams creates the pg_trgm extension, whose index serves the
+// email list's to filter (see projections.Emails), under the migration
+// lock: concurrent CREATE EXTENSIONs would collide. It is trusted from
+// PostgreSQL 13, so a role that may create objects in the database may
+// create it. Mailroom runs without it, the filter reading every email of
+// the account instead: a server without contrib, or a role without the
+// privilege, is a warning, not a failure.
+func ensureTrigrams(ctx context.Context, pool *pgxpool.Pool) {
+	var have bool
+	err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')").Scan(&have)
+	if err == nil && !have {
+		_, err = pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_trgm")
+	}
+	if err != nil {
+		slog.Warn("the pg_trgm extension could not be created, so no index serves the email list's to filter: "+
+			"it reads every email of the account. Install PostgreSQL's contrib extensions, or run CREATE EXTENSION pg_trgm "+
+			"as a role that may, then restart", "err", err)
+	}
 }

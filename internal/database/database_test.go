@@ -1,9 +1,18 @@
 package database_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"log/slog"
+	neturl "net/url"
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/internal/database"
 	"github.com/mailroom/mailroom/internal/pgtest"
@@ -39,4 +48,69 @@ func TestMigrateRefusesADatabaseOfANewerRelease(t *testing.T) {
 		t.Fatalf("Migrate = %v, want ErrNewerRelease", err)
 	}
 	t.Log(err)
+}
+
+// A database where pg_trgm cannot be created (here, by a role that may
+// create tables but not extensions) is migrated all the same, with one
+// warning saying what goes without it.
+func TestMigratesWhereNoPgTrgmCanBeCreated(t *testing.T) {
+	ctx := context.Background()
+	b := make([]byte, 6)
+	rand.Read(b)
+	role, password := "mailroom_test_role_"+hex.EncodeToString(b), hex.EncodeToString(b)
+	admin, err := pgx.Connect(ctx, pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", role, password)); err != nil {
+		t.Fatal(err)
+	}
+	// Registered before the database, so dropped after it.
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), pgtest.ServerURL())
+		if err != nil {
+			t.Logf("drop role %s: %v", role, err)
+			return
+		}
+		defer c.Close(context.Background())
+		if _, err := c.Exec(context.Background(), "DROP ROLE IF EXISTS "+role); err != nil {
+			t.Logf("drop role %s: %v", role, err)
+		}
+	})
+	url := pgtest.NewURL(t)
+	owner, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close(ctx)
+	// It may create tables, not extensions (CREATE on the database).
+	if _, err := owner.Exec(ctx, "GRANT CREATE ON SCHEMA public TO "+role); err != nil {
+		t.Fatal(err)
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.UserPassword(role, password)
+
+	var logged bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	pool, err := database.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := database.Migrate(ctx, pool); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if warnings := strings.Count(logged.String(), "level=WARN"); warnings != 1 || !strings.Contains(logged.String(), "pg_trgm") {
+		t.Fatalf("%d warnings, want one about pg_trgm:\n%s", warnings, logged.String())
+	}
+	t.Log(logged.String())
+	var created bool
+	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')").Scan(&created); err != nil || created {
+		t.Fatalf("pg_trgm created: %v (%v)", created, err)
+	}
 }
