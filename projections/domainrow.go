@@ -53,6 +53,7 @@ func utc(t *time.Time) time.Time {
 
 // ScanDomain builds a domain from a row of DomainColumns: the one mapping
 // from the table back to the domain, for the projector and the read side.
+// LastCheck is not kept: only decisions use it, and they read the stream.
 func ScanDomain(row pgx.CollectableRow) (sendingdomain.State, error) {
 	var st sendingdomain.State
 	var mode, status string

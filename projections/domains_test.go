@@ -133,7 +133,9 @@ func TestDomainsProjectsEachStepIntoColumns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := states[domainID]; !reflect.DeepEqual(got, want) {
+		want := states[domainID]
+		want.LastCheck = nil // decisions' alone: they read the stream, the read model does not keep it
+		if !reflect.DeepEqual(got, want) {
 			t.Errorf("after %s: read back\n\t%+v\nwant\n\t%+v", e.EventType(), got, want)
 		}
 	}
