@@ -63,13 +63,20 @@ func (s *Service) addDomain(ctx context.Context, accountID, rawName string, lega
 	if n >= sendingdomain.MaxDomains {
 		return sendingdomain.State{}, &LimitError{Detail: fmt.Sprintf("an account may hold at most %d sending domains; remove one first", sendingdomain.MaxDomains)}
 	}
-	// Claim the name before making a key: a name in use costs nothing, and
-	// two adds of one name cannot both succeed.
+	// A name the read model shows in use is refused before a key is made,
+	// so it costs nothing. The key comes before the claim: an add that
+	// gives up while it waits for its turn to make one has claimed nothing,
+	// and a claim is followed at once by its domain (ClaimGrace). Two adds
+	// of one name still cannot both succeed: they meet on the claim.
 	id := uuid.NewString()
-	if err := s.claimName(ctx, accountID, name, id, meta); err != nil {
+	now := s.now()
+	known, err := s.domainsNamed(ctx, name)
+	if err != nil {
 		return sendingdomain.State{}, err
 	}
-	now := s.now()
+	if _, err := sendingdomain.ClaimName(sendingdomain.Claim{}, sendingdomain.State{}, known, accountID, name, id, now); err != nil {
+		return sendingdomain.State{}, err
+	}
 	var key *sendingdomain.Key
 	var tokens []string
 	if legacy {
@@ -80,6 +87,9 @@ func (s *Service) addDomain(ctx context.Context, accountID, rawName string, lega
 			return sendingdomain.State{}, err
 		}
 		key = &k
+	}
+	if err := s.claimName(ctx, accountID, name, id, meta); err != nil {
+		return sendingdomain.State{}, err
 	}
 	evs, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
 		return sendingdomain.Add(st, id, accountID, name, s.region, key, tokens, now)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,5 +181,40 @@ func TestVerifyDomainNeedsTheRecordsAndTheProvider(t *testing.T) {
 	}
 	if _, _, err := h.svc.VerifyDomain(ctx, h.newAccount(t), st.ID, meta); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("verify by another account: %v, want not found", err)
+	}
+}
+
+// An add that gives up while it waits for its turn to make a key (its
+// client went away) has claimed nothing: adding the name again succeeds.
+func TestAnAddGivenUpWaitingForItsKeyClaimsNothing(t *testing.T) {
+	ctx := context.Background()
+	making, finish := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h := newHarness(t, func(d *commands.Deps) {
+		d.KeyGenerated = func() { // called within the key's turn: holds it
+			once.Do(func() {
+				close(making)
+				<-finish
+			})
+		}
+	})
+	acct := h.newAccount(t)
+	first := make(chan error, 1)
+	go func() {
+		_, err := h.svc.AddDomain(ctx, acct, "one.example.com", meta)
+		first <- err
+	}()
+	<-making
+	gaveUp, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := h.svc.AddDomain(gaveUp, acct, "two.example.com", meta); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an add waiting for its turn past its deadline: %v", err)
+	}
+	close(finish)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.AddDomain(ctx, acct, "two.example.com", meta); err != nil {
+		t.Fatalf("adding the name again: %v", err)
 	}
 }
