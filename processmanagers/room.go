@@ -72,6 +72,7 @@ func (r *Room) Take(ctx context.Context, account string, n int64) (*Lease, bool)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.waiting, account)
+	r.asked[account] = r.now() // still wanting room until its job asks again
 	if err != nil {
 		return nil, false
 	}

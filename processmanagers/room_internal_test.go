@@ -3,6 +3,7 @@ package processmanagers
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,6 +95,39 @@ func TestAnAccountOverItsShareStepsAsideForAnother(t *testing.T) {
 	}
 	if _, ok := r.Take(ctx, "a", 5); ok {
 		t.Fatal("the account over its share took more while another wants room")
+	}
+}
+
+// An account whose email waited long for room and goes back to the queue
+// still counts as wanting room until its job asks again.
+func TestAnAccountWhoseWaitEndedStillWantsRoom(t *testing.T) {
+	r := NewRoom(100)
+	var mu sync.Mutex
+	now := time.Unix(0, 0)
+	r.now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	ctx := context.Background()
+	if _, ok := r.Take(ctx, "a", 60); !ok {
+		t.Fatal("refused")
+	}
+	r.wait = 50 * time.Millisecond
+	go func() { // b's wait lasts its whole length
+		untilWaiting(t, r, "b")
+		mu.Lock()
+		now = now.Add(roomWait)
+		mu.Unlock()
+	}()
+	if _, ok := r.Take(ctx, "b", 50); ok {
+		t.Fatal("b found room that a holds")
+	}
+	mu.Lock()
+	now = now.Add(time.Second) // b's job snoozes; a asks meanwhile
+	mu.Unlock()
+	if _, ok := r.Take(ctx, "a", 30); ok {
+		t.Fatal("a took more than its share while b's job waits to ask again")
 	}
 }
 

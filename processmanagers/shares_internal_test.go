@@ -40,7 +40,8 @@ func TestOverShareWaitFollowsTheReceiversPace(t *testing.T) {
 // An attempt job whose endpoint's places are all taken by attempts that
 // have not freed one for longer than shareWait snoozes without reading its
 // delivery or its endpoint (Commands and Pool are nil here: a read would
-// panic), backed off by the times it snoozed already.
+// panic), backed off by the times it found no place already (its own
+// count: River's snoozes also count its waits for a retry to be due).
 func TestAttemptOverASlowShareReadsNothing(t *testing.T) {
 	w := &Webhooks{PerAccount: 4, PerEndpoint: 1, Now: time.Now}
 	ctx := context.Background()
@@ -51,7 +52,7 @@ func TestAttemptOverASlowShareReadsNothing(t *testing.T) {
 	w.endpoints["ep"].freed = time.Now().Add(-9 * time.Second) // in flight for 9 s
 	w.mu.Unlock()
 	job := &river.Job[AttemptArgs]{
-		JobRow: &rivertype.JobRow{Metadata: []byte(`{"snoozes": 6}`)},
+		JobRow: &rivertype.JobRow{Metadata: []byte(`{"snoozes": 9, "share_waits": 6}`)},
 		Args:   AttemptArgs{DeliveryID: "d", Attempt: 1, AccountID: "acct", EndpointID: "ep"},
 	}
 	err := (&attemptWorker{w: w}).Work(ctx, job)
@@ -60,7 +61,11 @@ func TestAttemptOverASlowShareReadsNothing(t *testing.T) {
 		t.Fatalf("got %v, want a snooze", err)
 	}
 	if snooze.Duration < 1500*time.Millisecond {
-		t.Fatalf("snoozed %v after six snoozes behind a 9 s receiver", snooze.Duration)
+		t.Fatalf("snoozed %v after six waits behind a 9 s receiver", snooze.Duration)
+	}
+	job.Metadata = []byte(`{"snoozes": 9}`) // waits for its retry, none for a place
+	if err := (&attemptWorker{w: w}).Work(ctx, job); !errors.As(err, &snooze) || snooze.Duration > 600*time.Millisecond {
+		t.Fatalf("the first wait for a place of a job that waited for its retry: %v", err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -528,7 +528,7 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	// goes to its own job after all, as does anything a rerun finds.
 	if len(jobs) == 1 && only != nil && job.Attempt == 1 {
 		st, expected := commands.Created(only.Created)
-		err := w.attempt(ctx, jobs[0].Args.(AttemptArgs), st, expected, false, 0)
+		err := w.attempt(ctx, jobs[0].Args.(AttemptArgs), st, expected, false, -1)
 		var wait *river.JobSnoozeError
 		if !errors.As(err, &wait) {
 			return err
@@ -551,13 +551,13 @@ func (*attemptWorker) Timeout(*river.Job[AttemptArgs]) time.Duration { return ti
 // busy is how long an attempt that found no place within its shares waits
 // in the queue before asking again, instead of holding one of the
 // process's slots: 200–600 ms at first, doubling with each time the job
-// found none (snoozed), up to about the time the full share's places take
+// found none (waits), up to about the time the full share's places take
 // to free (pace) but at most busyMax, ±50 %. A slow receiver's backlog
 // then asks every few seconds per job instead of several times a second,
 // while a fast one's, whose places free within milliseconds, never waits
 // longer than 600 ms.
-func busy(snoozed int, pace time.Duration) time.Duration {
-	d := busyMin << min(snoozed, 8)
+func busy(waits int, pace time.Duration) time.Duration {
+	d := busyMin << min(waits, 8)
 	d = min(d, max(busyMin, min(pace, busyMax)))
 	return d/2 + rand.N(d)
 }
@@ -720,7 +720,7 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	if w.slow(a.AccountID, a.EndpointID) {
 		ok, pace := w.take(ctx, a.AccountID, a.EndpointID)
 		if !ok {
-			return river.JobSnooze(busy(snoozes(job.Metadata), pace))
+			return noPlace(ctx, shareWaits(job.Metadata), pace)
 		}
 		placed = true
 	}
@@ -744,13 +744,35 @@ func (aw *attemptWorker) Work(ctx context.Context, job *river.Job[AttemptArgs]) 
 	}
 	held := placed
 	placed = false // attempt frees it
-	return w.attempt(ctx, a, st, expected, held, snoozes(job.Metadata))
+	return w.attempt(ctx, a, st, expected, held, shareWaits(job.Metadata))
+}
+
+// shareWaits is how often the attempt's job found no place within its
+// shares so far. River's own snooze count would also count its waits for
+// its retry to be due.
+func shareWaits(metadata []byte) int {
+	var m struct {
+		Waits int `json:"share_waits"`
+	}
+	_ = json.Unmarshal(metadata, &m)
+	return m.Waits
+}
+
+// noPlace snoozes an attempt that found no place within its shares for
+// busy, and counts it in its job's metadata; waits < 0: the attempt has no
+// job of its own yet (the fan-out's first attempt).
+func noPlace(ctx context.Context, waits int, pace time.Duration) error {
+	if waits >= 0 {
+		_ = river.MetadataSet(ctx, "share_waits", waits+1)
+	}
+	return river.JobSnooze(busy(max(waits, 0), pace))
 }
 
 // attempt is a's work on the delivery as its stream stands (st, read at
 // expected). A river.JobSnoozeError asks for the attempt again later.
-// placed: the caller took a's place (take), which attempt frees.
-func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State, expected eventstore.ExpectedVersion, placed bool, snoozed int) error {
+// placed: the caller took a's place (take), which attempt frees; waits:
+// how often its job found no place so far (shareWaits; -1 without a job).
+func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State, expected eventstore.ExpectedVersion, placed bool, waits int) error {
 	defer func() {
 		if placed {
 			w.release(a.AccountID, a.EndpointID, 0)
@@ -798,9 +820,11 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 	// The shares bound the time spent on receivers; recording is the
 	// database's and holds none.
 	if !placed {
-		if ok, pace := w.take(ctx, a.AccountID, a.EndpointID); !ok {
-			return river.JobSnooze(busy(snoozed, pace))
+		ok, pace := w.take(ctx, a.AccountID, a.EndpointID)
+		if !ok {
+			return noPlace(ctx, waits, pace)
 		}
+		placed = true // the defer frees it should the post panic
 	}
 	start := time.Now()
 	o, err := w.post(ctx, st.Created, ep.URL, ep.SealedSecret)
