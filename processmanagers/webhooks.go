@@ -221,6 +221,7 @@ type queuedEmail struct {
 // the log, and which event types each account has an endpoint for.
 type endpointSet struct {
 	projected eventstore.Position
+	asked     map[string]bool // the accounts whose endpoints were read
 	types     map[accountType]bool
 }
 
@@ -304,7 +305,7 @@ func (w *Webhooks) Prepare(ctx context.Context, batch []eventstore.RecordedEvent
 	}
 	accounts, types := subs.Accounts, subs.Types
 	set := &endpointSet{projected: eventstore.Position{Commit: subs.Commit, Prepare: subs.Prepare},
-		types: make(map[accountType]bool, len(accounts))}
+		asked: seen, types: make(map[accountType]bool, len(accounts))}
 	for i := range accounts {
 		set.types[accountType{accounts[i], types[i]}] = true
 	}
@@ -336,12 +337,15 @@ func (w *Webhooks) remember(emailID, accountID string, at eventstore.Position) {
 }
 
 // unheard reports that no endpoint can hear of the email's event of type
-// typ (see Prepare).
+// typ (see Prepare). Only an account Prepare asked about can be judged: an
+// email queued in the batch itself is remembered by Plan after Prepare
+// read the endpoints, and its account's may not be among them.
 func (w *Webhooks) unheard(emailID, typ string) bool {
 	w.planMu.Lock()
 	defer w.planMu.Unlock()
 	q, ok := w.queued[emailID]
-	return ok && w.listed != nil && !w.listed.projected.Less(q.at) && !w.listed.types[accountType{q.account, typ}]
+	return ok && w.listed != nil && w.listed.asked[q.account] && !w.listed.projected.Less(q.at) &&
+		!w.listed.types[accountType{q.account, typ}]
 }
 
 // Plan turns an event of the log into webhook jobs: an email event an

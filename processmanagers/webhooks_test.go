@@ -110,6 +110,54 @@ func TestPlanSkipsFanoutNoEndpointCanHear(t *testing.T) {
 	}
 }
 
+// An email queued in the very batch that carries its later events is not
+// asked about in Prepare, so the endpoints read for the batch say nothing
+// of its account: its events get their fan-out even when the read model is
+// past its queue and another account of the batch has no endpoint.
+func TestPlanFansOutAnEmailQueuedInTheSameBatch(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	if _, err := pool.Exec(ctx, projections.Webhooks{}.Schema()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_endpoints (id, account_id, url, description, event_types, sealed_secret, is_active, created_at, updated_at)
+		VALUES ('ep', 'c', 'https://c.test', '', '{email.sent}', 'x', true, now(), now());
+		INSERT INTO projection_checkpoints (name, commit_position, prepare_position) VALUES ('webhooks', 100, 100)`); err != nil {
+		t.Fatal(err)
+	}
+	event := func(id string, e domain.Event, pos uint64) eventstore.RecordedEvent {
+		d, err := codec.Encode(e, eventstore.Metadata{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eventstore.RecordedEvent{ID: d.ID, StreamID: email.Stream(id), Type: d.Type, Data: d.Data, Position: eventstore.Position{Commit: pos, Prepare: pos}}
+	}
+	a, c := uuid.NewString(), uuid.NewString()
+	w := &Webhooks{Pool: pool}
+	now := time.Now()
+	for _, b := range [][]eventstore.RecordedEvent{
+		{event(a, &email.Queued{EmailID: a, AccountID: "a"}, 10)},
+		{event(a, &email.Sent{EmailID: a, SentAt: now}, 20), // a is asked about: it has no endpoint
+			event(c, &email.Queued{EmailID: c, AccountID: "c"}, 30), event(c, &email.Sent{EmailID: c, SentAt: now}, 40)},
+	} {
+		if err := w.Prepare(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range b {
+			jobs, err := w.Plan(ctx, ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range jobs {
+				if f := j.Args.(FanoutArgs); f.EmailID == c {
+					return
+				}
+			}
+		}
+	}
+	t.Fatal("no fan-out for the sent email of an account with an endpoint, queued in the same batch")
+}
+
 // The queued emails remembered are bounded: the oldest is forgotten first.
 func TestPlanForgetsOldestQueuedEmail(t *testing.T) {
 	w := &Webhooks{}
