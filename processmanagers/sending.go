@@ -208,15 +208,6 @@ func (w *SendWorker) outcome(ctx context.Context, job *river.Job[SendArgs], err 
 	return err
 }
 
-// snoozes is how often River snoozed the job so far.
-func snoozes(metadata []byte) int {
-	var m struct {
-		Snoozes int `json:"snoozes"`
-	}
-	_ = json.Unmarshal(metadata, &m)
-	return m.Snoozes
-}
-
 // retried counts a send's try that failed for now (transient or throttled)
 // in its job's metadata and answers which try it was, from 1. River's own
 // snooze count would also count the waits for an account's slot or for
