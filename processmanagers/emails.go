@@ -215,15 +215,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, r
 	// Downloads share the message's attachment budget with the inline
 	// attachments: each may take what is left, and is read one at a time.
 	// The room the email holds follows what is known of its size.
-	budget, known, toCome := int64(commands.MaxAttachmentBytes), int64(0), 0
-	for _, a := range q.Attachments {
-		if a.Path == "" {
-			budget -= email.Base64Size(a.SizeBytes)
-			known += a.SizeBytes
-		} else {
-			toCome++
-		}
-	}
+	known, budget, toCome := attachmentsKnown(q.Attachments)
 	client := p.Egress.Client(p.Download)
 	for i, a := range q.Attachments {
 		if scan.BlockedExtension(a.Filename) {

@@ -149,8 +149,15 @@ const smallAttachments = 1 << 20
 // MemoryWeight is what an email counts against SendWorker's bound: the
 // most its attachments may come to (attachmentBound).
 func MemoryWeight(st email.State) int64 {
-	budget, known, toCome := int64(commands.MaxAttachmentBytes), int64(0), 0
-	for _, a := range st.Attachments() {
+	return attachmentBound(attachmentsKnown(st.Attachments()))
+}
+
+// attachmentsKnown sums what is known of atts: the bytes of those in hand,
+// the attachments' budget (in base64 bytes) they leave, and how many are
+// downloads still to come.
+func attachmentsKnown(atts []email.Attachment) (known, budget int64, toCome int) {
+	budget = commands.MaxAttachmentBytes
+	for _, a := range atts {
 		if a.Path != "" && a.Digest == "" {
 			toCome++
 		} else {
@@ -158,7 +165,7 @@ func MemoryWeight(st email.State) int64 {
 			known += a.SizeBytes
 		}
 	}
-	return attachmentBound(known, budget, toCome)
+	return known, budget, toCome
 }
 
 // attachmentBound is the most an email's attachments may come to: the
