@@ -3,7 +3,6 @@ package httpapi
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -62,6 +61,11 @@ type acceptedEmail struct {
 	Attachments int          `json:"attachments"`
 }
 
+// MaxPage is the highest page a list answers: the largest integer every
+// JSON reader (JavaScript's numbers among them) keeps exact, so the page
+// echoed in pagination is the one asked for.
+const MaxPage = 1<<53 - 1
+
 // Pagination describes a page of a list.
 type Pagination struct {
 	Page       int `json:"page"`
@@ -71,7 +75,7 @@ type Pagination struct {
 }
 
 func (h handlers) listEmails(c echo.Context) error {
-	page, pageErr := httpserver.QueryInt(c, "page", 1, math.MaxInt)
+	page, pageErr := httpserver.QueryIntAtMost(c, "page", 1, MaxPage)
 	perPage, perPageErr := httpserver.QueryInt(c, "per_page", 20, 100)
 	from, fromErr := queryDate(c, "date_from", false)
 	to, toErr := queryDate(c, "date_to", true)

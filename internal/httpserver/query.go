@@ -2,6 +2,7 @@ package httpserver
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -27,6 +28,16 @@ func Query(c echo.Context, name string) (string, *FieldError) {
 // def; above max gives max (clamped); anything else that is not a positive
 // integer gives a FieldError for the caller to collect into Validation.
 func QueryInt(c echo.Context, name string, def, max int) (int, *FieldError) {
+	return queryInt(c, name, def, max, true)
+}
+
+// QueryIntAtMost is QueryInt for a parameter that is answered as asked,
+// never lowered (a page number): above max is a FieldError too.
+func QueryIntAtMost(c echo.Context, name string, def, max int) (int, *FieldError) {
+	return queryInt(c, name, def, max, false)
+}
+
+func queryInt(c echo.Context, name string, def, max int, clamp bool) (int, *FieldError) {
 	raw, bad := Query(c, name)
 	if bad != nil {
 		return 0, bad
@@ -34,11 +45,17 @@ func QueryInt(c echo.Context, name string, def, max int) (int, *FieldError) {
 	if raw == "" {
 		return def, nil
 	}
+	above := func() (int, *FieldError) {
+		if clamp {
+			return max, nil
+		}
+		return 0, &FieldError{Field: name, Message: fmt.Sprintf("must be at most %d", max)}
+	}
 	n, err := strconv.Atoi(raw)
 	if err != nil {
 		// A positive number too large for int is still "above max".
 		if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(raw, "-") {
-			return max, nil
+			return above()
 		}
 		return 0, &FieldError{Field: name, Message: "must be a positive integer"}
 	}
@@ -46,7 +63,7 @@ func QueryInt(c echo.Context, name string, def, max int) (int, *FieldError) {
 		return 0, &FieldError{Field: name, Message: "must be a positive integer"}
 	}
 	if n > max {
-		return max, nil
+		return above()
 	}
 	return n, nil
 }

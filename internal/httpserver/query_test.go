@@ -53,6 +53,29 @@ func TestQueryInt(t *testing.T) {
 	}
 }
 
+// A page is answered as asked: one past what the API echoes exactly is
+// refused, not lowered.
+func TestQueryIntAtMostRefusesAboveMax(t *testing.T) {
+	e := echo.New()
+	for query, want := range map[string]any{
+		"page=7": 7, "page=1000": 1000, "page=1001": "must be at most 1000",
+		"page=99999999999999999999999": "must be at most 1000", "page=0": "must be a positive integer",
+	} {
+		c := e.NewContext(httptest.NewRequest("GET", "/?"+query, nil), httptest.NewRecorder())
+		got, ferr := QueryIntAtMost(c, "page", 1, 1000)
+		switch w := want.(type) {
+		case int:
+			if ferr != nil || got != w {
+				t.Errorf("%q: got %d, %v; want %d", query, got, ferr, w)
+			}
+		case string:
+			if ferr == nil || ferr.Field != "page" || ferr.Message != w {
+				t.Errorf("%q: got %d, %v; want %q", query, got, ferr, w)
+			}
+		}
+	}
+}
+
 func TestQueryIntValidationResponse(t *testing.T) {
 	s := newServer(t, func(e *echo.Echo) {
 		e.GET("/list", func(c echo.Context) error {
