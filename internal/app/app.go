@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
@@ -623,25 +622,6 @@ func (a *App) Retention() *processmanagers.Retention {
 // minute after it (its process is presumed dead).
 const sendJobTimeout = processmanagers.PrepareDeadline + time.Minute
 
-// runClient runs a River client until ctx ends, then lets running jobs
-// finish for a while before cancelling them; a cancelled job snoozes and is
-// taken up at once by another process (or this one after a restart).
-func runClient(ctx context.Context, client *river.Client[pgx.Tx]) error {
-	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("job queue: %w", err)
-	}
-	<-ctx.Done()
-	soft, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := client.Stop(soft); err == nil {
-		return nil
-	}
-	hard, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel2()
-	client.StopAndCancel(hard)
-	return nil
-}
-
 // RunWorkers runs the process managers, the job queue and the domain
 // poller until ctx ends.
 func (a *App) RunWorkers(ctx context.Context) error {
@@ -705,7 +685,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		}
-		return runClient(ctx, client)
+		return jobs.Run(ctx, client, a.Log)
 	})
 	g.Go(func() error {
 		hooks.RunSweep(ctx, client)

@@ -190,3 +190,38 @@ func (h levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
 func (h levelFloor) WithGroup(n string) slog.Handler {
 	return levelFloor{h.Handler.WithGroup(n), h.min}
 }
+
+// Run runs a River client until ctx ends, then lets running jobs finish for
+// a while before cancelling them; a cancelled job snoozes and is taken up
+// at once by another process (or this one after a restart). A client that
+// cannot start (the database refuses connections for a while) is started
+// again, with a growing pause, until it does or ctx ends: the process's
+// other readers wait out such an outage too, and a worker process must
+// not end over one.
+func Run(ctx context.Context, client *river.Client[pgx.Tx], log *slog.Logger) error {
+	for pause := startPause; ; pause = min(2*pause, maxStartPause) {
+		err := client.Start(context.WithoutCancel(ctx))
+		if err == nil {
+			break
+		}
+		log.Warn("job queue did not start; trying again", "err", err, "in", pause)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(pause):
+		}
+	}
+	<-ctx.Done()
+	soft, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := client.Stop(soft); err == nil {
+		return nil
+	}
+	hard, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	client.StopAndCancel(hard)
+	return nil
+}
+
+// The pauses between attempts to start a client.
+const startPause, maxStartPause = 250 * time.Millisecond, 5 * time.Second
