@@ -125,7 +125,7 @@ func (s *Service) claimName(ctx context.Context, accountID, name, domainID strin
 
 // newKey makes a DKIM key for accountID's domainID, in its turn.
 func (s *Service) newKey(ctx context.Context, accountID, domainID string, now time.Time) (sendingdomain.Key, error) {
-	release, err := s.keyTurns.take(ctx, accountID)
+	release, err := s.keyTurns.Take(ctx, accountID)
 	if err != nil {
 		return sendingdomain.Key{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/secretbox"
+	"github.com/mailroom/mailroom/internal/turns"
 	"github.com/mailroom/mailroom/projections"
 	"golang.org/x/sync/singleflight"
 )
@@ -106,7 +108,11 @@ type Service struct {
 	domainsNamed  func(ctx context.Context, name string) ([]sendingdomain.State, error)
 	domainCount   func(ctx context.Context, accountID string) (int, error)
 	keyGenerated  func()
-	keyTurns      *keyTurns
+	// keyTurns makes DKIM keys in turns: one per account, a quarter of the
+	// cores at most. A key costs about 100 ms of a core, so an account
+	// adding and removing domains in a loop would otherwise take every core
+	// from everyone's sends.
+	keyTurns *turns.Turns
 
 	erasing singleflight.Group // erasures of an address under way here, by account and key
 }
@@ -239,7 +245,7 @@ func New(d Deps) *Service {
 	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
 		domains: d.Domains, sendable: d.SendableDomain, content: d.Content, egress: d.Egress, endpointIDs: d.EndpointIDs, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity,
 		domainsNamed: d.DomainsNamed, domainCount: d.DomainCount, keyGenerated: d.KeyGenerated, keys: d.DataKeys, address: d.AddressKeys,
-		emailsSentTo: d.EmailsSentTo, keyTurns: newKeyTurns()}
+		emailsSentTo: d.EmailsSentTo, keyTurns: turns.New(runtime.GOMAXPROCS(0) / 4)}
 }
 
 // maxAttempts bounds retries after a concurrency conflict; busy streams
