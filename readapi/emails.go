@@ -48,6 +48,11 @@ type EmailPage struct {
 
 // ListEmails reads a page of an account's emails.
 func (r *Reader) ListEmails(ctx context.Context, accountID string, f EmailFilter) (EmailPage, error) {
+	release, err := r.lists.Take(ctx, accountID)
+	if err != nil {
+		return EmailPage{Emails: []EmailListItem{}}, err
+	}
+	defer release()
 	where := []string{"account_id = $1"}
 	args := []any{accountID}
 	add := func(cond string, v any) {

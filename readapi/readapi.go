@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/internal/turns"
 )
 
 // Reader answers the API's queries from the read models.
@@ -20,11 +21,16 @@ type Reader struct {
 	now  func() time.Time
 	// recipientTrigrams is set once the emails' trigram index is found.
 	recipientTrigrams atomic.Bool
+	// lists are the turns of email lists: one at a time per account, and
+	// at most half the pool's connections. A filtered list may cost tens
+	// of milliseconds of the database, and an account listing from many
+	// clients at once would otherwise take every core from the others.
+	lists *turns.Turns
 }
 
 // New returns a Reader over pool; now is the clock that decides expiry.
 func New(pool *pgxpool.Pool, now func() time.Time) *Reader {
-	return &Reader{pool: pool, now: now}
+	return &Reader{pool: pool, now: now, lists: turns.New(int(pool.Config().MaxConns) / 2)}
 }
 
 // Querier is what reads need of a pool or transaction.
