@@ -15,7 +15,9 @@ import (
 	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
+	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/provider/sandbox"
+	"github.com/mailroom/mailroom/projections"
 	"github.com/mailroom/mailroom/readapi"
 )
 
@@ -91,7 +93,9 @@ func (w *dnsWorld) tick(t *testing.T) {
 }
 
 // pollDomains runs one pass of the domain poller, waiting while the
-// server's own background poller holds the poll lock.
+// server's own background poller holds the poll lock, and then for the
+// domains read model to show what the pass recorded: unlike a request,
+// the poller does not wait for it.
 func pollDomains(t *testing.T, s *apptest.Server) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -101,12 +105,43 @@ func pollDomains(t *testing.T, s *apptest.Server) {
 			t.Fatal(err)
 		}
 		if ran {
+			showLog(t, s, projections.DomainsName)
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the domain poll lock stayed taken")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// showLog waits until the named read models show the whole log as it is
+// now.
+func showLog(t *testing.T, s *apptest.Server, names ...projections.Name) {
+	t.Helper()
+	ctx := context.Background()
+	head := eventstore.Start
+	for {
+		evs, err := s.Ledger.ReadAll(ctx, head, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		head = evs[len(evs)-1].Position
+	}
+	// A loaded machine may need longer than one wait of the server's.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := s.Waiter.WaitFor(ctx, head, names...)
+		var lag *projections.LagError
+		if !errors.As(err, &lag) || time.Now().After(deadline) {
+			if err != nil {
+				t.Fatalf("read models never showed the log: %v", err)
+			}
+			return
+		}
 	}
 }
 
