@@ -52,6 +52,9 @@ func (s *Service) ImportLegacyDomain(ctx context.Context, accountID, rawName str
 
 func (s *Service) addDomain(ctx context.Context, accountID, rawName string, legacy bool, meta Meta) (sendingdomain.State, error) {
 	name, problem := sendingdomain.NormalizeName(rawName)
+	if problem == "" {
+		problem = sendingdomain.CheckOwnable(name)
+	}
 	if problem != "" {
 		return sendingdomain.State{}, &domain.ValidationError{Errors: []domain.FieldError{{Field: "domain", Message: problem}}}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"golang.org/x/net/idna"
+	"golang.org/x/net/publicsuffix"
 )
 
 // MaxNameLength is the longest domain name Mailroom takes: every record it
@@ -49,6 +50,19 @@ func NormalizeName(raw string) (string, string) {
 		return "", p
 	}
 	return ascii, ""
+}
+
+// CheckOwnable refuses a normalised name no one can own as a sending
+// domain: a public suffix under which names are registered (co.uk, com.br,
+// uk). Added, it would hold the name for 72 hours from every account,
+// with no DNS record anyone could publish to verify it. Suffixes that
+// companies run for their customers (github.io) stay: their owner may
+// verify them.
+func CheckOwnable(name string) string {
+	if suffix, icann := publicsuffix.PublicSuffix(name); icann && suffix == name {
+		return "is a public suffix, under which others register their domains: add the domain you registered under it"
+	}
+	return ""
 }
 
 // checkShape checks an ASCII name's length, labels and characters.

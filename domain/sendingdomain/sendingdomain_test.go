@@ -69,6 +69,20 @@ func TestNormalizeName(t *testing.T) {
 	}
 }
 
+// A public suffix cannot be a sending domain: no one could verify it,
+// and added it would hold the name from everyone. Names registered under
+// one, and suffixes companies run for their customers, can.
+func TestCheckOwnable(t *testing.T) {
+	for name, ownable := range map[string]bool{
+		"co.uk": false, "com.br": false, "xn--p1ai": false, "github.io": true,
+		"acme.co.uk": true, "acme.com": true, "acme.github.io": true, "acme.test": true, "mail.acme.com.br": true,
+	} {
+		if problem := sd.CheckOwnable(name); (problem == "") != ownable {
+			t.Errorf("%s: %q, want ownable %v", name, problem, ownable)
+		}
+	}
+}
+
 // A name is taken only if every record Mailroom derives from it has a
 // name DNS allows.
 func TestNormalizeNameFitsRecords(t *testing.T) {
