@@ -70,15 +70,25 @@ func (r *Runner) Prepare(ctx context.Context) error {
 		if st.exists && st.version > p.Version() {
 			return newerRelease(p, st.version)
 		}
-		if st.exists && st.version == p.Version() {
-			if err := r.ensureSchema(ctx, p); err != nil {
-				return fmt.Errorf("projection %s schema: %w", p.Name(), err)
+		// Warn, not info: operator commands, quiet below warn, say so too,
+		// and a start that rebuilds takes longer to be ready.
+		switch {
+		case st.exists && st.version == p.Version():
+			missing, err := r.missingTables(ctx, p)
+			if err != nil {
+				return err
 			}
-			continue
-		}
-		if st.exists {
-			// Warn, not info: operator commands, quiet below warn, say so
-			// too, and a start that rebuilds takes longer to be ready.
+			if len(missing) == 0 {
+				if err := r.ensureSchema(ctx, p); err != nil {
+					return fmt.Errorf("projection %s schema: %w", p.Name(), err)
+				}
+				continue
+			}
+			// Created empty, a dropped table would read as a model with
+			// nothing in it (no domains, no deliveries) from a checkpoint
+			// that says everything is applied.
+			r.log.Warn("projection tables missing; rebuilding", "projection", p.Name(), "tables", missing)
+		case st.exists:
 			r.log.Warn("projection version changed; rebuilding", "projection", p.Name(), "from", st.version, "to", p.Version())
 		}
 		if err := r.Rebuild(ctx, p, nil); err != nil {
@@ -86,6 +96,21 @@ func (r *Runner) Prepare(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// missingTables lists p's live tables that do not exist.
+func (r *Runner) missingTables(ctx context.Context, p Projector) ([]string, error) {
+	var missing []string
+	for _, tb := range p.Tables() {
+		var exists bool
+		if err := r.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", "public."+pgx.Identifier{tb}.Sanitize()).Scan(&exists); err != nil {
+			return nil, fmt.Errorf("projection %s: %w", p.Name(), err)
+		}
+		if !exists {
+			missing = append(missing, tb)
+		}
+	}
+	return missing, nil
 }
 
 // ensureSchema runs p's idempotent DDL over its live tables, under the

@@ -423,6 +423,31 @@ func TestVersionChangeRebuilds(t *testing.T) {
 	}
 }
 
+// A read-model table dropped by hand is rebuilt from the events at the
+// next start (or operator command), not created empty behind a checkpoint
+// that says everything is applied.
+func TestDroppedTableIsRebuilt(t *testing.T) {
+	pool, store := setup(t)
+	ctx := context.Background()
+	last := appendN(t, store, "s-1", "Counted", 30)
+	r := projections.NewRunner(pool, store, nil, quiet, tally{version: 1})
+	if err := r.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	catchUpTo(t, r, tally{version: 1}, last)
+	if _, err := pool.Exec(ctx, "DROP TABLE tally_seen"); err != nil {
+		t.Fatal(err)
+	}
+	r = projections.NewRunner(pool, store, nil, quiet, tally{version: 1})
+	if err := r.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	catchUpTo(t, r, tally{version: 1}, last)
+	if total, seen := counts(t, pool); total != 30 || seen != 30 {
+		t.Fatalf("after a dropped table: total %d seen %d, want 30 each", total, seen)
+	}
+}
+
 // A projection a newer release rebuilt is left alone by an older one: its
 // start is refused rather than rebuild it back, and an older process
 // still running stops projecting into the newer tables without marking the
