@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"regexp"
 	"strings"
@@ -362,5 +363,35 @@ func waitForLag(t *testing.T, s *apptest.Server, want int64) {
 			t.Fatalf("projections still lag: %+v", st)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A first start whose address is taken stops before it bootstraps: it
+// prints no credentials a server never served, and the next start is
+// still the first, which prints them.
+func TestFirstStartOnATakenAddressPrintsNothing(t *testing.T) {
+	db := pgtest.NewURL(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	dataDir := t.TempDir()
+	out, _, err := run(t, "serve", "--bootstrap", "--http-addr", taken.Addr().String(), "--database-url", db,
+		"--data-dir", dataDir, "--master-key", apptest.MasterKey, "--dns-resolvers", "127.0.0.1:9")
+	if err == nil || !strings.Contains(err.Error(), "MAILROOM_HTTP_ADDR") || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("serve on a taken address: %v", err)
+	}
+	if out != "" {
+		t.Fatalf("printed on a start that could not serve:\n%s", out)
+	}
+	pool, err := database.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var accounts int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM accounts").Scan(&accounts); err != nil || accounts != 0 {
+		t.Fatalf("accounts after the failed start: %d (%v)", accounts, err)
 	}
 }

@@ -31,16 +31,23 @@ migrated on start.`,
 				return err
 			}
 			defer a.Close()
+			// Bound first: credentials printed by a process that then
+			// cannot serve would be shown once, by no server.
+			ls, err := a.Listen()
+			if err != nil {
+				return err
+			}
 			if cfg.Bootstrap {
 				first, err := a.Bootstrap(ctx)
 				if err != nil {
+					ls.Close()
 					return fmt.Errorf("bootstrap: %w", err)
 				}
 				if first != nil {
-					printFirstRun(cmd, first, cfg.HTTPAddr)
+					printFirstRun(cmd, first, ls.Addr().String())
 				}
 			}
-			return a.Serve(ctx)
+			return a.Serve(ctx, ls)
 		},
 	}
 }

@@ -445,9 +445,45 @@ func (a *App) HTTPServer(h http.Handler) *http.Server {
 	})
 }
 
-// Serve runs the roles of the configuration until ctx ends.
-func (a *App) Serve(ctx context.Context) error {
+// Listeners are the addresses a process serves on. They are bound before
+// anything else is done, so that a taken address stops the process before
+// it tells anyone it is ready.
+type Listeners struct {
+	public, ops net.Listener
+}
+
+// Addr is the address the API (or, in a process without the api role,
+// the health endpoints) is served on.
+func (l Listeners) Addr() net.Addr { return l.public.Addr() }
+
+// Close releases listeners that will not be served.
+func (l Listeners) Close() {
+	l.public.Close()
+	if l.ops != nil {
+		l.ops.Close()
+	}
+}
+
+// Listen binds the configured addresses.
+func (a *App) Listen() (Listeners, error) {
+	ln, err := net.Listen("tcp", a.Config.HTTPAddr)
+	if err != nil {
+		return Listeners{}, fmt.Errorf("MAILROOM_HTTP_ADDR (--http-addr): %w", err)
+	}
+	l := Listeners{public: ln}
+	if a.Config.OpsAddr != "" {
+		if l.ops, err = net.Listen("tcp", a.Config.OpsAddr); err != nil {
+			ln.Close()
+			return Listeners{}, fmt.Errorf("MAILROOM_OPS_ADDR (--ops-addr): %w", err)
+		}
+	}
+	return l, nil
+}
+
+// Serve runs the roles of the configuration on ls until ctx ends.
+func (a *App) Serve(ctx context.Context, ls Listeners) error {
 	if err := CheckPoolSize(a.Config, int(a.Pool.Config().MaxConns), len(a.routed())); err != nil {
+		ls.Close()
 		return err
 	}
 	// Every process listens: the API role serves the API; others serve
@@ -460,17 +496,7 @@ func (a *App) Serve(ctx context.Context) error {
 	} else {
 		public = a.healthServer(a.Config.OpsAddr == "")
 	}
-	ln, err := net.Listen("tcp", a.Config.HTTPAddr)
-	if err != nil {
-		return err
-	}
-	var opsLn net.Listener
-	if a.Config.OpsAddr != "" {
-		if opsLn, err = net.Listen("tcp", a.Config.OpsAddr); err != nil {
-			ln.Close()
-			return err
-		}
-	}
+	ln, opsLn := ls.public, ls.ops
 
 	// The roles outlive the listeners: a request in flight at shutdown may
 	// wait for its write to reach the read models, which needs the
@@ -498,7 +524,7 @@ func (a *App) Serve(ctx context.Context) error {
 		stopRoles()
 		return nil
 	})
-	err = g.Wait()
+	err := g.Wait()
 	a.Log.Info("stopped")
 	return err
 }

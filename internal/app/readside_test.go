@@ -198,8 +198,12 @@ func TestOperatorListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ls, err := a.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
-	go func() { done <- a.Serve(ctx) }()
+	go func() { done <- a.Serve(ctx, ls) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
