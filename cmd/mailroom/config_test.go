@@ -93,7 +93,7 @@ func TestSettingsFromEnvironment(t *testing.T) {
 	t.Setenv("MAILROOM_ENV", "production")
 	t.Setenv("MAILROOM_DATABASE_URL", withPassword(t, db, "env-pass"))
 	t.Setenv("MAILROOM_MASTER_KEY", "")
-	if _, _, err := run(t, "accounts", "create", "--name", "Without key"); err == nil || !strings.Contains(err.Error(), "MAILROOM_MASTER_KEY is required") {
+	if _, _, err := run(t, "accounts", "create", "--name", "Without key"); err == nil || !strings.Contains(err.Error(), "(MAILROOM_MASTER_KEY) is required") {
 		t.Fatalf("production without a master key: %v", err)
 	}
 	t.Setenv("MAILROOM_MASTER_KEY", testMasterKey)

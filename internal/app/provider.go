@@ -43,7 +43,7 @@ func openProvider(ctx context.Context, cfg config.Config, log *slog.Logger) (mai
 	case "smtp":
 		relay, err := smtp.New(cfg.SMTPURL)
 		if err != nil {
-			return mailProvider{}, fmt.Errorf("smtp-url: %w", err)
+			return mailProvider{}, fmt.Errorf("%s: %w", config.Setting("smtp-url"), err)
 		}
 		return mailProvider{sender: relay, identities: provider.NoIdentities{}, feedback: smtp.Feedback, unsigned: true}, nil
 	case "ses":
@@ -54,5 +54,5 @@ func openProvider(ctx context.Context, cfg config.Config, log *slog.Logger) (mai
 		}
 		return mailProvider{sender: p, identities: p, ses: p, identityCheck: p.IdentityVerification}, nil
 	}
-	return mailProvider{}, fmt.Errorf("provider: %q is not one of sandbox, ses, smtp", cfg.Provider)
+	return mailProvider{}, fmt.Errorf("%s: %q is not one of sandbox, ses, smtp", config.Setting("provider"), cfg.Provider)
 }

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -169,6 +170,23 @@ func (c *Config) Has(role string) bool {
 	return false
 }
 
+// Setting names a setting as an error shows it: its flag and its
+// variable, "rate-limit (MAILROOM_RATE_LIMIT)", so whichever way it was
+// given can be found.
+func Setting(flag string) string {
+	return fmt.Sprintf("%s (MAILROOM_%s)", flag, strings.ToUpper(strings.ReplaceAll(flag, "-", "_")))
+}
+
+// invalid is the error of a setting whose value cannot work.
+func invalid(flag, format string, args ...any) error {
+	return fmt.Errorf("%s: %s", Setting(flag), fmt.Sprintf(format, args...))
+}
+
+// regionPattern is the shape of an AWS region name (us-east-1,
+// ap-southeast-2, us-gov-west-1): the region ends up in a domain's MX
+// record and in the provider's endpoint.
+var regionPattern = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$`)
+
 // Validate checks settings that flags cannot.
 func (c *Config) Validate() error {
 	if len(c.envErrors) > 0 {
@@ -178,85 +196,82 @@ func (c *Config) Validate() error {
 		switch strings.TrimSpace(r) {
 		case "api", "projections", "workers":
 		default:
-			return fmt.Errorf("roles: unknown role %q (want api, projections, workers)", r)
+			return invalid("roles", "unknown role %q (want api, projections, workers)", r)
 		}
 	}
-	if c.SandboxLatency < 0 {
-		return errors.New("sandbox-latency must not be negative")
+	for flag, v := range map[string]float64{"rate-limit": c.RateLimit, "ip-rate-limit": c.IPRateLimit,
+		"account-rate-limit": c.AccountRateLimit, "provider-max-rate": c.ProviderMaxRate} {
+		if v < 0 {
+			return invalid(flag, "must not be negative (0: no limit)")
+		}
 	}
-	if c.DKIMRotationDays <= 0 {
-		return errors.New("dkim-rotation-days must be positive")
+	for flag, v := range map[string]int{"rate-burst": c.RateBurst, "ip-rate-burst": c.IPRateBurst,
+		"account-rate-burst": c.AccountRateBurst, "dkim-rotation-days": c.DKIMRotationDays,
+		"webhook-concurrency": c.WebhookConcurrency, "webhook-account-concurrency": c.WebhookAccountConcurrency} {
+		if v <= 0 {
+			return invalid(flag, "must be positive")
+		}
 	}
-	if c.WebhookConcurrency <= 0 || c.WebhookAccountConcurrency <= 0 {
-		return errors.New("webhook-concurrency and webhook-account-concurrency must be positive")
+	for flag, v := range map[string]time.Duration{"domain-poll-interval": c.DomainPollInterval,
+		"retention-interval": c.RetentionInterval, "shutdown-timeout": c.ShutdownTimeout,
+		// A write that may not wait for its read models answers 503
+		// every time; an email that may not wait fails at the first
+		// outage.
+		"consistency-timeout": c.ConsistencyTimeout, "send-max-age": c.SendMaxAge, "dns-timeout": c.DNSTimeout} {
+		if v <= 0 {
+			return invalid(flag, "must be positive")
+		}
+	}
+	for flag, v := range map[string]time.Duration{"sandbox-latency": c.SandboxLatency, "shutdown-delay": c.ShutdownDelay,
+		"http-read-timeout": c.HTTPReadTimeout, "http-write-timeout": c.HTTPWriteTimeout, "http-idle-timeout": c.HTTPIdleTimeout} {
+		if v < 0 {
+			return invalid(flag, "must not be negative")
+		}
+	}
+	for flag, v := range map[string]int64{"account-concurrency": int64(c.AccountConcurrency), "max-sending-bytes": c.MaxSendingBytes,
+		"ready-max-lag": c.ReadyMaxLag} {
+		if v < 0 {
+			return invalid(flag, "must not be negative")
+		}
 	}
 	if c.ProviderConcurrency <= 0 || c.ProviderConcurrency > 10000 {
-		return errors.New("provider-concurrency must be between 1 and 10000")
-	}
-	if c.ProviderMaxRate < 0 {
-		return errors.New("provider-max-rate must not be negative")
-	}
-	if c.AccountConcurrency < 0 {
-		return errors.New("account-concurrency must not be negative")
-	}
-	if c.MaxSendingBytes < 0 {
-		return errors.New("max-sending-bytes must not be negative")
+		return invalid("provider-concurrency", "must be between 1 and 10000")
 	}
 	if c.Environment == "production" && (c.EgressAllowCIDRs != "" || c.WebhookAllowHTTP || c.EgressResolver != "") {
-		return errors.New("egress-allow-cidrs, egress-resolver and webhook-allow-http are for development only")
+		return fmt.Errorf("%s, %s and %s are for development only", Setting("egress-allow-cidrs"), Setting("egress-resolver"), Setting("webhook-allow-http"))
 	}
 	if c.MaxInflightBytes != 0 && c.MaxInflightBytes < maxBodyBytes {
-		return errors.New("max-inflight-bytes must be 0 (no cap) or at least 47185920 (45 MiB, the largest request body)")
-	}
-	if c.DomainPollInterval <= 0 {
-		return errors.New("domain-poll-interval must be positive")
-	}
-	// A write that may not wait for its read models answers 503 every
-	// time; an email that may not wait fails at the first outage.
-	if c.ConsistencyTimeout <= 0 {
-		return errors.New("consistency-timeout (MAILROOM_CONSISTENCY_TIMEOUT) must be positive")
-	}
-	if c.SendMaxAge <= 0 {
-		return errors.New("send-max-age (MAILROOM_SEND_MAX_AGE) must be positive")
-	}
-	if c.DNSTimeout <= 0 {
-		return errors.New("dns-timeout (MAILROOM_DNS_TIMEOUT) must be positive")
+		return invalid("max-inflight-bytes", "must be 0 (no cap) or at least 47185920 (45 MiB, the largest request body)")
 	}
 	if c.RetentionDays < 1 || c.RetentionDays > 365 {
-		return errors.New("retention-days must be between 1 and 365")
-	}
-	if c.RetentionInterval <= 0 {
-		return errors.New("retention-interval must be positive")
+		return invalid("retention-days", "must be between 1 and 365")
 	}
 	if _, err := c.RetrySchedule(); err != nil {
 		return err
-	}
-	if c.HTTPReadTimeout < 0 || c.HTTPWriteTimeout < 0 || c.HTTPIdleTimeout < 0 {
-		return errors.New("http-read-timeout, http-write-timeout and http-idle-timeout must not be negative")
-	}
-	if c.ShutdownDelay < 0 || c.ShutdownTimeout <= 0 {
-		return errors.New("shutdown-delay (MAILROOM_SHUTDOWN_DELAY) must not be negative and shutdown-timeout (MAILROOM_SHUTDOWN_TIMEOUT) must be positive")
 	}
 	if c.HTTPWriteTimeout > 0 && c.HTTPWriteTimeout < c.HTTPReadTimeout {
 		// The write deadline runs from the end of the headers, so it also
 		// covers reading the body: below the read timeout it would cut
 		// slow uploads short with no answer.
-		return errors.New("http-write-timeout must not be below http-read-timeout")
+		return invalid("http-write-timeout", "must not be below %s", Setting("http-read-timeout"))
+	}
+	if !regionPattern.MatchString(c.Region) {
+		return invalid("region", "%q is not a region name such as us-east-1", c.Region)
 	}
 	switch c.Environment {
 	case "development", "production":
 	default:
-		return fmt.Errorf("env: %q is neither development nor production", c.Environment)
+		return invalid("env", "%q is neither development nor production", c.Environment)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return fmt.Errorf("log-level (MAILROOM_LOG_LEVEL): %q is not debug, info, warn or error", c.LogLevel)
+		return invalid("log-level", "%q is not debug, info, warn or error", c.LogLevel)
 	}
 	if !strings.EqualFold(c.LogFormat, "text") && !strings.EqualFold(c.LogFormat, "json") {
-		return fmt.Errorf("log-format (MAILROOM_LOG_FORMAT): %q is neither text nor json", c.LogFormat)
+		return invalid("log-format", "%q is neither text nor json", c.LogFormat)
 	}
 	if c.ClamdAddr != "" && !clamdAddrValid(c.ClamdAddr) {
-		return fmt.Errorf("clamd-addr (MAILROOM_CLAMD_ADDR): %q is neither host:port nor unix:/path", c.ClamdAddr)
+		return invalid("clamd-addr", "%q is neither host:port nor unix:/path", c.ClamdAddr)
 	}
 	return nil
 }
@@ -292,14 +307,22 @@ func (c *Config) MasterKeyFile() string {
 // must be given.
 func (c *Config) LoadMasterKey() ([]byte, error) {
 	if c.MasterKey != "" {
-		return decodeKey(c.MasterKey)
+		k, err := decodeKey(c.MasterKey)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", Setting("master-key"), err)
+		}
+		return k, nil
 	}
 	if c.Environment == "production" {
-		return nil, errors.New("MAILROOM_MASTER_KEY is required in production")
+		return nil, fmt.Errorf("%s is required in production", Setting("master-key"))
 	}
 	path := c.MasterKeyFile()
 	if b, err := os.ReadFile(path); err == nil {
-		return decodeKey(strings.TrimSpace(string(b)))
+		k, err := decodeKey(strings.TrimSpace(string(b)))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return k, nil
 	}
 	key := make([]byte, 32)
 	rand.Read(key)
@@ -321,7 +344,7 @@ func (c *Config) LoadPreviousKeys() ([][]byte, error) {
 		}
 		k, err := decodeKey(s)
 		if err != nil {
-			return nil, fmt.Errorf("MAILROOM_MASTER_KEY_PREVIOUS: %w", err)
+			return nil, fmt.Errorf("%s: %w", Setting("master-key-previous"), err)
 		}
 		keys = append(keys, k)
 	}
@@ -331,7 +354,7 @@ func (c *Config) LoadPreviousKeys() ([][]byte, error) {
 func decodeKey(s string) ([]byte, error) {
 	b, err := hex.DecodeString(s)
 	if err != nil || len(b) != 32 {
-		return nil, errors.New("master key must be 64 hex characters (32 bytes)")
+		return nil, errors.New("a master key must be 64 hex characters (32 bytes)")
 	}
 	return b, nil
 }
@@ -431,7 +454,7 @@ func (c *Config) RetrySchedule() ([]time.Duration, error) {
 	for _, part := range strings.Split(c.WebhookRetries, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(part))
 		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("webhook-retry-schedule: %q is not a positive duration", part)
+			return nil, invalid("webhook-retry-schedule", "%q is not a positive duration", part)
 		}
 		out = append(out, d)
 	}

@@ -70,3 +70,53 @@ func TestVariablesThatDoNotParseSayWhatTheyTake(t *testing.T) {
 		t.Errorf("a deprecated, ignored setting stopped the start: %v", err)
 	}
 }
+
+// A value that cannot work is refused at start, naming the flag and the
+// variable, instead of starting a server that quietly does something else
+// (no rate limit, a burst of one, never ready).
+func TestValuesThatCannotWorkAreRefusedByName(t *testing.T) {
+	for want, set := range map[string]func(*Config){
+		"rate-limit (MAILROOM_RATE_LIMIT)":                         func(c *Config) { c.RateLimit = -3 },
+		"rate-burst (MAILROOM_RATE_BURST)":                         func(c *Config) { c.RateBurst = 0 },
+		"account-rate-burst (MAILROOM_ACCOUNT_RATE_BURST)":         func(c *Config) { c.AccountRateBurst = -1 },
+		"ready-max-lag (MAILROOM_READY_MAX_LAG)":                   func(c *Config) { c.ReadyMaxLag = -1 },
+		"region (MAILROOM_REGION)":                                 func(c *Config) { c.Region = "not a region!" },
+		"dkim-rotation-days (MAILROOM_DKIM_ROTATION_DAYS)":         func(c *Config) { c.DKIMRotationDays = 0 },
+		"webhook-retry-schedule (MAILROOM_WEBHOOK_RETRY_SCHEDULE)": func(c *Config) { c.WebhookRetries = "1m,soon" },
+	} {
+		cfg := defaults(t)
+		set(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), want+": ") {
+			t.Errorf("%s: %v", want, err)
+		}
+	}
+	for _, region := range []string{"us-east-1", "ap-southeast-2", "us-gov-west-1", "eu-central-1"} {
+		cfg := defaults(t)
+		cfg.Region = region
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%s: %v", region, err)
+		}
+	}
+}
+
+// Setting names every flag's own variable.
+func TestSettingNamesEachFlagsVariable(t *testing.T) {
+	var c Config
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	c.Flags(fs)
+	fs.VisitAll(func(f *pflag.Flag) {
+		if want := f.Name + " (" + f.Annotations[envAnnotation][0] + ")"; Setting(f.Name) != want {
+			t.Errorf("Setting(%q) = %q, want %q", f.Name, Setting(f.Name), want)
+		}
+	})
+}
+
+// A master key given in the environment that cannot be one is refused by
+// the variable's name.
+func TestBadMasterKeyIsNamed(t *testing.T) {
+	cfg := defaults(t)
+	cfg.MasterKey = "abcd"
+	if _, err := cfg.LoadMasterKey(); err == nil || !strings.Contains(err.Error(), "MAILROOM_MASTER_KEY") {
+		t.Fatalf("bad master key: %v", err)
+	}
+}
