@@ -74,6 +74,7 @@ func migrateCmd(cfg *config.Config) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			slog.SetDefault(newLogger(cfg, cmd.ErrOrStderr())) // each migration applied is a line
 			pool, err := database.Open(ctx, cfg.DatabaseURL)
 			if err != nil {
 				return err
