@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -60,6 +61,9 @@ func tokensCmd(cfg *config.Config) *cobra.Command {
 		Short: "Issue a management token with a role on an account",
 		Args:  cobra.NoArgs,
 		RunE: withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
+			if expiresIn < 0 {
+				return errors.New("--expires-in must not be negative (0: the token never expires)")
+			}
 			tok, err := a.Commands.IssueExpiringToken(cmd.Context(), accountID, account.Role(role), expiresIn, operator())
 			if err != nil {
 				return describe(err, "account", accountID)

@@ -53,7 +53,7 @@ See "Rotating MAILROOM_MASTER_KEY" in docs/operations.md.`,
 			return nil
 		}),
 	}
-	rewrap.Flags().BoolVar(&asJSON, "json", false, `print {"rewrapped", "current"} as JSON`)
+	rewrap.Flags().BoolVar(&asJSON, "json", false, `print {"rewrapped", "current", "under_previous_key", "under_no_key_given"} as JSON`)
 	cmd.AddCommand(rewrap)
 	return cmd
 }
