@@ -14,15 +14,22 @@ import (
 // insertion or removal inside a stream.
 func ChainHash(prev, stream string, revision uint64, ev EventData) string {
 	meta, _ := json.Marshal(ev.Metadata) // a struct of strings always marshals
+	return chainHash(prev, stream, revision, ev.ID.String(), ev.Type, ev.SchemaVersion, ev.Data, meta)
+}
+
+// chainHash is ChainHash of an event's parts as an export holds them:
+// each part is hashed as its length in bytes (decimal), a colon and its
+// bytes, so no two different events hash the same parts.
+func chainHash(prev, stream string, revision uint64, id, typ string, schemaVersion int, data, meta []byte) string {
 	h := sha256.New()
 	for _, part := range [][]byte{
 		[]byte(prev),
 		[]byte(stream),
 		[]byte(strconv.FormatUint(revision, 10)),
-		[]byte(ev.ID.String()),
-		[]byte(ev.Type),
-		[]byte(strconv.Itoa(ev.SchemaVersion)),
-		ev.Data,
+		[]byte(id),
+		[]byte(typ),
+		[]byte(strconv.Itoa(schemaVersion)),
+		data,
 		meta,
 	} {
 		h.Write([]byte(strconv.Itoa(len(part))))
