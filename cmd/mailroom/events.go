@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/mailroom/mailroom/internal/app"
@@ -55,6 +56,10 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 			breaks := 0
 			report := func(b eventstore.Break) {
 				breaks++
+				if b.EventID == uuid.Nil { // an event the log does not hold
+					fmt.Fprintf(out, "BROKEN stream %s revision %d: %s\n", b.Stream, b.Revision, b.Reason)
+					return
+				}
 				fmt.Fprintf(out, "BROKEN stream %s revision %d event %s: %s\n", b.Stream, b.Revision, b.EventID, b.Reason)
 			}
 			if file != "" {
