@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -24,6 +25,7 @@ import (
 	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/database"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
@@ -428,5 +430,24 @@ func TestFirstStartOnATakenAddressPrintsNothing(t *testing.T) {
 	var accounts int
 	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM accounts").Scan(&accounts); err != nil || accounts != 0 {
 		t.Fatalf("accounts after the failed start: %d (%v)", accounts, err)
+	}
+}
+
+// A command run where no development key is kept, on a database used
+// with another key, is refused and leaves no key behind for the next
+// command to take up.
+func TestCommandElsewhereLeavesNoKeyBehind(t *testing.T) {
+	t.Setenv("MAILROOM_MASTER_KEY", "")
+	db := pgtest.NewURL(t)
+	if _, _, err := run(t, "accounts", "create", "--name", "Acme", "--database-url", db, "--data-dir", t.TempDir(), "--master-key", apptest.MasterKey); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := t.TempDir()
+	_, _, err := run(t, "projections", "status", "--database-url", db, "--data-dir", elsewhere)
+	if !errors.Is(err, datakeys.ErrWrongMasterKey) || !strings.Contains(err.Error(), "no development key was found") {
+		t.Fatalf("a command with no key on a database used with one: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(elsewhere, "master.key")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a key was left behind: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,7 +143,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 		pool.Close()
 		return nil, err
 	}
-	masterKey, err := cfg.LoadMasterKey()
+	masterKey, generated, err := cfg.LoadMasterKey()
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -176,8 +177,15 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 		pool.Close()
 		if errors.Is(err, datakeys.ErrWrongMasterKey) {
 			if file := cfg.MasterKeyFile(); file != "" {
+				if generated {
+					// Refused before anything was sealed under it: a key
+					// left behind would be taken up by the next command.
+					os.Remove(file)
+					return nil, fmt.Errorf("%w: no development key was found at %s (MAILROOM_DATA_DIR), and this database was used "+
+						"with another; run from the directory the server uses, or set MAILROOM_DATA_DIR or MAILROOM_MASTER_KEY", err, file)
+				}
 				return nil, fmt.Errorf("%w: the development key is read from %s (MAILROOM_DATA_DIR); run from the directory "+
-					"the server uses, or set MAILROOM_DATA_DIR or MAILROOM_MASTER_KEY (a key that was just generated there can be deleted)", err, file)
+					"the server uses, or set MAILROOM_DATA_DIR or MAILROOM_MASTER_KEY", err, file)
 			}
 			return nil, fmt.Errorf("%w: MAILROOM_MASTER_KEY is not the key this database was used with", err)
 		}

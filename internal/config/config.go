@@ -304,35 +304,35 @@ func (c *Config) MasterKeyFile() string {
 
 // LoadMasterKey returns the 32-byte master key. In development a missing key
 // is generated into <data-dir>/master.key and reused after; in production it
-// must be given.
-func (c *Config) LoadMasterKey() ([]byte, error) {
+// must be given. generated says this call made the key (and its file).
+func (c *Config) LoadMasterKey() (key []byte, generated bool, err error) {
 	if c.MasterKey != "" {
 		k, err := decodeKey(c.MasterKey)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", Setting("master-key"), err)
+			return nil, false, fmt.Errorf("%s: %w", Setting("master-key"), err)
 		}
-		return k, nil
+		return k, false, nil
 	}
 	if c.Environment == "production" {
-		return nil, fmt.Errorf("%s is required in production", Setting("master-key"))
+		return nil, false, fmt.Errorf("%s is required in production", Setting("master-key"))
 	}
 	path := c.MasterKeyFile()
 	if b, err := os.ReadFile(path); err == nil {
 		k, err := decodeKey(strings.TrimSpace(string(b)))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, false, fmt.Errorf("%s: %w", path, err)
 		}
-		return k, nil
+		return k, false, nil
 	}
-	key := make([]byte, 32)
+	key = make([]byte, 32)
 	rand.Read(key)
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := os.WriteFile(path, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return key, nil
+	return key, true, nil
 }
 
 // LoadPreviousKeys returns the keys of MAILROOM_MASTER_KEY_PREVIOUS.

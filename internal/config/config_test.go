@@ -116,7 +116,7 @@ func TestSettingNamesEachFlagsVariable(t *testing.T) {
 func TestBadMasterKeyIsNamed(t *testing.T) {
 	cfg := defaults(t)
 	cfg.MasterKey = "abcd"
-	if _, err := cfg.LoadMasterKey(); err == nil || !strings.Contains(err.Error(), "MAILROOM_MASTER_KEY") {
+	if _, _, err := cfg.LoadMasterKey(); err == nil || !strings.Contains(err.Error(), "MAILROOM_MASTER_KEY") {
 		t.Fatalf("bad master key: %v", err)
 	}
 }
