@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime/debug"
 	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/app"
@@ -84,9 +82,6 @@ serving the live tables, which stay current, until the new ones are swapped in.`
 					progressbar.OptionSetWriter(cmd.ErrOrStderr()),
 					progressbar.OptionShowCount(),
 					progressbar.OptionThrottle(100_000_000),
-					// Redrawn in place on a terminal; in a log it would be
-					// a line of partial bars.
-					progressbar.OptionSetVisibility(isTerminal(cmd.ErrOrStderr())),
 				)
 				start, applied := time.Now(), int64(0)
 				err := a.Runner.Rebuild(cmd.Context(), p, func(n int64) { applied = n; bar.Set64(n) })
@@ -218,10 +213,4 @@ func chosen(a *app.App, args []string) ([]projections.Projector, error) {
 		return nil, fmt.Errorf("no projection %q; see mailroom projections status", args[0])
 	}
 	return []projections.Projector{p}, nil
-}
-
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }

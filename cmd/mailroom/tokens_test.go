@@ -51,7 +51,7 @@ func TestTokenCommands(t *testing.T) {
 	if err != nil || at.Before(before.Add(time.Hour-time.Second)) || at.After(time.Now().Add(time.Hour+time.Second)) {
 		t.Fatalf("expires_at %s (%v), want an hour from now", *hourly.ExpiresAt, err)
 	}
-	if _, _, err := run(t, append([]string{"tokens", "create", "--account", acct.AccountID, "--expires-in", "-1h"}, flags...)...); err == nil || !strings.Contains(err.Error(), "expires_at") {
+	if _, _, err := run(t, append([]string{"tokens", "create", "--account", acct.AccountID, "--expires-in", "-1h"}, flags...)...); err == nil || !strings.Contains(err.Error(), "--expires-in must not be negative") {
 		t.Fatalf("a past expiry: %v", err)
 	}
 
