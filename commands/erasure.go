@@ -20,8 +20,9 @@ import (
 	"github.com/mailroom/mailroom/projections"
 )
 
-// SetRetention sets how many days the account keeps its emails' content.
-func (s *Service) SetRetention(ctx context.Context, accountID string, days int, meta Meta) error {
+// SetRetention sets how many days the account keeps its emails' content;
+// nil goes back to the server's default.
+func (s *Service) SetRetention(ctx context.Context, accountID string, days *int, meta Meta) error {
 	now := s.now()
 	_, err := executeConfirmed(ctx, s, account.Stream(accountID), account.Evolve, func(st account.State) ([]domain.Event, error) {
 		return account.SetRetention(st, days, now)

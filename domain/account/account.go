@@ -259,20 +259,25 @@ const (
 )
 
 // SetRetention decides how many days the account keeps its emails'
-// content; setting the current value decides nothing.
-func SetRetention(s State, days int, now time.Time) ([]domain.Event, error) {
+// content; nil goes back to the server's default. Setting the current
+// value decides nothing.
+func SetRetention(s State, days *int, now time.Time) ([]domain.Event, error) {
 	if !s.Exists() {
 		return nil, domain.ErrNotFound
 	}
-	if days < MinRetentionDays || days > MaxRetentionDays {
-		var v domain.ValidationError
-		v.Add("retention_days", "must be between %d and %d", MinRetentionDays, MaxRetentionDays)
-		return nil, &v
+	set := 0 // the server's default
+	if days != nil {
+		if *days < MinRetentionDays || *days > MaxRetentionDays {
+			var v domain.ValidationError
+			v.Add("retention_days", "must be between %d and %d, or null for the server's default", MinRetentionDays, MaxRetentionDays)
+			return nil, &v
+		}
+		set = *days
 	}
-	if days == s.RetentionDays {
+	if set == s.RetentionDays {
 		return nil, nil
 	}
-	return []domain.Event{&RetentionSet{AccountID: s.ID, Days: days, SetAt: now}}, nil
+	return []domain.Event{&RetentionSet{AccountID: s.ID, Days: set, SetAt: now}}, nil
 }
 
 // CompleteErasure decides recording an erasure request of accountID for the

@@ -107,16 +107,19 @@ func TestTokenExpiryAndRevocation(t *testing.T) {
 }
 
 func TestRetention(t *testing.T) {
-	if _, err := account.SetRetention(account.State{}, 30, now); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := account.SetRetention(account.State{}, days(30), now); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("retention of no account: %v", err)
 	}
 	s := replay(&account.Created{AccountID: "a1", Name: "Acme"})
-	for _, days := range []int{0, 366, -1} {
-		if _, err := account.SetRetention(s, days, now); err == nil {
-			t.Errorf("retention of %d days accepted", days)
+	for _, d := range []int{0, 366, -1} {
+		if _, err := account.SetRetention(s, days(d), now); err == nil {
+			t.Errorf("retention of %d days accepted", d)
 		}
 	}
-	evs, err := account.SetRetention(s, 30, now)
+	if evs, err := account.SetRetention(s, nil, now); err != nil || len(evs) != 0 {
+		t.Fatalf("the default while on the default: %v %v", evs, err)
+	}
+	evs, err := account.SetRetention(s, days(30), now)
 	if err != nil || len(evs) != 1 || evs[0].(*account.RetentionSet).Days != 30 {
 		t.Fatalf("set 30 days: %v %v", evs, err)
 	}
@@ -124,10 +127,20 @@ func TestRetention(t *testing.T) {
 	if s.RetentionDays != 30 {
 		t.Fatalf("state after RetentionSet: %+v", s)
 	}
-	if again, err := account.SetRetention(s, 30, now); err != nil || len(again) != 0 {
+	if again, err := account.SetRetention(s, days(30), now); err != nil || len(again) != 0 {
 		t.Fatalf("setting the same retention again: %v %v", again, err)
 	}
+	// Back to the server's default.
+	evs, err = account.SetRetention(s, nil, now)
+	if err != nil || len(evs) != 1 || evs[0].(*account.RetentionSet).Days != 0 {
+		t.Fatalf("back to the default: %v %v", evs, err)
+	}
+	if s = account.Evolve(s, evs[0]); s.RetentionDays != 0 {
+		t.Fatalf("state after going back to the default: %+v", s)
+	}
 }
+
+func days(n int) *int { return &n }
 
 // Issuing a token keeps the ones issued before: the first of two can
 // still be revoked.
@@ -160,14 +173,14 @@ func TestRetentionIsBetween1And365Days(t *testing.T) {
 	c, _ := account.Create(account.State{}, "a1", "Acme", now)
 	s := replay(c...)
 	for _, d := range []int{1, 365} {
-		if evs, err := account.SetRetention(s, d, now); err != nil || len(evs) != 1 {
+		if evs, err := account.SetRetention(s, days(d), now); err != nil || len(evs) != 1 {
 			t.Errorf("%d days: %v %v", d, evs, err)
 		}
 	}
 	for _, d := range []int{0, 366} {
-		_, err := account.SetRetention(s, d, now)
+		_, err := account.SetRetention(s, days(d), now)
 		var v *domain.ValidationError
-		if !errors.As(err, &v) || len(v.Errors) != 1 || v.Errors[0].Field != "retention_days" || v.Errors[0].Message != "must be between 1 and 365" {
+		if !errors.As(err, &v) || len(v.Errors) != 1 || v.Errors[0].Field != "retention_days" || v.Errors[0].Message != "must be between 1 and 365, or null for the server's default" {
 			t.Errorf("%d days: %v", d, err)
 		}
 	}

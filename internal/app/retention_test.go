@@ -280,6 +280,27 @@ func TestAccountRetentionIsItsOwn(t *testing.T) {
 	w.waitGone(t, id)
 }
 
+// An account that set its own retention can go back to the server's
+// default with null; a body without the field is still refused.
+func TestAccountRetentionGoesBackToTheDefault(t *testing.T) {
+	w := newSendWorld(t)
+	if r := w.Do("PATCH", "/api/account", w.admin, map[string]any{"retention_days": 7}); r.Status != http.StatusOK {
+		t.Fatalf("PATCH 7 days: %d %s", r.Status, r.Body)
+	}
+	wantProblem(t, w.Do("PATCH", "/api/account", w.admin, map[string]any{}), http.StatusUnprocessableEntity, "validation_failed")
+	wantProblem(t, w.Do("PATCH", "/api/account", w.admin, `{"retention_days": "7"}`), http.StatusBadRequest, "invalid_type")
+	r := w.Do("PATCH", "/api/account", w.admin, map[string]any{"retention_days": nil})
+	if r.Status != http.StatusOK || r.JSON(t)["retention_days"] != float64(w.Config.RetentionDays) {
+		t.Fatalf("PATCH null: %d %s", r.Status, r.Body)
+	}
+	id := w.sendPersonal(t, personalEmail(1))
+	w.waitFor(t, id, status("delivered"))
+	w.Clock.Advance(8 * 24 * time.Hour) // past the 7 days it had, within the default 45
+	if _, erased, err := w.Retention().Tick(context.Background()); err != nil || erased != 0 {
+		t.Fatalf("retention pass on the default: erased %d, err %v", erased, err)
+	}
+}
+
 func TestRetentionRunsOnceAcrossInstancesAndResumes(t *testing.T) {
 	w := newSendWorld(t)
 	ctx := context.Background()

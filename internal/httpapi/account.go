@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -39,7 +40,19 @@ func (h handlers) getAccount(c echo.Context) error {
 }
 
 type updateAccountRequest struct {
-	RetentionDays *int `json:"retention_days"`
+	RetentionDays nullable[int] `json:"retention_days"`
+}
+
+// nullable is a field a PATCH may leave out, set to null (back to the
+// default) or set to a value.
+type nullable[T any] struct {
+	Given bool
+	Value *T
+}
+
+func (n *nullable[T]) UnmarshalJSON(b []byte) error {
+	n.Given = true
+	return json.Unmarshal(b, &n.Value)
 }
 
 // updateAccount changes the account's settings: today its retention.
@@ -48,11 +61,11 @@ func (h handlers) updateAccount(c echo.Context) error {
 	if err := httpserver.BindJSON(c, &req); err != nil {
 		return err
 	}
-	if req.RetentionDays == nil {
-		return validationOf(&httpserver.FieldError{Field: "retention_days", Message: "is required"})
+	if !req.RetentionDays.Given {
+		return validationOf(&httpserver.FieldError{Field: "retention_days", Message: "is required (null: the server's default)"})
 	}
 	ctx, id := c.Request().Context(), authn.From(c).AccountID
-	if err := h.commands.SetRetention(ctx, id, *req.RetentionDays, meta(c)); err != nil {
+	if err := h.commands.SetRetention(ctx, id, req.RetentionDays.Value, meta(c)); err != nil {
 		return err
 	}
 	return h.getAccount(c)
