@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -21,7 +24,8 @@ func eraseCmd(cfg *config.Config) *cobra.Command {
 content and attachments are deleted, its data key destroyed, and it leaves
 the email list. Daily counts stay, and a suppressed address stays
 suppressed. The request is recorded without the address.`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
+		PreRunE: func(*cobra.Command, []string) error { return blobsAtHand(cfg) },
 		RunE: withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 			er, err := a.Commands.EraseRecipient(cmd.Context(), accountID, recipient, operator())
 			if err != nil {
@@ -44,4 +48,20 @@ suppressed. The request is recorded without the address.`,
 	cmd.MarkFlagRequired("account")
 	cmd.MarkFlagRequired("recipient")
 	return cmd
+}
+
+// blobsAtHand refuses to erase with a blob directory that does not exist:
+// the server creates its own when it starts, so a missing one means the
+// command was not given the server's (run from elsewhere, MAILROOM_BLOB_DIR
+// unset), and the erasure would be recorded with the emails' content left
+// where the server keeps it.
+func blobsAtHand(cfg *config.Config) error {
+	if cfg.BlobS3Bucket != "" {
+		return nil
+	}
+	if _, err := os.Stat(cfg.BlobDir); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: %s does not exist; give the blob storage the server uses, where the emails' content is deleted",
+			config.Setting("blob-dir"), cfg.BlobDir)
+	}
+	return nil
 }

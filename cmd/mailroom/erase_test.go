@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -32,6 +33,17 @@ func TestEraseCommand(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+
+	// Without the server's blob storage at hand it erases nothing: the
+	// emails' content would stay behind, recorded as erased.
+	if _, _, err := run(t, "erase", "--account", acct, "--recipient", "ann@example.org",
+		"--database-url", db, "--data-dir", s.Config.DataDir, "--blob-dir", filepath.Join(t.TempDir(), "elsewhere")); err == nil ||
+		!strings.Contains(err.Error(), "MAILROOM_BLOB_DIR") {
+		t.Fatalf("erase without the blob storage: %v", err)
+	}
+	if r := s.Do("GET", "/v1/emails/"+theirs[0], key, nil); r.Status != 200 {
+		t.Fatalf("an erase refused still erased: %d", r.Status)
 	}
 
 	out, _, err := run(t, "erase", "--account", acct, "--recipient", "ann@example.org", "--json",
