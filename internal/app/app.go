@@ -306,8 +306,9 @@ func (a *App) Handler() http.Handler {
 	}
 	accountBytes := httpserver.InflightBytesPer(share,
 		func(c echo.Context) string { return authn.From(c).AccountID })
-	api := e.Group("/api", perIP, auth.Tokens(), perCredential, perAccount, accountBytes)
-	v1 := e.Group("/v1", perIP, auth.APIKeys(), perCredential, perAccount, accountBytes)
+	accountLarge := httpserver.LargeInTurns(largeBody, func(c echo.Context) string { return authn.From(c).AccountID })
+	api := e.Group("/api", perIP, auth.Tokens(), perCredential, perAccount, accountBytes, accountLarge)
+	v1 := e.Group("/v1", perIP, auth.APIKeys(), perCredential, perAccount, accountBytes, accountLarge)
 	httpapi.Routes(httpapi.Deps{Commands: a.Commands, Reads: readapi.New(a.Pool, a.clock), RenderDomain: a.RenderDomain, Now: a.clock,
 		DefaultRetentionDays: a.Config.RetentionDays}, api, v1)
 	unmatched := httpserver.Unmatched(e)
@@ -315,6 +316,11 @@ func (a *App) Handler() http.Handler {
 	v1.RouteNotFound("/*", unmatched)
 	return e
 }
+
+// largeBody is the size over which an account's requests are served one
+// at a time (httpserver.LargeInTurns): a send with a megabyte of content
+// or more.
+const largeBody = 1 << 20
 
 // OpsHandler serves /healthz, /readyz with its detail, and /metrics: the
 // operator listener, or the only listener of a process without the api role.

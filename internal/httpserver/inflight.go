@@ -3,11 +3,14 @@ package httpserver
 import (
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/mailroom/mailroom/internal/turns"
 )
 
 // inflightRetry is the Retry-After of a request refused for lack of room.
@@ -130,4 +133,29 @@ func (s *steppedBody) Read(p []byte) (int, error) {
 	n, err := s.ReadCloser.Read(p)
 	s.read += int64(n)
 	return n, err
+}
+
+// LargeInTurns serves each key's (an account's) large requests one at a
+// time: those with a body over min bytes, or of undeclared length.
+// Decoding, checking and storing a body of tens of megabytes keeps a core
+// busy for most of a second, and an account sending several at once would
+// take every core from the others; in turns it takes one at most. Small
+// requests never wait. A wait ends with the request's context.
+func LargeInTurns(min int64, key func(echo.Context) string) echo.MiddlewareFunc {
+	// One at a time per key, and any number of keys side by side.
+	t := turns.New(math.MaxInt32)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			if req.Body == nil || req.Body == http.NoBody || (req.ContentLength >= 0 && req.ContentLength <= min) {
+				return next(c)
+			}
+			release, err := t.Take(req.Context(), key(c))
+			if err != nil {
+				return err
+			}
+			defer release()
+			return next(c)
+		}
+	}
 }

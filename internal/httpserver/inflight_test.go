@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,5 +227,63 @@ func holding(entered chan<- struct{}, release <-chan struct{}) echo.HandlerFunc 
 		entered <- struct{}{}
 		<-release
 		return c.NoContent(http.StatusNoContent)
+	}
+}
+
+// An account's large requests are served one at a time; its small ones,
+// and another account's large one, do not wait for them.
+func TestLargeRequestsOfAnAccountTakeTurns(t *testing.T) {
+	const mib = 1 << 20
+	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
+	entered, release := make(chan string, 4), make(chan struct{})
+	e.POST("/send", func(c echo.Context) error {
+		io.Copy(io.Discard, c.Request().Body)
+		entered <- c.Request().Header.Get("Account") + " " + c.QueryParam("n")
+		<-release
+		return c.NoContent(http.StatusNoContent)
+	}, LargeInTurns(mib, func(c echo.Context) string { return c.Request().Header.Get("Account") }))
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(release) }) }
+	defer releaseAll() // before the server's Close, which waits for handlers
+	send := func(account, n string, size int) {
+		req, _ := http.NewRequest("POST", srv.URL+"/send?n="+n, bytes.NewReader(make([]byte, size)))
+		req.Header.Set("Account", account)
+		go func() {
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case got := <-entered:
+			return got
+		case <-time.After(10 * time.Second):
+			t.Fatal("no request was served")
+			return ""
+		}
+	}
+	send("busy", "1", 2*mib)
+	if got := next(); got != "busy 1" {
+		t.Fatalf("first: %s", got)
+	}
+	send("busy", "2", 2*mib)
+	send("busy", "small", 1000)
+	send("other", "1", 2*mib)
+	served := map[string]bool{next(): true, next(): true}
+	if !served["busy small"] || !served["other 1"] {
+		t.Fatalf("served beside the busy account's large request: %v", served)
+	}
+	select {
+	case got := <-entered:
+		t.Fatalf("%s was served while the account's first large request was", got)
+	case <-time.After(200 * time.Millisecond):
+	}
+	releaseAll() // the first ends: the account's next large one comes
+	if got := next(); got != "busy 2" {
+		t.Fatalf("after the first: %s", got)
 	}
 }
