@@ -94,6 +94,9 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 		// of the API is an object, so it is the wrong type like [] is.
 		return nil, BadRequest("invalid_type", "the request body must be an object")
 	}
+	if err := takeTurn(c, len(data)); err != nil {
+		return nil, err
+	}
 	if p := checkItems(data); p != nil {
 		return nil, p
 	}

@@ -136,26 +136,46 @@ func (s *steppedBody) Read(p []byte) (int, error) {
 }
 
 // LargeInTurns serves each key's (an account's) large requests one at a
-// time: those with a body over min bytes, or of undeclared length.
-// Decoding, checking and storing a body of tens of megabytes keeps a core
-// busy for most of a second, and an account sending several at once would
-// take every core from the others; in turns it takes one at most. Small
-// requests never wait. A wait ends with the request's context.
+// time: those whose body, once read, is over min bytes. Decoding, checking
+// and storing a body of tens of megabytes keeps a core busy for most of a
+// second, and an account sending several at once would take every core
+// from the others; in turns it takes one at most. The turn is taken when
+// ReadJSON has read the body, so a slow upload holds nothing and uploads
+// still run side by side; small requests never wait. A wait ends with the
+// request's context.
 func LargeInTurns(min int64, key func(echo.Context) string) echo.MiddlewareFunc {
 	// One at a time per key, and any number of keys side by side.
 	t := turns.New(math.MaxInt32)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			req := c.Request()
-			if req.Body == nil || req.Body == http.NoBody || (req.ContentLength >= 0 && req.ContentLength <= min) {
-				return next(c)
-			}
-			release, err := t.Take(req.Context(), key(c))
-			if err != nil {
+			var release func()
+			defer func() {
+				if release != nil {
+					release()
+				}
+			}()
+			c.Set(turnKey, func(n int) error {
+				if int64(n) <= min || release != nil {
+					return nil
+				}
+				r, err := t.Take(c.Request().Context(), key(c))
+				release = r
 				return err
-			}
-			defer release()
+			})
 			return next(c)
 		}
 	}
+}
+
+// turnKey holds, in a request's context, the function ReadJSON calls with
+// the size of the body it read (LargeInTurns).
+const turnKey = "mailroom.large-turn"
+
+// takeTurn waits, when LargeInTurns serves c, for c's turn at a body of n
+// bytes.
+func takeTurn(c echo.Context, n int) error {
+	if take, ok := c.Get(turnKey).(func(int) error); ok {
+		return take(n)
+	}
+	return nil
 }

@@ -230,14 +230,18 @@ func holding(entered chan<- struct{}, release <-chan struct{}) echo.HandlerFunc 
 	}
 }
 
-// An account's large requests are served one at a time; its small ones,
-// and another account's large one, do not wait for them.
+// An account's large requests are served one at a time once their bodies
+// are read; its small ones, another account's large one, and the upload
+// of its next large one do not wait for them.
 func TestLargeRequestsOfAnAccountTakeTurns(t *testing.T) {
 	const mib = 1 << 20
 	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
-	entered, release := make(chan string, 4), make(chan struct{})
+	entered, release := make(chan string, 8), make(chan struct{})
 	e.POST("/send", func(c echo.Context) error {
-		io.Copy(io.Discard, c.Request().Body)
+		var v map[string]any
+		if _, err := ReadJSON(c, &v); err != nil {
+			return err
+		}
 		entered <- c.Request().Header.Get("Account") + " " + c.QueryParam("n")
 		<-release
 		return c.NoContent(http.StatusNoContent)
@@ -247,8 +251,9 @@ func TestLargeRequestsOfAnAccountTakeTurns(t *testing.T) {
 	var once sync.Once
 	releaseAll := func() { once.Do(func() { close(release) }) }
 	defer releaseAll() // before the server's Close, which waits for handlers
-	send := func(account, n string, size int) {
-		req, _ := http.NewRequest("POST", srv.URL+"/send?n="+n, bytes.NewReader(make([]byte, size)))
+	body := func(size int) []byte { return []byte(`{"pad":"` + strings.Repeat("x", size) + `"}`) }
+	send := func(account, n string, rd io.Reader) {
+		req, _ := http.NewRequest("POST", srv.URL+"/send?n="+n, rd)
 		req.Header.Set("Account", account)
 		go func() {
 			if resp, err := http.DefaultClient.Do(req); err == nil {
@@ -266,13 +271,18 @@ func TestLargeRequestsOfAnAccountTakeTurns(t *testing.T) {
 			return ""
 		}
 	}
-	send("busy", "1", 2*mib)
+	// A large upload still arriving holds no turn.
+	slow, uploading := io.Pipe()
+	send("busy", "slow", slow)
+	uploading.Write([]byte(`{"pad":"` + strings.Repeat("x", 2*mib)))
+	send("busy", "1", bytes.NewReader(body(2*mib)))
 	if got := next(); got != "busy 1" {
 		t.Fatalf("first: %s", got)
 	}
-	send("busy", "2", 2*mib)
-	send("busy", "small", 1000)
-	send("other", "1", 2*mib)
+	uploading.Write([]byte(`"}`)) // read now, it waits for busy 1's turn
+	uploading.Close()
+	send("busy", "small", bytes.NewReader(body(1000)))
+	send("other", "1", bytes.NewReader(body(2*mib)))
 	served := map[string]bool{next(): true, next(): true}
 	if !served["busy small"] || !served["other 1"] {
 		t.Fatalf("served beside the busy account's large request: %v", served)
@@ -283,7 +293,7 @@ func TestLargeRequestsOfAnAccountTakeTurns(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	releaseAll() // the first ends: the account's next large one comes
-	if got := next(); got != "busy 2" {
+	if got := next(); got != "busy slow" {
 		t.Fatalf("after the first: %s", got)
 	}
 }
