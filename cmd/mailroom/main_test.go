@@ -403,10 +403,10 @@ func waitForLag(t *testing.T, s *apptest.Server, want int64) {
 	}
 }
 
-// A first start whose address is taken stops before it bootstraps: it
-// prints no credentials a server never served, and the next start is
-// still the first, which prints them.
-func TestFirstStartOnATakenAddressPrintsNothing(t *testing.T) {
+// A first start that cannot serve (its address taken, its database pool
+// too small) stops before it bootstraps: it prints no credentials a server
+// never served, and the next start is still the first, which prints them.
+func TestFirstStartThatCannotServePrintsNothing(t *testing.T) {
 	db := pgtest.NewURL(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -421,6 +421,16 @@ func TestFirstStartOnATakenAddressPrintsNothing(t *testing.T) {
 	}
 	if out != "" {
 		t.Fatalf("printed on a start that could not serve:\n%s", out)
+	}
+	// Nor does a start whose database pool is too small for its roles.
+	small := db + "&pool_max_conns=2"
+	if !strings.Contains(db, "?") {
+		small = db + "?pool_max_conns=2"
+	}
+	out, _, err = run(t, "serve", "--bootstrap", "--http-addr", "127.0.0.1:0", "--database-url", small,
+		"--data-dir", dataDir, "--master-key", apptest.MasterKey, "--dns-resolvers", "127.0.0.1:9")
+	if err == nil || out != "" {
+		t.Fatalf("serve with a pool too small: %v, printed %q", err, out)
 	}
 	pool, err := database.Open(context.Background(), db)
 	if err != nil {

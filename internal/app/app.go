@@ -460,7 +460,7 @@ func (a *App) HTTPServer(h http.Handler) *http.Server {
 }
 
 // Listeners are the addresses a process serves on. They are bound before
-// anything else is done, so that a taken address stops the process before
+// the process bootstraps or serves, so that a taken address stops it before
 // it tells anyone it is ready.
 type Listeners struct {
 	public, ops net.Listener
@@ -478,28 +478,29 @@ func (l Listeners) Close() {
 	}
 }
 
-// Listen binds the configured addresses.
+// Listen checks that the database pool is large enough for the roles and
+// binds the configured addresses: what would stop Serve is found before
+// the process bootstraps.
 func (a *App) Listen() (Listeners, error) {
+	if err := CheckPoolSize(a.Config, int(a.Pool.Config().MaxConns), len(a.routed())); err != nil {
+		return Listeners{}, err
+	}
 	ln, err := net.Listen("tcp", a.Config.HTTPAddr)
 	if err != nil {
-		return Listeners{}, fmt.Errorf("MAILROOM_HTTP_ADDR (--http-addr): %w", err)
+		return Listeners{}, fmt.Errorf("%s: %w", config.Setting("http-addr"), err)
 	}
 	l := Listeners{public: ln}
 	if a.Config.OpsAddr != "" {
 		if l.ops, err = net.Listen("tcp", a.Config.OpsAddr); err != nil {
 			ln.Close()
-			return Listeners{}, fmt.Errorf("MAILROOM_OPS_ADDR (--ops-addr): %w", err)
+			return Listeners{}, fmt.Errorf("%s: %w", config.Setting("ops-addr"), err)
 		}
 	}
 	return l, nil
 }
 
-// Serve runs the roles of the configuration on ls until ctx ends.
+// Serve runs the roles of the configuration on ls (Listen) until ctx ends.
 func (a *App) Serve(ctx context.Context, ls Listeners) error {
-	if err := CheckPoolSize(a.Config, int(a.Pool.Config().MaxConns), len(a.routed())); err != nil {
-		ls.Close()
-		return err
-	}
 	// Every process listens: the API role serves the API; others serve
 	// /healthz, /readyz and /metrics only, so workers can be probed and
 	// scraped. With an operator listener, /metrics and the detail of /readyz
