@@ -45,6 +45,7 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 	export.Flags().StringVar(&from, "from", "", "only events after this position (COMMIT/PREPARE, as exported)")
 
 	var file string
+	var partial bool
 	verify := &cobra.Command{
 		Use:   "verify",
 		Short: "Recompute every stream's hash chain and report any break",
@@ -63,7 +64,7 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 				fmt.Fprintf(out, "BROKEN stream %s revision %d event %s: %s\n", b.Stream, b.Revision, b.EventID, b.Reason)
 			}
 			if file != "" {
-				return verifyExport(cmd, file, report, &breaks)
+				return verifyExport(cmd, file, partial, report, &breaks)
 			}
 			return withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
 				checked, err := eventstore.Verify(cmd.Context(), a.Ledger, report)
@@ -79,12 +80,13 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 		},
 	}
 	verify.Flags().StringVar(&file, "file", "", `an export to verify instead of the event store ("-": standard input)`)
+	verify.Flags().BoolVar(&partial, "partial", false, "with --file: the export was made --from a position, so its streams may start past their first event")
 	cmd.AddCommand(export, verify)
 	return cmd
 }
 
 // verifyExport verifies the export in file ("-": standard input).
-func verifyExport(cmd *cobra.Command, file string, report func(eventstore.Break), breaks *int) error {
+func verifyExport(cmd *cobra.Command, file string, partial bool, report func(eventstore.Break), breaks *int) error {
 	in := cmd.InOrStdin()
 	if file != "-" {
 		f, err := os.Open(file)
@@ -94,7 +96,7 @@ func verifyExport(cmd *cobra.Command, file string, report func(eventstore.Break)
 		defer f.Close()
 		in = f
 	}
-	checked, anchored, err := eventstore.VerifyExport(in, report)
+	checked, anchored, err := eventstore.VerifyExport(in, partial, report)
 	if err != nil {
 		return err
 	}

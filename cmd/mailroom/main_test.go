@@ -214,12 +214,24 @@ func TestEventsVerifyAndExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(partial)
-	if out, _, err := run(t, "events", "verify", "--file", exported); err != nil || !strings.HasPrefix(out, "ok: 3 events, every hash chain intact (1 stream(s) exported from past") {
-		t.Fatalf("verify --file of an export from a position: %q %v", out, err)
+	if out, _, err := run(t, "events", "verify", "--file", exported, "--partial"); err != nil || !strings.HasPrefix(out, "ok: 3 events, every hash chain intact (1 stream(s) exported from past") {
+		t.Fatalf("verify --file --partial of an export from a position: %q %v", out, err)
 	}
+	// Without --partial, a stream whose first events are missing is a
+	// break: lines cut from the top of a whole export do not pass.
+	if out, _, err := run(t, "events", "verify", "--file", exported); err == nil || !strings.Contains(out, "revision 1 where 0 was expected") {
+		t.Fatalf("verify --file of an export lacking a stream's first event: %q %v", out, err)
+	}
+	// A changed line is a break, and so is a line whose hash was blanked
+	// (it cannot pass for the anchor of a partial export).
 	writeFile(strings.Replace(full, "Acme", "Evil", 1))
 	if out, _, err := run(t, "events", "verify", "--file", exported); err == nil || !strings.Contains(out, "BROKEN stream "+stream+" revision 0") {
 		t.Fatalf("verify --file of a changed export: %q %v", out, err)
+	}
+	blanked := regexp.MustCompile(`"hash":"[0-9a-f]{64}"`).ReplaceAllString(partial, `"hash":""`)
+	writeFile(strings.Replace(blanked, "Acme", "Evil", -1))
+	if out, _, err := run(t, "events", "verify", "--file", exported, "--partial"); err == nil || !strings.Contains(out, "is not a SHA-256") {
+		t.Fatalf("verify --file --partial of blanked hashes: %q %v", out, err)
 	}
 
 	// Tamper with one stored event.

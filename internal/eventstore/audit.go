@@ -110,10 +110,11 @@ func Verify(ctx context.Context, s Store, report func(Break)) (checked int, err 
 // VerifyExport checks the hash chains of an export (Export's NDJSON) as
 // Verify checks the log's, from the file alone: revisions contiguous, and
 // each event's hash recomputed from its line and the previous event's. A
-// stream whose first line is past revision 0 (an export --from a
-// position) takes that line's hash as given and is checked from there;
-// anchored counts such streams. Each problem goes to report.
-func VerifyExport(r io.Reader, report func(Break)) (checked, anchored int, err error) {
+// stream must start at revision 0, unless partial says the export was made
+// from a position: then a stream whose first line is past revision 0 takes
+// that line's hash as given and is checked from there (anchored counts
+// such streams). Each problem goes to report.
+func VerifyExport(r io.Reader, partial bool, report func(Break)) (checked, anchored int, err error) {
 	type head struct {
 		next uint64
 		hash string
@@ -132,29 +133,50 @@ func VerifyExport(r io.Reader, report func(Break)) (checked, anchored int, err e
 			return checked, anchored, fmt.Errorf("line %d: not an export line: %w", line, err)
 		}
 		id, _ := uuid.Parse(e.EventID)
-		h := heads[e.Stream]
-		if h == nil {
-			h = &head{next: e.Revision}
-			heads[e.Stream] = h
-			if e.Revision > 0 {
-				anchored++
-				h.hash = ""
-			}
+		broken := func(format string, args ...any) { report(Break{e.Stream, e.Revision, id, fmt.Sprintf(format, args...)}) }
+		if !isHash(e.Hash) {
+			broken("hash %q is not a SHA-256 in lower-case hex", e.Hash)
 		}
+		h := heads[e.Stream]
 		switch {
-		case e.Revision != h.next:
-			report(Break{e.Stream, e.Revision, id,
-				fmt.Sprintf("revision %d where %d was expected: events missing, inserted or reordered", e.Revision, h.next)})
-		case h.hash == "" && e.Revision > 0: // the anchor of a partial export
+		case h == nil && e.Revision > 0:
+			// Its first events are not in the export: this line's hash is
+			// where the chain is taken up.
+			if partial {
+				anchored++
+			} else {
+				broken("revision %d where 0 was expected: the export lacks the stream's first events (an export from a position is verified with --partial)", e.Revision)
+			}
+			h = &head{}
+			heads[e.Stream] = h
+		case h == nil:
+			h = &head{}
+			heads[e.Stream] = h
+			fallthrough
 		default:
-			if want := chainHash(h.hash, e.Stream, e.Revision, e.EventID, e.Type, e.SchemaVersion, e.Data, e.Metadata); want != e.Hash {
-				report(Break{e.Stream, e.Revision, id, fmt.Sprintf("hash mismatch: exported %s, recomputed %s", e.Hash, want)})
+			if e.Revision != h.next {
+				broken("revision %d where %d was expected: events missing, inserted or reordered", e.Revision, h.next)
+			} else if want := chainHash(h.hash, e.Stream, e.Revision, e.EventID, e.Type, e.SchemaVersion, e.Data, e.Metadata); want != e.Hash {
+				broken("hash mismatch: exported %s, recomputed %s", e.Hash, want)
 			}
 		}
 		h.next, h.hash = e.Revision+1, e.Hash
 		checked++
 	}
 	return checked, anchored, sc.Err()
+}
+
+// isHash reports whether s is a SHA-256 as ChainHash writes it.
+func isHash(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // exportHead holds the fields of an export line that come before "data".
