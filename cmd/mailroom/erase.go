@@ -24,9 +24,11 @@ func eraseCmd(cfg *config.Config) *cobra.Command {
 content and attachments are deleted, its data key destroyed, and it leaves
 the email list. Daily counts stay, and a suppressed address stays
 suppressed. The request is recorded without the address.`,
-		Args:    cobra.NoArgs,
-		PreRunE: func(*cobra.Command, []string) error { return blobsAtHand(cfg) },
+		Args: cobra.NoArgs,
 		RunE: withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
+			if err := blobsAtHand(cfg); err != nil {
+				return err
+			}
 			er, err := a.Commands.EraseRecipient(cmd.Context(), accountID, recipient, operator())
 			if err != nil {
 				return describe(err, "account", accountID)
@@ -50,17 +52,22 @@ suppressed. The request is recorded without the address.`,
 	return cmd
 }
 
-// blobsAtHand refuses to erase with a blob directory that does not exist:
-// the server creates its own when it starts, so a missing one means the
-// command was not given the server's (run from elsewhere, MAILROOM_BLOB_DIR
-// unset), and the erasure would be recorded with the emails' content left
+// blobsAtHand refuses to erase with a blob directory that is missing or
+// empty: the server stores every email's content there, so such a one
+// means the command was not given the server's (run from elsewhere,
+// MAILROOM_BLOB_DIR unset; any command opening the app there creates it
+// empty), and the erasure would be recorded with the emails' content left
 // where the server keeps it.
 func blobsAtHand(cfg *config.Config) error {
 	if cfg.BlobS3Bucket != "" {
 		return nil
 	}
-	if _, err := os.Stat(cfg.BlobDir); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%s: %s does not exist; give the blob storage the server uses, where the emails' content is deleted",
+	entries, err := os.ReadDir(cfg.BlobDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if len(entries) == 0 {
+		return fmt.Errorf("%s: %s holds no content; give the blob storage the server uses, where the emails' content is deleted",
 			config.Setting("blob-dir"), cfg.BlobDir)
 	}
 	return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,10 +38,17 @@ func TestEraseCommand(t *testing.T) {
 
 	// Without the server's blob storage at hand it erases nothing: the
 	// emails' content would stay behind, recorded as erased.
-	if _, _, err := run(t, "erase", "--account", acct, "--recipient", "ann@example.org",
-		"--database-url", db, "--data-dir", s.Config.DataDir, "--blob-dir", filepath.Join(t.TempDir(), "elsewhere")); err == nil ||
-		!strings.Contains(err.Error(), "MAILROOM_BLOB_DIR") {
-		t.Fatalf("erase without the blob storage: %v", err)
+	// (Another command run there first made the directory, empty.)
+	elsewhere := filepath.Join(t.TempDir(), "elsewhere")
+	for range 2 {
+		if _, _, err := run(t, "erase", "--account", acct, "--recipient", "ann@example.org",
+			"--database-url", db, "--data-dir", s.Config.DataDir, "--blob-dir", elsewhere); err == nil ||
+			!strings.Contains(err.Error(), "MAILROOM_BLOB_DIR") {
+			t.Fatalf("erase without the blob storage: %v", err)
+		}
+		if err := os.MkdirAll(elsewhere, 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if r := s.Do("GET", "/v1/emails/"+theirs[0], key, nil); r.Status != 200 {
 		t.Fatalf("an erase refused still erased: %d", r.Status)
@@ -69,11 +77,12 @@ func TestEraseCommand(t *testing.T) {
 	if r := s.Do("GET", "/v1/emails/"+kept, key, nil); r.Status != 200 {
 		t.Errorf("another recipient's email: %d", r.Status)
 	}
-	if _, _, err := run(t, "erase", "--account", acct, "--recipient", "not an address", "--database-url", db, "--data-dir", s.Config.DataDir); err == nil {
+	if _, _, err := run(t, "erase", "--account", acct, "--recipient", "not an address", "--database-url", db, "--data-dir", s.Config.DataDir,
+		"--blob-dir", s.Config.BlobDir); err == nil {
 		t.Error("erase accepted a malformed address")
 	}
 	if _, _, err := run(t, "erase", "--account", "0198a1d0-0000-7000-8000-000000000000", "--recipient", "ann@example.org",
-		"--database-url", db, "--data-dir", s.Config.DataDir); err == nil || !strings.Contains(err.Error(), "not found") {
+		"--database-url", db, "--data-dir", s.Config.DataDir, "--blob-dir", s.Config.BlobDir); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("erase for an unknown account: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,11 +34,18 @@ import (
 // apiTimestamp is the one timestamp format of the API and the CLI's --json.
 var apiTimestamp = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)
 
-// run executes the mailroom command line in-process.
+// run executes the mailroom command line in-process. Blobs and the outbox
+// go to a temporary directory unless args name them: the defaults are
+// under the working directory, the package's source.
 func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := root()
+	for _, flag := range []string{"--blob-dir", "--sandbox-outbox"} {
+		if !slices.Contains(args, flag) {
+			args = append(args, flag, filepath.Join(t.TempDir(), flag[2:]))
+		}
+	}
 	cmd.SetArgs(args)
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
@@ -465,7 +473,7 @@ func TestCommandElsewhereLeavesNoKeyBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	elsewhere := t.TempDir()
-	_, _, err := run(t, "projections", "status", "--database-url", db, "--data-dir", elsewhere)
+	_, _, err := run(t, "projections", "status", "--database-url", db, "--data-dir", elsewhere, "--blob-dir", filepath.Join(elsewhere, "blobs"))
 	if !errors.Is(err, datakeys.ErrWrongMasterKey) || !strings.Contains(err.Error(), "no development key was found") {
 		t.Fatalf("a command with no key on a database used with one: %v", err)
 	}
