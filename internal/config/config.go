@@ -177,15 +177,25 @@ func Setting(flag string) string {
 	return fmt.Sprintf("%s (MAILROOM_%s)", flag, strings.ToUpper(strings.ReplaceAll(flag, "-", "_")))
 }
 
+// setting is a setting's value, named by its flag, for Validate's checks.
+type setting[T any] struct {
+	flag  string
+	value T
+}
+
 // invalid is the error of a setting whose value cannot work.
 func invalid(flag, format string, args ...any) error {
 	return fmt.Errorf("%s: %s", Setting(flag), fmt.Sprintf(format, args...))
 }
 
-// regionPattern is the shape of an AWS region name (us-east-1,
-// ap-southeast-2, us-gov-west-1): the region ends up in a domain's MX
-// record and in the provider's endpoint.
-var regionPattern = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$`)
+// awsRegion is the shape of an AWS region name (us-east-1, ap-southeast-2,
+// us-gov-west-1), which SES and S3 without an endpoint of its own need;
+// any region is a DNS label, as it ends up in a domain's MX record (and an
+// S3-compatible store may name its own: auto, fr-par, nyc3).
+var (
+	awsRegion = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$`)
+	dnsLabel  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+)
 
 // Validate checks settings that flags cannot.
 func (c *Config) Validate() error {
@@ -199,39 +209,41 @@ func (c *Config) Validate() error {
 			return invalid("roles", "unknown role %q (want api, projections, workers)", r)
 		}
 	}
-	for flag, v := range map[string]float64{"rate-limit": c.RateLimit, "ip-rate-limit": c.IPRateLimit,
-		"account-rate-limit": c.AccountRateLimit, "provider-max-rate": c.ProviderMaxRate} {
-		if v < 0 {
-			return invalid(flag, "must not be negative (0: no limit)")
+	// In a fixed order, so that of several wrong settings the same one is
+	// named every time.
+	for _, s := range []setting[float64]{{"rate-limit", c.RateLimit}, {"ip-rate-limit", c.IPRateLimit},
+		{"account-rate-limit", c.AccountRateLimit}, {"provider-max-rate", c.ProviderMaxRate}} {
+		if s.value < 0 {
+			return invalid(s.flag, "must not be negative (0: no limit)")
 		}
 	}
-	for flag, v := range map[string]int{"rate-burst": c.RateBurst, "ip-rate-burst": c.IPRateBurst,
-		"account-rate-burst": c.AccountRateBurst, "dkim-rotation-days": c.DKIMRotationDays,
-		"webhook-concurrency": c.WebhookConcurrency, "webhook-account-concurrency": c.WebhookAccountConcurrency} {
-		if v <= 0 {
-			return invalid(flag, "must be positive")
+	for _, s := range []setting[int]{{"rate-burst", c.RateBurst}, {"ip-rate-burst", c.IPRateBurst},
+		{"account-rate-burst", c.AccountRateBurst}, {"dkim-rotation-days", c.DKIMRotationDays},
+		{"webhook-concurrency", c.WebhookConcurrency}, {"webhook-account-concurrency", c.WebhookAccountConcurrency}} {
+		if s.value <= 0 {
+			return invalid(s.flag, "must be positive")
 		}
 	}
-	for flag, v := range map[string]time.Duration{"domain-poll-interval": c.DomainPollInterval,
-		"retention-interval": c.RetentionInterval, "shutdown-timeout": c.ShutdownTimeout,
+	for _, s := range []setting[time.Duration]{{"domain-poll-interval", c.DomainPollInterval},
+		{"retention-interval", c.RetentionInterval}, {"shutdown-timeout", c.ShutdownTimeout},
 		// A write that may not wait for its read models answers 503
 		// every time; an email that may not wait fails at the first
 		// outage.
-		"consistency-timeout": c.ConsistencyTimeout, "send-max-age": c.SendMaxAge, "dns-timeout": c.DNSTimeout} {
-		if v <= 0 {
-			return invalid(flag, "must be positive")
+		{"consistency-timeout", c.ConsistencyTimeout}, {"send-max-age", c.SendMaxAge}, {"dns-timeout", c.DNSTimeout}} {
+		if s.value <= 0 {
+			return invalid(s.flag, "must be positive")
 		}
 	}
-	for flag, v := range map[string]time.Duration{"sandbox-latency": c.SandboxLatency, "shutdown-delay": c.ShutdownDelay,
-		"http-read-timeout": c.HTTPReadTimeout, "http-write-timeout": c.HTTPWriteTimeout, "http-idle-timeout": c.HTTPIdleTimeout} {
-		if v < 0 {
-			return invalid(flag, "must not be negative")
+	for _, s := range []setting[time.Duration]{{"sandbox-latency", c.SandboxLatency}, {"shutdown-delay", c.ShutdownDelay},
+		{"http-read-timeout", c.HTTPReadTimeout}, {"http-write-timeout", c.HTTPWriteTimeout}, {"http-idle-timeout", c.HTTPIdleTimeout}} {
+		if s.value < 0 {
+			return invalid(s.flag, "must not be negative")
 		}
 	}
-	for flag, v := range map[string]int64{"account-concurrency": int64(c.AccountConcurrency), "max-sending-bytes": c.MaxSendingBytes,
-		"ready-max-lag": c.ReadyMaxLag} {
-		if v < 0 {
-			return invalid(flag, "must not be negative")
+	for _, s := range []setting[int64]{{"account-concurrency", int64(c.AccountConcurrency)}, {"max-sending-bytes", c.MaxSendingBytes},
+		{"ready-max-lag", c.ReadyMaxLag}} {
+		if s.value < 0 {
+			return invalid(s.flag, "must not be negative")
 		}
 	}
 	if c.ProviderConcurrency <= 0 || c.ProviderConcurrency > 10000 {
@@ -255,8 +267,10 @@ func (c *Config) Validate() error {
 		// slow uploads short with no answer.
 		return invalid("http-write-timeout", "must not be below %s", Setting("http-read-timeout"))
 	}
-	if !regionPattern.MatchString(c.Region) {
-		return invalid("region", "%q is not a region name such as us-east-1", c.Region)
+	if aws := c.Provider == "ses" || (c.BlobS3Bucket != "" && c.BlobS3Endpoint == ""); aws && !awsRegion.MatchString(c.Region) {
+		return invalid("region", "%q is not an AWS region name such as us-east-1", c.Region)
+	} else if !dnsLabel.MatchString(c.Region) {
+		return invalid("region", "%q is not a region name such as us-east-1 (lower-case letters, digits and hyphens)", c.Region)
 	}
 	switch c.Environment {
 	case "development", "production":

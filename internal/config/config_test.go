@@ -92,9 +92,21 @@ func TestValuesThatCannotWorkAreRefusedByName(t *testing.T) {
 	}
 	for _, region := range []string{"us-east-1", "ap-southeast-2", "us-gov-west-1", "eu-central-1"} {
 		cfg := defaults(t)
-		cfg.Region = region
+		cfg.Region, cfg.Provider = region, "ses"
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("%s: %v", region, err)
+		}
+	}
+	// An S3-compatible store names its own regions; SES does not take them.
+	for _, region := range []string{"auto", "fr-par", "nyc3", "us-west-004"} {
+		cfg := defaults(t)
+		cfg.Region, cfg.BlobS3Bucket, cfg.BlobS3Endpoint = region, "mail", "https://s3.example.net"
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%s with an S3 endpoint: %v", region, err)
+		}
+		cfg.Provider = "ses"
+		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), "region (MAILROOM_REGION): ") {
+			t.Errorf("%s with SES: %v", region, err)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -64,7 +65,7 @@ type acceptedEmail struct {
 // MaxPage is the highest page a list answers: the largest integer every
 // JSON reader (JavaScript's numbers among them) keeps exact, so the page
 // echoed in pagination is the one asked for.
-const MaxPage = 1<<53 - 1
+const MaxPage = min(1<<53-1, math.MaxInt)
 
 // Pagination describes a page of a list.
 type Pagination struct {
