@@ -133,7 +133,9 @@ func VerifyExport(r io.Reader, partial bool, report func(Break)) (checked, ancho
 			return checked, anchored, fmt.Errorf("line %d: not an export line: %w", line, err)
 		}
 		id, _ := uuid.Parse(e.EventID)
-		broken := func(format string, args ...any) { report(Break{e.Stream, e.Revision, id, fmt.Sprintf(format, args...)}) }
+		broken := func(format string, args ...any) {
+			report(Break{e.Stream, e.Revision, id, fmt.Sprintf(format, args...)})
+		}
 		if !isHash(e.Hash) {
 			broken("hash %q is not a SHA-256 in lower-case hex", e.Hash)
 		}
