@@ -396,28 +396,42 @@ func TestFailingProjectorAndRebuild(t *testing.T) {
 	}
 }
 
-func TestVersionChangeRebuilds(t *testing.T) {
+// thirtyTallied is a tally projection (version 1) caught up over 30 events.
+func thirtyTallied(t *testing.T) (*pgxpool.Pool, *postgres.Store, eventstore.Position) {
+	t.Helper()
 	pool, store := setup(t)
-	ctx := context.Background()
 	last := appendN(t, store, "s-1", "Counted", 30)
 	r := projections.NewRunner(pool, store, nil, quiet, tally{version: 1})
-	if err := r.Prepare(ctx); err != nil {
+	if err := r.Prepare(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	catchUpTo(t, r, tally{version: 1}, last)
-	// Damage the read model: a rebuild must restore it from the events.
-	pool.Exec(ctx, "UPDATE tally_total SET n = 999")
-	r = projections.NewRunner(pool, store, nil, quiet, tally{version: 2})
-	if err := r.Prepare(ctx); err != nil {
+	return pool, store, last
+}
+
+// startAgain prepares a runner of tally at version as a start does, catches
+// it up, and checks the read model holds the 30 events once each.
+func startAgain(t *testing.T, pool *pgxpool.Pool, store *postgres.Store, version int, last eventstore.Position) *projections.Runner {
+	t.Helper()
+	r := projections.NewRunner(pool, store, nil, quiet, tally{version: version})
+	if err := r.Prepare(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// The rebuild replays what is readable; events that other databases'
 	// open transactions still hold back follow in the next catch-up.
-	catchUpTo(t, r, tally{version: 2}, last)
+	catchUpTo(t, r, tally{version: version}, last)
 	if total, seen := counts(t, pool); total != 30 || seen != 30 {
-		t.Fatalf("after version change: total %d seen %d, want 30", total, seen)
+		t.Fatalf("after the start: total %d seen %d, want 30 each", total, seen)
 	}
-	st, err := r.Status(ctx, 0)
+	return r
+}
+
+func TestVersionChangeRebuilds(t *testing.T) {
+	pool, store, last := thirtyTallied(t)
+	// Damage the read model: a rebuild must restore it from the events.
+	pool.Exec(context.Background(), "UPDATE tally_total SET n = 999")
+	r := startAgain(t, pool, store, 2, last)
+	st, err := r.Status(context.Background(), 0)
 	if err != nil || st[0].Version != 2 || st[0].Lag != 0 {
 		t.Fatalf("status %+v %v", st, err)
 	}
@@ -427,25 +441,11 @@ func TestVersionChangeRebuilds(t *testing.T) {
 // next start (or operator command), not created empty behind a checkpoint
 // that says everything is applied.
 func TestDroppedTableIsRebuilt(t *testing.T) {
-	pool, store := setup(t)
-	ctx := context.Background()
-	last := appendN(t, store, "s-1", "Counted", 30)
-	r := projections.NewRunner(pool, store, nil, quiet, tally{version: 1})
-	if err := r.Prepare(ctx); err != nil {
+	pool, store, last := thirtyTallied(t)
+	if _, err := pool.Exec(context.Background(), "DROP TABLE tally_seen"); err != nil {
 		t.Fatal(err)
 	}
-	catchUpTo(t, r, tally{version: 1}, last)
-	if _, err := pool.Exec(ctx, "DROP TABLE tally_seen"); err != nil {
-		t.Fatal(err)
-	}
-	r = projections.NewRunner(pool, store, nil, quiet, tally{version: 1})
-	if err := r.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
-	catchUpTo(t, r, tally{version: 1}, last)
-	if total, seen := counts(t, pool); total != 30 || seen != 30 {
-		t.Fatalf("after a dropped table: total %d seen %d, want 30 each", total, seen)
-	}
+	startAgain(t, pool, store, 1, last)
 }
 
 // A projection a newer release rebuilt is left alone by an older one: its
