@@ -790,23 +790,11 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 		// the endpoint's.
 		return w.Commands.DropDelivery(ctx, a.DeliveryID, false, a.meta())
 	}
-	ep, err := readapi.EndpointForAttempt(ctx, w.Pool, a.EndpointID)
-	if errors.Is(err, readapi.ErrNotFound) {
-		return nil // deleted, with its deliveries
-	}
-	if err != nil {
+	ep, held, err := w.endpointFor(ctx, a, st)
+	if held || err != nil {
 		return err
 	}
-	if !st.Created.Test && !slices.Contains(ep.EventTypes, st.Created.Type) {
-		// The endpoint stopped subscribing to this type after the event:
-		// its retries end here, unattempted.
-		return w.Commands.DropUnsubscribedDelivery(ctx, a.DeliveryID, a.meta())
-	}
-	if !ep.Active || ep.Suspended {
-		// Held, unattempted, so none of its retries is spent: resuming the
-		// endpoint or reinstating the account queues it again.
-		return nil
-	}
+	read := time.Now()
 	if st.Attempts == a.Attempt {
 		// Recorded by an earlier run that did not get to queue the next.
 		return w.queueNext(ctx, a, st.NextAt)
@@ -829,6 +817,15 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 			return noPlace(ctx, waits, pace)
 		}
 		placed = true // the defer frees it should the post panic
+	}
+	// The waits above may have outlasted a change of the endpoint that has
+	// since been answered (deleted, paused, its secret rotated, its URL
+	// moved, its account suspended): the attempt goes by the endpoint as
+	// it is now.
+	if time.Since(read) > rereadAfter {
+		if ep, held, err = w.endpointFor(ctx, a, st); held || err != nil {
+			return err
+		}
 	}
 	start := time.Now()
 	o, err := w.post(ctx, st.Created, ep.URL, ep.SealedSecret)
@@ -854,6 +851,31 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 		return nil
 	}
 	return w.queueNext(ctx, a, final.NextAt)
+}
+
+// rereadAfter is how long an attempt may wait for its place before it
+// reads its endpoint again: a change answered within it is no later than
+// one answered while the post is under way.
+const rereadAfter = 10 * time.Millisecond
+
+// endpointFor reads the endpoint of a's delivery as it is now; held says
+// the delivery is not to be attempted: the endpoint is deleted (with its
+// deliveries), no longer subscribes to the event's type (the delivery is
+// dropped, unattempted), or is paused, disabled or its account suspended
+// (held, none of its retries spent: resuming or reinstating queues it
+// again).
+func (w *Webhooks) endpointFor(ctx context.Context, a AttemptArgs, st delivery.State) (ep readapi.AttemptEndpoint, held bool, err error) {
+	ep, err = readapi.EndpointForAttempt(ctx, w.Pool, a.EndpointID)
+	if errors.Is(err, readapi.ErrNotFound) {
+		return ep, true, nil
+	}
+	if err != nil {
+		return ep, true, err
+	}
+	if !st.Created.Test && !slices.Contains(ep.EventTypes, st.Created.Type) {
+		return ep, true, w.Commands.DropUnsubscribedDelivery(ctx, a.DeliveryID, a.meta())
+	}
+	return ep, !ep.Active || ep.Suspended, nil
 }
 
 // queueNext queues the attempt after a's, due at (by the domain's clock).

@@ -1,0 +1,96 @@
+package processmanagers
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain/delivery"
+	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/eventstore/memory"
+	"github.com/mailroom/mailroom/internal/pgtest"
+	"github.com/mailroom/mailroom/internal/secretbox"
+	"github.com/mailroom/mailroom/projections"
+)
+
+// An attempt that waited (for the read model, for its place) goes by its
+// endpoint as it is when it posts: one paused, deleted or moved to another
+// URL meanwhile, the change already answered, is not posted to as it was.
+func TestAnAttemptGoesByTheEndpointAsItIsWhenItPosts(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	for _, ddl := range []string{projections.Accounts{}.Schema(), projections.Webhooks{}.Schema()} {
+		if _, err := pool.Exec(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	box, err := secretbox.New(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after atomic.Int32
+	old := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { before.Add(1) }))
+	defer old.Close()
+	moved := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { after.Add(1) }))
+	defer moved.Close()
+	store := memory.New()
+	defer store.Close()
+	svc := commands.New(commands.Deps{Store: store, Now: time.Now})
+
+	for change, wantMoved := range map[string]int32{
+		"UPDATE webhook_endpoints SET is_active = false":         0,
+		"DELETE FROM webhook_endpoints":                          0,
+		"UPDATE webhook_endpoints SET url = '" + moved.URL + "'": 1,
+	} {
+		before.Store(0)
+		after.Store(0)
+		if _, err := pool.Exec(ctx, "DELETE FROM webhook_endpoints"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO webhook_endpoints (id, account_id, url, description, event_types, sealed_secret, is_active, created_at, updated_at)
+			VALUES ('ep', 'acct', $1, '', '{email.sent}', $2, true, now(), now())`, old.URL, box.Seal([]byte("whsec_test"), commands.SecretContext("ep"))); err != nil {
+			t.Fatal(err)
+		}
+		c := delivery.Created{DeliveryID: uuid.NewString(), EndpointID: "ep", AccountID: "acct", EmailID: uuid.NewString(),
+			Type: "email.sent", Payload: "{}", CreatedAt: time.Now()}
+		if _, _, err := svc.CreateDeliveries(ctx, []commands.NewDelivery{{Created: c}}, commands.Meta{Actor: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		st, expected := commands.Created(c)
+
+		waiting, gate := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		w := &Webhooks{Pool: pool, Commands: svc, Box: box, Client: old.Client(), Now: time.Now, PerAccount: 4, PerEndpoint: 2,
+			Schedule: []time.Duration{time.Minute},
+			Settle: func(context.Context, eventstore.Position, ...projections.Name) error {
+				once.Do(func() { close(waiting) })
+				<-gate
+				return nil
+			}}
+		listed := eventstore.Position{}
+		done := make(chan error, 1)
+		go func() {
+			done <- w.attempt(ctx, AttemptArgs{DeliveryID: c.DeliveryID, Attempt: 1, AccountID: "acct", EndpointID: "ep", Listed: &listed},
+				st, expected, false, 0)
+		}()
+		<-waiting // the attempt has read its endpoint and waits
+		if _, err := pool.Exec(ctx, change); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * rereadAfter)
+		close(gate)
+		if err := <-done; err != nil {
+			t.Fatalf("%s: %v", change, err)
+		}
+		if before.Load() != 0 || after.Load() != wantMoved {
+			t.Errorf("%s: %d posts as the endpoint was, %d as it is, want 0 and %d", change, before.Load(), after.Load(), wantMoved)
+		}
+	}
+}
