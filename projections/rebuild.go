@@ -284,15 +284,13 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pglock.Projection(string(p.Name())))); err != nil {
 			return err
 		}
+		present, _, err := liveTables(ctx, tx, p)
+		if err != nil {
+			return err
+		}
 		var live []string
-		for _, tb := range p.Tables() {
-			var exists bool
-			if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", "public."+tb).Scan(&exists); err != nil {
-				return err
-			}
-			if exists {
-				live = append(live, "public."+pgx.Identifier{tb}.Sanitize())
-			}
+		for _, tb := range present {
+			live = append(live, "public."+pgx.Identifier{tb}.Sanitize())
 		}
 		if len(live) > 0 {
 			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '200ms'"); err != nil {
@@ -341,7 +339,7 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 		if _, err := tx.Exec(ctx, `UPDATE public.projection_quarantine SET projection = $1 WHERE projection = $2`, p.Name(), t.checkpoint); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, fmt.Sprintf("DROP SCHEMA %s CASCADE", shadow))
+		_, err = tx.Exec(ctx, fmt.Sprintf("DROP SCHEMA %s CASCADE", shadow))
 		return err
 	})
 	if err != nil {

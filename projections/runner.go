@@ -74,7 +74,7 @@ func (r *Runner) Prepare(ctx context.Context) error {
 		// and a start that rebuilds takes longer to be ready.
 		switch {
 		case st.exists && st.version == p.Version():
-			missing, err := r.missingTables(ctx, p)
+			_, missing, err := liveTables(ctx, r.pool, p)
 			if err != nil {
 				return err
 			}
@@ -98,19 +98,23 @@ func (r *Runner) Prepare(ctx context.Context) error {
 	return nil
 }
 
-// missingTables lists p's live tables that do not exist.
-func (r *Runner) missingTables(ctx context.Context, p Projector) ([]string, error) {
-	var missing []string
+// liveTables splits p's tables into those present in the live schema and
+// those missing from it.
+func liveTables(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, p Projector) (present, missing []string, err error) {
 	for _, tb := range p.Tables() {
 		var exists bool
-		if err := r.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", "public."+pgx.Identifier{tb}.Sanitize()).Scan(&exists); err != nil {
-			return nil, fmt.Errorf("projection %s: %w", p.Name(), err)
+		if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", "public."+pgx.Identifier{tb}.Sanitize()).Scan(&exists); err != nil {
+			return nil, nil, fmt.Errorf("projection %s: %w", p.Name(), err)
 		}
-		if !exists {
+		if exists {
+			present = append(present, tb)
+		} else {
 			missing = append(missing, tb)
 		}
 	}
-	return missing, nil
+	return present, missing, nil
 }
 
 // ensureSchema runs p's idempotent DDL over its live tables, under the
