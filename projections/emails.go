@@ -27,7 +27,7 @@ type Emails struct {
 }
 
 func (Emails) Name() Name   { return EmailsName }
-func (Emails) Version() int { return 5 }
+func (Emails) Version() int { return 6 } // 6: a soft bounce never displaces a failure, permanent bounce or complaint
 func (Emails) Tables() []string {
 	return []string{"emails", "email_events", "suppressions", "email_daily_stats"}
 }
@@ -142,7 +142,7 @@ const moveProgress = `WITH o AS (
 		reached_at = n.reached_at, soft_bounced_at = n.soft_bounced_at,
 		status = CASE
 			WHEN n.soft_bounced_at IS NOT NULL AND (n.reached_at IS NULL OR n.reached_at <= n.soft_bounced_at)
-				AND (n.top_rank, n.top_at, n.top_status COLLATE "C") < ($7::integer, n.soft_bounced_at, $8::text COLLATE "C") THEN $8
+				AND n.top_rank < $7::integer THEN $8
 			ELSE n.top_status END
 	FROM n WHERE e.id = n.id`
 

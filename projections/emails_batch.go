@@ -227,7 +227,7 @@ const upsertEmails = `WITH ins AS (
 		reached_at = n.reached_at, soft_bounced_at = n.soft_bounced_at,
 		status = CASE
 			WHEN n.soft_bounced_at IS NOT NULL AND (n.reached_at IS NULL OR n.reached_at <= n.soft_bounced_at)
-				AND (n.top_rank, n.top_at, n.top_status COLLATE "C") < ($36::integer, n.soft_bounced_at, $37::text COLLATE "C") THEN $37
+				AND n.top_rank < $36::integer THEN $37
 			ELSE n.top_status END,
 		attachments = coalesce(n.attachments::jsonb, e.attachments),
 		provider_message_id = CASE WHEN n.sent THEN n.provider_message_id ELSE e.provider_message_id END,

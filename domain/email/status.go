@@ -117,14 +117,14 @@ func (p Progress) Effect() Effect {
 	return Effect{Mark: p.Top, Reached: p.Reached, SoftBounce: p.SoftBounce}
 }
 
-// Status is the email's status. A transient bounce ranks with bounced
-// unless the message was delivered, opened or clicked after it (a later
-// one proves a retry got through); earlier ones do not clear it.
+// Status is the email's status. A transient bounce outranks a delivery,
+// open or click, unless the message was delivered, opened or clicked after
+// it (a later one proves a retry got through; earlier ones do not clear
+// it). It never displaces a failure, a permanent bounce or a complaint:
+// those end the email, and a soft bounce says less than any of them.
 func (p Progress) Status() Mark {
-	if !p.SoftBounce.IsZero() && !p.Reached.After(p.SoftBounce) {
-		if b := (Mark{StatusBounced, p.SoftBounce}); b.Above(p.Top) {
-			return b
-		}
+	if !p.SoftBounce.IsZero() && !p.Reached.After(p.SoftBounce) && Rank(p.Top.Status) < Rank(StatusBounced) {
+		return Mark{StatusBounced, p.SoftBounce}
 	}
 	return p.Top
 }

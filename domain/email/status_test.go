@@ -48,7 +48,8 @@ func permutations(evs []domain.Event, f func([]domain.Event)) {
 // The status of a set of events, whatever the order they arrive in:
 // failed, bounced and complained rank above clicked > opened > delivered >
 // sent > queued, judged by each event's own time; a transient bounce ranks
-// with bounced unless a delivery, open or click happened after it.
+// with bounced unless a delivery, open or click happened after it, and
+// never displaces a failure, a permanent bounce or a complaint.
 func TestStatusPrecedence(t *testing.T) {
 	queuedAt := &email.Queued{EmailID: "e1", QueuedAt: at(0)}
 	for _, c := range []struct {
@@ -77,7 +78,11 @@ func TestStatusPrecedence(t *testing.T) {
 		{"complaint after a bounce", []domain.Event{sent(1), hardBounce(2), complained(3)}, email.StatusComplained, 3},
 		{"bounce after a complaint", []domain.Event{sent(1), complained(2), hardBounce(3)}, email.StatusBounced, 3},
 		{"transient bounce, delivery, complaint", []domain.Event{softBounce(2), delivered(3), complained(4)}, email.StatusComplained, 4},
-		{"complaint, then an unanswered transient bounce", []domain.Event{delivered(2), complained(3), softBounce(4)}, email.StatusBounced, 4},
+		// A soft bounce never displaces what ended the email.
+		{"complaint, then an unanswered transient bounce", []domain.Event{delivered(2), complained(3), softBounce(4)}, email.StatusComplained, 3},
+		{"failure, then a transient bounce", []domain.Event{sent(1), failed(2), softBounce(3)}, email.StatusFailed, 2},
+		{"permanent bounce, then a transient bounce", []domain.Event{sent(1), hardBounce(2), softBounce(3)}, email.StatusBounced, 2},
+		{"complaint of one recipient, transient bounce of another", []domain.Event{sent(1), delivered(2), complained(10), softBounce(20)}, email.StatusComplained, 10},
 		{"failed stays failed", []domain.Event{sent(1), failed(2), delivered(3)}, email.StatusFailed, 2},
 		{"one rank at one instant", []domain.Event{hardBounce(2), complained(2)}, email.StatusComplained, 2},
 		// Rank decides, not timestamps: clocks differ between reporters.

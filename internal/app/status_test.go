@@ -59,6 +59,7 @@ func TestStatusWhateverTheArrivalOrder(t *testing.T) {
 		{"clicked outranks a later open", []fb{{"delivered", 1}, {"clicked", 2}, {"opened", 3}}, "clicked", 1, 3, 2, none},
 		{"a permanent bounce ends it", []fb{{"delivered", 1}, {"hard-bounce", 2}, {"opened", 3}}, "bounced", 1, 3, none, 2},
 		{"transient bounce, delivered, complained", []fb{{"soft-bounce", 1}, {"delivered", 2}, {"complained", 3}}, "complained", 2, none, none, 1},
+		{"complained, then a transient bounce", []fb{{"delivered", 1}, {"complained", 2}, {"soft-bounce", 3}}, "complained", 1, none, none, 3},
 	} {
 		orders := 0
 		permute(len(c.feedback), func(order []int) {
