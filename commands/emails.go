@@ -67,12 +67,23 @@ func (s *Service) EmailEvent(ctx context.Context, emailID, eventID string) (doma
 // provider and its feedback did. Each is a no-op when the email has moved
 // past it, so redelivered events change nothing.
 
+// Acceptance is the provider's acceptance of an email.
+type Acceptance struct {
+	MessageID string    // the provider's message id
+	At        time.Time // when the provider accepted it, the email's sent_at
+	// Attachments are the email's final attachments, as the content
+	// gateway passed them.
+	Attachments []email.Attachment
+	// Feedback, when set, gives the provider's feedback at the moment of
+	// sending (the sandbox's simulator).
+	Feedback func(st email.State, at time.Time) []domain.Event
+}
+
 // RecordEmailSent records, in one append, that the content gateway passed
 // an email (with its final attachments), that the provider accepted it, and
 // any feedback the provider knew at once (the sandbox's simulator).
-func (s *Service) RecordEmailSent(ctx context.Context, id string, atts []email.Attachment, providerMessageID string,
-	feedback func(st email.State, at time.Time) []domain.Event, meta Meta) error {
-	_, err := execute(ctx, s, email.Stream(id), email.Evolve, s.sentDecision(atts, providerMessageID, feedback), meta)
+func (s *Service) RecordEmailSent(ctx context.Context, id string, a Acceptance, meta Meta) error {
+	_, err := execute(ctx, s, email.Stream(id), email.Evolve, s.sentDecision(a), meta)
 	return err
 }
 
@@ -80,16 +91,15 @@ func (s *Service) RecordEmailSent(ctx context.Context, id string, atts []email.A
 // state at version (EmailAt): it appends without reading the stream again,
 // which is one round trip less per email sent. Only when the stream moved
 // meanwhile does it decide again on a fresh read.
-func (s *Service) RecordEmailSentAt(ctx context.Context, st email.State, version eventstore.ExpectedVersion, atts []email.Attachment,
-	providerMessageID string, feedback func(st email.State, at time.Time) []domain.Event, meta Meta) error {
+func (s *Service) RecordEmailSentAt(ctx context.Context, st email.State, version eventstore.ExpectedVersion, a Acceptance, meta Meta) error {
 	if !st.Exists() {
 		return domain.ErrNotFound
 	}
 	id := st.Queued.EmailID
 	if version == (eventstore.ExpectedVersion{}) { // any version: nothing to guard the append
-		return s.RecordEmailSent(ctx, id, atts, providerMessageID, feedback, meta)
+		return s.RecordEmailSent(ctx, id, a, meta)
 	}
-	evs, err := s.sentDecision(atts, providerMessageID, feedback)(st)
+	evs, err := s.sentDecision(a)(st)
 	if err != nil || len(evs) == 0 {
 		return err
 	}
@@ -99,7 +109,7 @@ func (s *Service) RecordEmailSentAt(ctx context.Context, st email.State, version
 	}
 	_, err = s.store.Append(ctx, email.Stream(id), version, data...)
 	if eventstore.IsConflict(err) {
-		return s.RecordEmailSent(ctx, id, atts, providerMessageID, feedback, meta)
+		return s.RecordEmailSent(ctx, id, a, meta)
 	}
 	if err != nil {
 		return fmt.Errorf("append to %s: %w", email.Stream(id), err)
@@ -107,21 +117,22 @@ func (s *Service) RecordEmailSentAt(ctx context.Context, st email.State, version
 	return nil
 }
 
-// sentDecision decides what RecordEmailSent records on a state.
-func (s *Service) sentDecision(atts []email.Attachment, providerMessageID string,
-	feedback func(st email.State, at time.Time) []domain.Event) func(email.State) ([]domain.Event, error) {
+// sentDecision decides what RecordEmailSent records on a state. Every
+// event is dated at the acceptance, not at its recording: a recording
+// delayed by the database would otherwise date the send after feedback
+// the provider sent meanwhile.
+func (s *Service) sentDecision(a Acceptance) func(email.State) ([]domain.Event, error) {
 	return func(st email.State) ([]domain.Event, error) {
-		now := s.now()
-		evs := email.MarkScanned(st, atts, now)
+		evs := email.MarkScanned(st, a.Attachments, a.At)
 		st = fold(st, email.Evolve, evs)
-		sent := email.MarkSent(st, providerMessageID, now)
+		sent := email.MarkSent(st, a.MessageID, a.At)
 		if len(sent) == 0 {
 			return nil, nil // failed or sent meanwhile
 		}
 		evs = append(evs, sent...)
 		st = fold(st, email.Evolve, sent)
-		if feedback != nil {
-			for _, fb := range feedback(st, now) {
+		if a.Feedback != nil {
+			for _, fb := range a.Feedback(st, a.At) {
 				if more := email.RecordFeedback(st, s.keyRecipients(st, fb)); len(more) > 0 {
 					evs = append(evs, more...)
 					st = fold(st, email.Evolve, more)

@@ -41,7 +41,10 @@ func TestRecordEmailSentOnce(t *testing.T) {
 	}
 	h.appended(t)
 
-	if err := h.svc.RecordEmailSent(ctx, id, atts, "ses-1", delivered, meta); err != nil {
+	// Recorded a while after the provider took it: the send is dated at
+	// the acceptance, as is the feedback the provider gave then.
+	accepted := start.Add(-3 * time.Second)
+	if err := h.svc.RecordEmailSent(ctx, id, commands.Acceptance{MessageID: "ses-1", At: accepted, Attachments: atts, Feedback: delivered}, meta); err != nil {
 		t.Fatal(err)
 	}
 	_, evs := h.stream(t, email.Stream(id))
@@ -49,21 +52,21 @@ func TestRecordEmailSentOnce(t *testing.T) {
 	if got := h.types(t, email.Stream(id)); !slices.Equal(got, want) {
 		t.Fatalf("email stream %q, want %q", got, want)
 	}
-	if s := evs[2].(*email.Sent); s.ProviderMessageID != "ses-1" || !s.SentAt.Equal(start) {
+	if s := evs[2].(*email.Sent); s.ProviderMessageID != "ses-1" || !s.SentAt.Equal(accepted) {
 		t.Fatalf("sent %+v", s)
 	}
 	if sc := evs[1].(*email.Scanned); !slices.Equal(sc.Attachments, atts) {
 		t.Fatalf("scanned %+v", sc)
 	}
-	if d := evs[3].(*email.Delivered); len(d.Recipients) != 3 {
+	if d := evs[3].(*email.Delivered); len(d.Recipients) != 3 || !d.OccurredAt.Equal(accepted) {
 		t.Fatalf("delivered %+v", d)
 	}
 
 	// A redelivered job, or one holding an old version, records nothing more.
-	if err := h.svc.RecordEmailSent(ctx, id, atts, "ses-2", delivered, meta); err != nil {
+	if err := h.svc.RecordEmailSent(ctx, id, commands.Acceptance{MessageID: "ses-2", At: start, Attachments: atts, Feedback: delivered}, meta); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.svc.RecordEmailSentAt(ctx, before, version, atts, "ses-3", delivered, meta); err != nil {
+	if err := h.svc.RecordEmailSentAt(ctx, before, version, commands.Acceptance{MessageID: "ses-3", At: start, Attachments: atts, Feedback: delivered}, meta); err != nil {
 		t.Fatal(err)
 	}
 	if n := h.appended(t); n != 3 {
@@ -82,7 +85,7 @@ func TestRecordEmailSentAtAnOldVersionDecidesAgain(t *testing.T) {
 	if err := h.svc.FailEmail(ctx, id, email.ReasonMalware, "", meta); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.svc.RecordEmailSentAt(ctx, st, version, nil, "ses-1", nil, meta); err != nil {
+	if err := h.svc.RecordEmailSentAt(ctx, st, version, commands.Acceptance{MessageID: "ses-1", At: start}, meta); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.types(t, email.Stream(id)); !slices.Equal(got, []string{"EmailQueued", "EmailFailed"}) {
@@ -101,7 +104,7 @@ func TestRecordEmailFeedback(t *testing.T) {
 	if !errors.Is(err, commands.ErrNotSentYet) {
 		t.Fatalf("feedback before the send is recorded: %v, want ErrNotSentYet", err)
 	}
-	if err := h.svc.RecordEmailSent(ctx, id, nil, "ses-1", nil, meta); err != nil {
+	if err := h.svc.RecordEmailSent(ctx, id, commands.Acceptance{MessageID: "ses-1", At: start}, meta); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // providers redeliver
@@ -119,7 +122,7 @@ func TestRecordEmailFeedback(t *testing.T) {
 	}
 
 	other := h.queuedEmail(t)
-	if err := h.svc.RecordEmailSent(ctx, other, nil, "ses-2", nil, meta); err != nil {
+	if err := h.svc.RecordEmailSent(ctx, other, commands.Acceptance{MessageID: "ses-2", At: start}, meta); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.svc.RecordEmailFeedback(ctx, other, nil, &reject, meta); err != nil {

@@ -44,7 +44,10 @@ type Pipeline struct {
 	// SigningKey returns the domain's active DKIM key (nil for legacy).
 	SigningKey func(ctx context.Context, accountID, domainName string) (*provider.DKIMKey, error)
 	// Settle waits until the read models the checks use include pos.
-	Settle   commands.Settle
+	Settle commands.Settle
+	// Pace, when set, waits until the provider's send rate allows one
+	// more message (the shared rate limit).
+	Pace     func(ctx context.Context) error
 	MaxAge   time.Duration // transient provider failures are retried this long
 	Download time.Duration // attachment download time-out
 	Prepare  time.Duration // preparation deadline; zero means PrepareDeadline
@@ -67,6 +70,7 @@ type Pipeline struct {
 // unrecordedSend is what recording an accepted message needs.
 type unrecordedSend struct {
 	msgID string
+	at    time.Time // when the provider accepted it
 	atts  []email.Attachment
 }
 
@@ -110,8 +114,7 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	// Accepted by the provider on an earlier try: only the record is left,
 	// whatever the checks would say now.
 	if u, ok := p.unrecorded.Load(st.Queued.EmailID); ok {
-		sent := u.(unrecordedSend)
-		return p.recordSent(ctx, st, ver, sent.atts, sent.msgID, meta)
+		return p.recordSent(ctx, st, ver, u.(unrecordedSend), meta)
 	}
 	q := st.Queued
 	// One wait for every read model the checks consult, and one read.
@@ -122,6 +125,7 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	if err != nil {
 		return Transient(err)
 	}
+	checked := time.Now()
 	if checks.Suspended {
 		// The email waits, without holding up other emails; a
 		// reinstatement releases it (Releaser).
@@ -145,7 +149,7 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 			return p.fail(ctx, meta, q.EmailID, reason, detail)
 		}
 	}
-	err = p.send(ctx, st, ver, atts, meta)
+	err = p.send(ctx, st, ver, atts, checked, meta)
 	if errors.Is(err, datakeys.ErrErased) {
 		return nil // erased meanwhile: nothing happens to it any more
 	}
@@ -281,8 +285,8 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, r
 }
 
 // send renders the message, hands it to the provider and records the
-// outcome.
-func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, atts []email.Attachment, meta commands.Meta) error {
+// outcome. checked is when the checks that let it go were read.
+func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, atts []email.Attachment, checked time.Time, meta commands.Meta) error {
 	q := st.Queued
 	raw, err := p.render(ctx, st, atts)
 	if IsTransient(err) {
@@ -299,12 +303,28 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 			return Transient(err)
 		}
 	}
+	if p.Pace != nil {
+		if err := p.Pace(ctx); err != nil {
+			return Transient(err)
+		}
+	}
+	// Preparation and the rate limit may have taken a while: a domain
+	// removed meanwhile stops the email, as its removal promised.
+	if time.Since(checked) > recheckAfter {
+		if stop, err := p.domainGone(ctx, st, atts, meta); stop || err != nil {
+			return err
+		}
+	}
 	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: mailmsg.WireAddress(q.FromEmail), Recipients: recipients, Raw: raw, Tags: q.Tags, DKIM: key})
+	accepted := p.Now()
+	// Retries are counted from when the email last set off: the time an
+	// email is held while its account is suspended is not retrying.
+	tooOld := accepted.Sub(st.GoingSince) > p.MaxAge
 	var rejected *provider.RejectedError
 	// Provider answers may name relay hosts, addresses or provider
 	// accounts: the customer's timeline gets their codes, the log the rest.
 	switch {
-	case provider.IsThrottled(err) && p.Now().Sub(q.QueuedAt) > p.MaxAge:
+	case provider.IsThrottled(err) && tooOld:
 		// An answer to slow down that lasts this long is no longer about
 		// the pace (a full mailbox answers 452 for days): the email
 		// fails as on any transient error, so none waits for ever.
@@ -325,7 +345,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 			detail += " (" + rejected.Code + ")"
 		}
 		return p.fail(ctx, meta, q.EmailID, email.ReasonProviderRejected, detail)
-	case err != nil && p.Now().Sub(q.QueuedAt) > p.MaxAge:
+	case err != nil && tooOld:
 		p.Outcomes.Send("failed", err, p.Now())
 		p.logFailure(meta, q.EmailID, "provider unavailable", err)
 		return p.fail(ctx, meta, q.EmailID, email.ReasonProviderUnavailable,
@@ -334,18 +354,49 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		p.Outcomes.Send("retrying", err, p.Now())
 		return Transient(err)
 	}
-	p.Outcomes.Send("sent", nil, p.Now())
-	return p.recordSent(ctx, st, ver, atts, msgID, meta)
+	p.Outcomes.Send("sent", nil, accepted)
+	return p.recordSent(ctx, st, ver, unrecordedSend{msgID: msgID, at: accepted, atts: atts}, meta)
+}
+
+// recheckAfter is how long after its checks an email may go to the
+// provider without checking its domain again: a removal answered within
+// it is no later than one answered while the provider call is under way.
+const recheckAfter = 10 * time.Millisecond
+
+// domainGone checks again that the email's domain may still send, and
+// fails the email if it was removed (or is no longer verified) since its
+// first check; stop says the email is done with. What the gateway
+// downloaded for it goes too: no event will name it.
+func (p *Pipeline) domainGone(ctx context.Context, st email.State, atts []email.Attachment, meta commands.Meta) (stop bool, err error) {
+	q := st.Queued
+	checks, err := p.Checks(ctx, q.AccountID, q.DomainID, domainOf(q.FromEmail), nil)
+	if err != nil {
+		return true, Transient(err)
+	}
+	if checks.CanSend {
+		return false, nil
+	}
+	if st.Scanned == nil {
+		var downloaded []blob.Digest
+		for i, a := range atts {
+			if i < len(q.Attachments) && q.Attachments[i].Path != "" && a.Digest != "" {
+				downloaded = append(downloaded, blob.Digest(a.Digest))
+			}
+		}
+		_ = p.Content.Delete(context.WithoutCancel(ctx), downloaded...)
+	}
+	return true, p.fail(ctx, meta, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
 }
 
 // recordSent records that the provider accepted the email as msgID. The
 // message has left: while the database refuses the write it is tried
 // again here, and if the job must end first, the message id is kept for
 // its next try in this process, which records rather than sends again.
-func (p *Pipeline) recordSent(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, atts []email.Attachment, msgID string, meta commands.Meta) error {
+func (p *Pipeline) recordSent(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, sent unrecordedSend, meta commands.Meta) error {
 	wait := jobs.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	acceptance := commands.Acceptance{MessageID: sent.msgID, At: sent.at, Attachments: sent.atts, Feedback: p.Feedback}
 	for try := 1; ; try++ {
-		err := p.Commands.RecordEmailSentAt(ctx, st, ver, atts, msgID, p.Feedback, meta)
+		err := p.Commands.RecordEmailSentAt(ctx, st, ver, acceptance, meta)
 		if err == nil || errors.Is(err, datakeys.ErrErased) {
 			p.unrecorded.Delete(st.Queued.EmailID)
 			return err
@@ -355,7 +406,7 @@ func (p *Pipeline) recordSent(ctx context.Context, st email.State, ver eventstor
 		}
 		select {
 		case <-ctx.Done():
-			p.unrecorded.Store(st.Queued.EmailID, unrecordedSend{msgID: msgID, atts: atts})
+			p.unrecorded.Store(st.Queued.EmailID, sent)
 			return Transient(err)
 		case <-time.After(wait.Delay(try)):
 		}

@@ -256,6 +256,77 @@ func TestPipelineHoldsTheEmailOfASuspendedAccount(t *testing.T) {
 	}
 }
 
+// The time an email was held is not time spent retrying: released long
+// after MaxAge, it still gets MaxAge of retries from its release.
+func TestPipelineRetriesAReleasedEmailForMaxAgeFromItsRelease(t *testing.T) {
+	r := newPipelineRig(t)
+	id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
+	r.checks.Suspended = true
+	if err := r.process(id); err != nil {
+		t.Fatal(err)
+	}
+	r.checks.Suspended = false
+	released := queuedAt.Add(3 * r.pipeline.MaxAge)
+	r.now = released
+	if err := r.pipeline.Commands.ReleaseEmail(context.Background(), id, commands.Meta{Actor: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	down := errors.New("connection refused")
+	r.sender = sendFunc(func(context.Context, provider.Outbound) (string, error) { return "", down })
+	r.now = released.Add(time.Second)
+	if err := r.process(id); !processmanagers.IsTransient(err) {
+		t.Fatalf("provider down right after the release: %v, want a transient error", err)
+	}
+	if f := r.failure(t, id); f != nil {
+		t.Fatalf("failed at its first try after the release: %+v", f)
+	}
+	r.now = released.Add(r.pipeline.MaxAge + time.Second)
+	if err := r.process(id); err != nil {
+		t.Fatal(err)
+	}
+	if f := r.failure(t, id); f == nil || f.Reason != email.ReasonProviderUnavailable {
+		t.Fatalf("email stream %q MaxAge after the release, failure %+v", r.types(t, id), f)
+	}
+}
+
+// A domain removed while its email waits for the provider's rate (or its
+// attachments) stops the email: it fails as domain_removed and never
+// reaches the provider, as the removal's answer promised.
+func TestPipelineStopsAnEmailWhoseDomainGoesWhileItWaits(t *testing.T) {
+	r := newPipelineRig(t)
+	var sent atomic.Int32
+	r.sender = sendFunc(func(context.Context, provider.Outbound) (string, error) {
+		sent.Add(1)
+		return "msg-1", nil
+	})
+	r.pipeline.Pace = func(context.Context) error {
+		r.checks.CanSend = false // removed while the email waits its turn
+		time.Sleep(2 * processmanagers.RecheckAfter)
+		return nil
+	}
+	id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
+	if err := r.process(id); err != nil {
+		t.Fatal(err)
+	}
+	if f := r.failure(t, id); f == nil || f.Reason != email.ReasonDomainRemoved {
+		t.Fatalf("email stream %q, failure %+v; want failed for %s", r.types(t, id), f, email.ReasonDomainRemoved)
+	}
+	if n := sent.Load(); n != 0 {
+		t.Fatalf("the provider got the message %d times after its domain was removed", n)
+	}
+
+	// A domain still there lets it go after the same wait.
+	r.checks.CanSend = true
+	r.pipeline.Pace = func(context.Context) error { time.Sleep(2 * processmanagers.RecheckAfter); return nil }
+	id = r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
+	if err := r.process(id); err != nil {
+		t.Fatal(err)
+	}
+	if n := sent.Load(); n != 1 {
+		t.Fatalf("the provider got the message %d times, want 1; stream %q", n, r.types(t, id))
+	}
+}
+
 func TestPipelineFailsWhatMustNotLeave(t *testing.T) {
 	for _, c := range []struct {
 		name        string

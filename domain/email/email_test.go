@@ -83,13 +83,20 @@ func TestHoldAndRelease(t *testing.T) {
 	if !s.Held || len(email.Hold(s, t0)) != 0 {
 		t.Fatalf("a held email is held once: %+v", s)
 	}
-	released := email.Release(s, t0)
+	if !s.GoingSince.Equal(t0) {
+		t.Fatalf("a queued email is on its way since its queueing: %s", s.GoingSince)
+	}
+	later := t0.Add(48 * time.Hour)
+	released := email.Release(s, later)
 	if len(released) != 1 {
 		t.Fatalf("release: %v", released)
 	}
 	s = fold(s, released)
 	if s.Held || len(email.Release(s, t0)) != 0 {
 		t.Fatalf("released once: %+v", s)
+	}
+	if !s.GoingSince.Equal(later) {
+		t.Fatalf("a released email is on its way since its release, not %s", s.GoingSince)
 	}
 	// A held email can still go on to be sent once released, and an email
 	// that has left is never held.

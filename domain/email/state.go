@@ -8,14 +8,17 @@ import (
 
 // State is the email as its events left it.
 type State struct {
-	Queued   *Queued
-	Scanned  *Scanned
-	Sent     *Sent
-	Failed   *Failed
-	Held     bool            // waiting for its account's reinstatement
-	Erased   *Erased         // its personal data is destroyed
-	Feedback map[string]bool // feedback ids already recorded
-	Engaged  int             // opens and clicks recorded
+	Queued  *Queued
+	Scanned *Scanned
+	Sent    *Sent
+	Failed  *Failed
+	Held    bool // waiting for its account's reinstatement
+	// GoingSince is when the email last started on its way: queued, or
+	// released after a hold. A hold is not time spent trying to send.
+	GoingSince time.Time
+	Erased     *Erased         // its personal data is destroyed
+	Feedback   map[string]bool // feedback ids already recorded
+	Engaged    int             // opens and clicks recorded
 }
 
 // MaxEngagement is how many opens and clicks an email records; later ones
@@ -56,10 +59,12 @@ func Evolve(s State, e domain.Event) State {
 	switch e := e.(type) {
 	case *Queued:
 		s.Queued = e
+		s.GoingSince = e.QueuedAt
 	case *Held:
 		s.Held = true
 	case *Released:
 		s.Held = false
+		s.GoingSince = e.ReleasedAt
 	case *Scanned:
 		s.Scanned = e
 	case *Sent:

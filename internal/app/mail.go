@@ -89,7 +89,7 @@ func (a *App) pipeline() *processmanagers.Pipeline {
 func (a *App) sendWorker(limit *ratelimit.Limiter) *processmanagers.SendWorker {
 	p := a.pipeline()
 	if limit != nil {
-		p.Sender = ratelimit.Sender{Next: p.Sender, Limiter: limit}
+		p.Pace = limit.Wait
 	}
 	w := &processmanagers.SendWorker{
 		Pipeline: p,

@@ -570,3 +570,63 @@ func TestEmailOfARemovedDomainFails(t *testing.T) {
 		t.Fatalf("the email reached the outbox: %v", err)
 	}
 }
+
+// Emails waiting for the provider's send rate when their domain is removed
+// do not leave after the removal is answered: they fail as domain_removed.
+func TestEmailsWaitingForTheRateStopWhenTheirDomainGoes(t *testing.T) {
+	a := apptest.StartWith(t, func() config.Config {
+		cfg := apptest.Config(t, pgtest.NewURL(t))
+		cfg.ProviderMaxRate = 1 // one message a second: the rest wait their turn
+		return cfg
+	}())
+	_, admin, key := a.Sender("acme.test")
+	var ids []string
+	for range 4 {
+		r := a.Do("POST", "/v1/emails/send", key, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})
+		if r.Status != 202 {
+			t.Fatalf("send: %d %s", r.Status, r.Body)
+		}
+		ids = append(ids, r.JSON(t)["id"].(string))
+	}
+	var domainID string
+	if err := a.Pool.QueryRow(context.Background(), `SELECT id FROM domains WHERE name = 'acme.test'`).Scan(&domainID); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.Do("DELETE", "/api/domains/"+domainID, admin, nil); r.Status != 204 {
+		t.Fatalf("delete domain: %d %s", r.Status, r.Body)
+	}
+	removed := time.Now()
+
+	failed := 0
+	for _, id := range ids {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got := a.Do("GET", "/v1/emails/"+id, key, nil).JSON(t)
+			if got["status"] == "failed" {
+				if reason := got["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)["reason"]; reason != "domain_removed" {
+					t.Fatalf("email %s failed for %v, want domain_removed", id, reason)
+				}
+				failed++
+				break
+			}
+			if sent, ok := got["sent_at"].(string); ok {
+				at, err := time.Parse(time.RFC3339, sent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if at.After(removed) {
+					t.Fatalf("email %s was sent at %s, after its domain's removal was answered at %s", id, sent, removed.UTC().Format(time.RFC3339Nano))
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("email %s still %v 30 s after its domain was removed", id, got["status"])
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// At one a second, the removal comes before the last ones' turn.
+	if failed == 0 {
+		t.Fatal("no email waiting for the rate failed as domain_removed")
+	}
+}

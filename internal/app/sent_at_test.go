@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/internal/config"
@@ -24,10 +25,10 @@ func TestRecordEmailSentAtTheVersionRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Commands.RecordEmailSentAt(ctx, st, ver, nil, "pm-"+id, nil, meta); err != nil {
+	if err := w.Commands.RecordEmailSentAt(ctx, st, ver, commands.Acceptance{MessageID: "pm-" + id, At: time.Now()}, meta); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Commands.RecordEmailSentAt(ctx, st, ver, nil, "pm-again-"+id, nil, meta); err != nil {
+	if err := w.Commands.RecordEmailSentAt(ctx, st, ver, commands.Acceptance{MessageID: "pm-again-" + id, At: time.Now()}, meta); err != nil {
 		t.Fatal(err) // a stale version: decided again, and already sent
 	}
 	after, err := w.Commands.Email(ctx, id)
@@ -46,7 +47,7 @@ func TestRecordEmailSentAtTheVersionRead(t *testing.T) {
 	if err := w.Commands.FailEmail(ctx, id, "domain_removed", "the sending domain was removed", meta); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Commands.RecordEmailSentAt(ctx, st, ver, nil, "pm-"+id, nil, meta); err != nil {
+	if err := w.Commands.RecordEmailSentAt(ctx, st, ver, commands.Acceptance{MessageID: "pm-" + id, At: time.Now()}, meta); err != nil {
 		t.Fatal(err)
 	}
 	if after, err = w.Commands.Email(ctx, id); err != nil {

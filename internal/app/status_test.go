@@ -65,7 +65,7 @@ func TestStatusWhateverTheArrivalOrder(t *testing.T) {
 		permute(len(c.feedback), func(order []int) {
 			orders++
 			id := w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": c.name, "text": "t"})["id"].(string)
-			if err := w.Commands.RecordEmailSent(ctx, id, nil, "pm-"+id, nil, meta); err != nil {
+			if err := w.Commands.RecordEmailSent(ctx, id, commands.Acceptance{MessageID: "pm-" + id, At: time.Now()}, meta); err != nil {
 				t.Fatal(err)
 			}
 			var arrival []string

@@ -14,8 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/mailroom/mailroom/internal/provider"
 )
 
 // Limiter hands out this process's permissions to send.
@@ -102,18 +100,4 @@ func (l *Limiter) take(ctx context.Context, want int) (int, float64, error) {
 		avail = 0
 	}
 	return got, avail, nil
-}
-
-// Sender sends through Next once the limiter allows.
-type Sender struct {
-	Next    provider.Sender
-	Limiter *Limiter
-}
-
-// Send implements provider.Sender.
-func (s Sender) Send(ctx context.Context, m provider.Outbound) (string, error) {
-	if err := s.Limiter.Wait(ctx); err != nil {
-		return "", err
-	}
-	return s.Next.Send(ctx, m)
 }
