@@ -559,18 +559,8 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 			}
 		}
 		if a.ContentType != "" {
-			mt, _, err := mime.ParseMediaType(a.ContentType)
-			switch {
-			case len(a.ContentType) > MaxContentType:
-				v.Add(f("content_type"), "must be at most %d bytes", MaxContentType)
-			case domain.TextProblem(a.ContentType, false) != "":
-				v.CheckLine(f("content_type"), a.ContentType)
-			case err != nil:
-				v.Add(f("content_type"), "must be a MIME type such as application/pdf")
-			case strings.HasPrefix(mt, "multipart/") || strings.HasPrefix(mt, "message/"):
-				v.Add(f("content_type"), "%s cannot be sent as an attachment", mt)
-			case mailmsg.CheckContentType(a.ContentType) != nil:
-				v.Add(f("content_type"), "must be a MIME type such as application/pdf, with parameter names of at most 64 characters and no '*'")
+			if p := ContentTypeProblem(a.ContentType); p != "" {
+				v.Add(f("content_type"), "%s", p)
 			}
 		}
 	}
@@ -590,6 +580,25 @@ func decodeBase64(s string) ([]byte, error) {
 		return b, nil
 	}
 	return base64.RawStdEncoding.DecodeString(s)
+}
+
+// ContentTypeProblem says what is wrong with an attachment's media type,
+// or "". The pipeline asks it of the type a download's server gave, too.
+func ContentTypeProblem(ct string) string {
+	mt, _, err := mime.ParseMediaType(ct)
+	switch {
+	case len(ct) > MaxContentType:
+		return fmt.Sprintf("must be at most %d bytes", MaxContentType)
+	case domain.TextProblem(ct, false) != "":
+		return domain.TextProblem(ct, false)
+	case err != nil:
+		return "must be a MIME type such as application/pdf"
+	case strings.HasPrefix(mt, "multipart/") || strings.HasPrefix(mt, "message/"):
+		return mt + " cannot be sent as an attachment"
+	case mailmsg.CheckContentType(ct) != nil:
+		return "must be a MIME type such as application/pdf, with parameter names of at most 64 characters and no '*'"
+	}
+	return ""
 }
 
 // filenameProblem says what is wrong with an attachment's file name, or "".

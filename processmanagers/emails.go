@@ -251,8 +251,11 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, r
 			budget -= email.Base64Size(int64(len(content)))
 			known, toCome = known+int64(len(content)), toCome-1
 			room.ShrinkTo(attachmentBound(known, budget, toCome))
+			// The server's type is taken only where the request gave
+			// none, and only if the request could have given it: it is
+			// the server's say, not the customer's.
 			if a.ContentType == "" || a.ContentType == "application/octet-stream" {
-				if dl.ContentType != "" {
+				if dl.ContentType != "" && commands.ContentTypeProblem(dl.ContentType) == "" {
 					a.ContentType = dl.ContentType
 				}
 			}

@@ -375,6 +375,33 @@ func TestPathAttachment(t *testing.T) {
 	}
 }
 
+// A download's own Content-Type is taken only if a request could have
+// given it: a long or multipart one from the file's server is not the
+// attachment's type, and the email goes out with the type of its name.
+func TestPathAttachmentServerTypeIsChecked(t *testing.T) {
+	w := newSendWorld(t)
+	types := map[string]string{
+		"/long":      "application/x-" + strings.Repeat("a", 4000),
+		"/multipart": `multipart/mixed; boundary="x"`,
+		"/control":   "text/plain",
+		"/fine":      "image/png",
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", types[r.URL.Path])
+		rw.Write([]byte("bytes of " + r.URL.Path))
+	}))
+	defer srv.Close()
+	want := map[string]string{"long": "application/octet-stream", "multipart": "application/octet-stream",
+		"fine": "image/png"}
+	for name, ct := range want {
+		e := w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t",
+			"attachments": []map[string]any{{"path": srv.URL + "/" + name}}})["id"].(string), status("delivered"))
+		if got := e["attachments"].([]any)[0].(map[string]any)["content_type"]; got != ct {
+			t.Errorf("server type %q: attachment content_type %q, want %q", types["/"+name], got, ct)
+		}
+	}
+}
+
 func TestPathAttachmentQueuedInTheClear(t *testing.T) {
 	w := newSendWorld(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
