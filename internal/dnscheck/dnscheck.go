@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -286,7 +287,7 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 			return false, "more than one SPF record"
 		}
 	}
-	found, priorityOnly := 0, false
+	found, priorityOnly, why := 0, false, ""
 	for _, rr := range resp.Answer {
 		if rr.Header().Rrtype != want.qtype || !owners[strings.ToLower(rr.Header().Name)] {
 			continue
@@ -294,8 +295,12 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 		found++
 		switch v := rr.(type) {
 		case *dns.TXT:
-			if txtMatches(want.value, joinTXT(v.Txt)) {
+			ok, reason := txtMatches(want.value, joinTXT(v.Txt))
+			if ok {
 				return true, ""
+			}
+			if why == "" {
+				why = reason
 			}
 		case *dns.MX:
 			if canonicalName(v.Mx) == want.value {
@@ -320,6 +325,8 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 		return false, "no " + want.typ + " record"
 	case priorityOnly:
 		return false, "priority differs"
+	case why != "":
+		return false, why
 	default:
 		return false, "value differs"
 	}
@@ -338,61 +345,113 @@ func preferredOver(resp *dns.Msg, owners map[string]bool, mx *dns.MX) bool {
 	return false
 }
 
-// txtMatches reports whether a published TXT value does what want asks.
-// DKIM keys and SPF policies are read as what they mean, as receivers read
-// them, since DNS providers' forms rewrite spacing, case and tag order;
-// anything else must match as written (spaces around it aside).
-func txtMatches(want, got string) bool {
+// txtMatches reports whether a published TXT value does what want asks,
+// and when it does not, possibly why (empty: it just differs). DKIM keys
+// and SPF policies are read as what they mean, as receivers read them,
+// since DNS providers' forms rewrite spacing and tag order; anything else
+// must match as written (spaces around it aside).
+func txtMatches(want, got string) (bool, string) {
 	switch {
 	case isDKIM(want):
 		return dkimMatches(want, got)
 	case isSPF(want):
-		return spfMatches(want, got)
+		return spfMatches(want, got), ""
 	}
-	return strings.TrimSpace(got) == want
+	return strings.TrimSpace(got) == want, ""
 }
 
 func isDKIM(v string) bool {
-	t, _ := dkimTags(v)
-	return strings.EqualFold(t["v"], "DKIM1") && t["p"] != ""
+	t, bad := dkimTags(v)
+	return bad == "" && t["v"] == "DKIM1" && dkimKey(t) != ""
 }
 
-// dkimTags reads a DKIM key record's tag=value list (RFC 6376 3.6.1);
-// whitespace inside a value (the key's base64 may be folded) is dropped.
-// A tag given twice makes the record invalid (RFC 6376 3.2): valid is
-// false then.
-func dkimTags(v string) (tags map[string]string, valid bool) {
+// dkimTags reads a DKIM key record's tag=value list (RFC 6376 3.2) as
+// receivers do, go-msgauth (which Mailroom signs with) among them: names
+// and values are case-sensitive and trimmed of surrounding whitespace. A
+// tag given twice, or text that is no tag, makes the record invalid; bad
+// then says why.
+func dkimTags(v string) (tags map[string]string, bad string) {
 	tags = map[string]string{}
 	for _, part := range strings.Split(v, ";") {
 		k, val, ok := strings.Cut(part, "=")
 		if !ok {
-			continue
+			if strings.TrimSpace(part) == "" {
+				continue // a trailing or doubled ;
+			}
+			return tags, "DKIM tag list malformed"
 		}
-		k = strings.ToLower(strings.TrimSpace(k))
+		k = strings.TrimSpace(k)
 		if _, twice := tags[k]; twice {
-			return tags, false
+			return tags, "DKIM tag given twice"
 		}
-		tags[k] = strings.Join(strings.Fields(val), "")
+		tags[k] = strings.TrimSpace(val)
 	}
-	return tags, true
+	return tags, ""
 }
 
-// dkimMatches: the same public key of the same type. A missing v= or k=
-// takes its default (DKIM1, rsa); other tags (t=, h=, s=, n=) do not change
-// which key signs.
-func dkimMatches(want, got string) bool {
+// dkimKey is the p= base64 without the whitespace it may be folded with.
+func dkimKey(tags map[string]string) string {
+	return strings.Join(strings.Fields(tags["p"]), "")
+}
+
+// dkimTagList splits a colon-separated tag value (h=, s=), dropping
+// whitespace around and inside each item.
+func dkimTagList(v string) []string {
+	items := strings.Split(v, ":")
+	for i, it := range items {
+		items[i] = strings.Join(strings.Fields(it), "")
+	}
+	return items
+}
+
+// dkimMatches reports whether got publishes want's key in a record that
+// receivers use to check Mailroom's signatures (rsa-sha256, for email).
+// v= and k= may be left out (DKIM1, rsa) and v= need not come first, as
+// receivers accept; t= and n= change nothing. When the record carries the
+// key but a receiver would discard it, reason says why; a record of
+// another key (or none) just differs.
+func dkimMatches(want, got string) (ok bool, reason string) {
 	w, _ := dkimTags(want)
-	g, valid := dkimTags(got)
-	if v, ok := g["v"]; !valid || ok && !strings.EqualFold(v, "DKIM1") {
-		return false
+	key := dkimKey(w)
+	g, bad := dkimTags(got)
+	if !carriesKey(got, key) {
+		return false, ""
 	}
-	kind := func(t map[string]string) string {
-		if k := strings.ToLower(t["k"]); k != "" {
-			return k
+	switch {
+	case bad != "":
+		return false, bad
+	case hasTag(g, "v") && g["v"] != "DKIM1":
+		return false, "v= is not DKIM1"
+	case !hasTag(g, "p"):
+		return false, "no p= tag"
+	case dkimKey(g) != key:
+		return false, ""
+	case hasTag(g, "k") && g["k"] != "rsa":
+		return false, "k= is not rsa"
+	case hasTag(g, "h") && !slices.Contains(dkimTagList(g["h"]), "sha256"):
+		return false, "h= lacks sha256"
+	case hasTag(g, "s") && !slices.Contains(dkimTagList(g["s"]), "email") && !slices.Contains(dkimTagList(g["s"]), "*"):
+		return false, "s= lacks email"
+	}
+	return true, ""
+}
+
+func hasTag(tags map[string]string, name string) bool {
+	_, ok := tags[name]
+	return ok
+}
+
+// carriesKey reports whether a record gives key in some p= tag, read
+// loosely (any case, any copy): such a record is meant to publish it, so
+// what a receiver finds wrong with it is worth saying.
+func carriesKey(record, key string) bool {
+	for _, part := range strings.Split(record, ";") {
+		k, val, ok := strings.Cut(part, "=")
+		if ok && strings.EqualFold(strings.TrimSpace(k), "p") && strings.Join(strings.Fields(val), "") == key {
+			return true
 		}
-		return "rsa"
 	}
-	return g["p"] != "" && g["p"] == w["p"] && kind(g) == kind(w)
+	return false
 }
 
 func isSPF(v string) bool {

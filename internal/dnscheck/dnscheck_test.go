@@ -202,10 +202,11 @@ func TestLongTXTIsJoinedFromChunks(t *testing.T) {
 }
 
 // A DKIM key or an SPF policy written as DNS providers' forms write them is
-// seen: other spacing, case, tag order, extra tags, default tags left out,
-// the key's base64 folded, other includes, another all. A different key,
-// key type or version, or an SPF record without the include, is not; nor is
-// the right SPF record beside a second one, which makes SPF fail.
+// seen: other spacing, tag order, extra tags, default tags left out, the
+// key's base64 folded, SPF in other case, other includes, another all. A
+// different key, key type or version, DKIM tag names in upper case, or an
+// SPF record without the include, is not; nor is the right SPF record
+// beside a second one, which makes SPF fail.
 func TestDKIMAndSPFAreReadForWhatTheyMean(t *testing.T) {
 	a, _, c := startPair(t)
 	c = dnscheck.New([]string{a.Addr()}, 2*time.Second)
@@ -223,24 +224,24 @@ func TestDKIMAndSPFAreReadForWhatTheyMean(t *testing.T) {
 		return dnscheck.Record{Type: "TXT", Name: name, Value: value}
 	}
 	for name, value := range map[string]string{
-		"no spaces":        "v=DKIM1;k=rsa;p=" + dkimKey,
-		"extra tags":       "v=DKIM1; k=rsa; t=s; h=sha256; p=" + dkimKey + ";",
-		"no k":             "v=DKIM1; p=" + dkimKey,
-		"no v":             "k=rsa; p=" + dkimKey,
-		"tags reordered":   "p=" + dkimKey + "; k=RSA; v=DKIM1",
-		"folded base64":    "v=DKIM1; k=rsa; p=" + dkimKey[:100] + " " + dkimKey[100:200] + "\t" + dkimKey[200:],
-		"upper-case names": "V=DKIM1; K=rsa; P=" + dkimKey,
+		"no spaces":      "v=DKIM1;k=rsa;p=" + dkimKey,
+		"extra tags":     "v=DKIM1; k=rsa; t=s; h=sha256; p=" + dkimKey + ";",
+		"no k":           "v=DKIM1; p=" + dkimKey,
+		"no v":           "k=rsa; p=" + dkimKey,
+		"tags reordered": "p=" + dkimKey + "; k=rsa; v=DKIM1",
+		"folded base64":  "v=DKIM1; k=rsa; p=" + dkimKey[:100] + " " + dkimKey[100:200] + "\t" + dkimKey[200:],
 	} {
 		check("DKIM "+name, []dnscheck.Record{txt(dkim.Name, value)}, dkim, true, "")
 	}
-	for name, value := range map[string]string{
-		"another key":     "v=DKIM1; k=rsa; p=" + strings.Repeat("Q", len(dkimKey)),
-		"revoked":         "v=DKIM1; k=rsa; p=",
-		"another type":    "v=DKIM1; k=ed25519; p=" + dkimKey,
-		"another version": "v=DKIM2; k=rsa; p=" + dkimKey,
-		"a tag twice":     "v=DKIM1; k=rsa; p=" + strings.Repeat("Q", len(dkimKey)) + "; p=" + dkimKey,
+	for name, c := range map[string]struct{ value, reason string }{
+		"another key":      {"v=DKIM1; k=rsa; p=" + strings.Repeat("Q", len(dkimKey)), "value differs"},
+		"revoked":          {"v=DKIM1; k=rsa; p=", "value differs"},
+		"another type":     {"v=DKIM1; k=ed25519; p=" + dkimKey, "k= is not rsa"},
+		"another version":  {"v=DKIM2; k=rsa; p=" + dkimKey, "v= is not DKIM1"},
+		"a tag twice":      {"v=DKIM1; k=rsa; p=" + strings.Repeat("Q", len(dkimKey)) + "; p=" + dkimKey, "DKIM tag given twice"},
+		"upper-case names": {"V=DKIM1; K=rsa; P=" + dkimKey, "no p= tag"},
 	} {
-		check("DKIM "+name, []dnscheck.Record{txt(dkim.Name, value)}, dkim, false, "value differs")
+		check("DKIM "+name, []dnscheck.Record{txt(dkim.Name, c.value)}, dkim, false, c.reason)
 	}
 	for name, value := range map[string]string{
 		"-all":           "v=spf1 include:amazonses.com -all",
@@ -591,17 +592,23 @@ func TestEmptyTXTRecords(t *testing.T) {
 }
 
 // A DKIM key record with an empty tag between others (";;") is read to its
-// end, as receivers read it: the key after it counts.
+// end, as receivers read it: the key after it counts. Text that is no tag
+// makes receivers discard the record.
 func TestDKIMWithAnEmptyTagIsRead(t *testing.T) {
 	a := dnstest.Start(t)
 	dkim := domainRecords()[0]
 	c := dnscheck.New([]string{a.Addr()}, 2*time.Second)
-	for _, v := range []string{"v=DKIM1;; k=rsa; p=" + dkimKey, "v=DKIM1; k=rsa; ; p=" + dkimKey, "v=DKIM1; junk; p=" + dkimKey} {
+	for _, v := range []string{"v=DKIM1;; k=rsa; p=" + dkimKey, "v=DKIM1; k=rsa; ; p=" + dkimKey} {
 		a.Clear()
 		a.Set(dnscheck.Record{Type: "TXT", Name: dkim.Name, Value: v})
 		if r := c.Check(context.Background(), []dnscheck.Record{dkim}).Servers[0].Records[0]; !r.Seen {
 			t.Errorf("%.30q…: unseen (%q)", v, r.Reason)
 		}
+	}
+	a.Clear()
+	a.Set(dnscheck.Record{Type: "TXT", Name: dkim.Name, Value: "v=DKIM1; junk; p=" + dkimKey})
+	if r := c.Check(context.Background(), []dnscheck.Record{dkim}).Servers[0].Records[0]; r.Seen || r.Reason != "DKIM tag list malformed" {
+		t.Errorf("a DKIM record with text that is no tag: seen=%v reason=%q", r.Seen, r.Reason)
 	}
 }
 
