@@ -235,7 +235,11 @@ func (s *Service) checkDNS(ctx context.Context, st sendingdomain.State) sendingd
 		// from now on, not the one it replaces (which may be gone).
 		isSigning = isPending
 	}
-	required := func(r dnscheck.Record) bool { return isSigning(r) || isMailFrom(r) }
+	// A resolver is ok once it shows every record the domain needs now and
+	// for its next step: a key awaiting DNS too, though the domain's own
+	// verdict (DkimOK) stays the key in use's, so a verified domain keeps
+	// sending while it propagates. A key being retired is not needed.
+	required := func(r dnscheck.Record) bool { return isSigning(r) || isPending(r) || isMailFrom(r) }
 
 	o := sendingdomain.Outcome{
 		DkimOK:     res.SeenByAll(isSigning),

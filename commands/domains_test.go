@@ -218,3 +218,55 @@ func TestAnAddGivenUpWaitingForItsKeyClaimsNothing(t *testing.T) {
 		t.Fatalf("adding the name again: %v", err)
 	}
 }
+
+// During an upgrade, a resolver that does not return the new key's record
+// is not ok, though it returns the legacy CNAMEs the domain verifies with;
+// once every resolver returns it, the check is ok and the key cuts over.
+func TestVerifyDuringAnUpgradeNeedsTheNewKeyOnEveryResolver(t *testing.T) {
+	ctx := context.Background()
+	a, b := dnstest.Start(t), dnstest.Start(t)
+	h := newHarness(t, func(d *commands.Deps) {
+		d.DNS = dnscheck.New([]string{a.Addr(), b.Addr()}, time.Second)
+	})
+	acct := h.newAccount(t)
+	id := h.verifiedDomain(t, acct, "example.com")
+	st, err := h.svc.UpgradeDKIM(ctx, acct, id, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newKey, ok := st.PendingKeyRecord()
+	if !ok {
+		t.Fatalf("no key awaiting DNS after the upgrade: %+v", st.Transition)
+	}
+	publish(a, st.Records())
+	for _, r := range st.Records() {
+		if r.Name != newKey.Name {
+			publish(b, []sendingdomain.Record{r})
+		}
+	}
+
+	got, report, err := h.svc.VerifyDomain(ctx, acct, id, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.OK || !report.Results[0].OK || report.Results[1].OK {
+		t.Fatalf("the new key on one resolver: report %+v", report)
+	}
+	if got.Status != sendingdomain.StatusVerified || !got.DkimOK || got.Mode != sendingdomain.Legacy ||
+		got.Transition == nil || got.Transition.State != sendingdomain.AwaitingDNS {
+		t.Fatalf("the new key on one resolver: %s dkim=%v mode %v transition %+v", got.Status, got.DkimOK, got.Mode, got.Transition)
+	}
+
+	publish(b, []sendingdomain.Record{newKey})
+	got, report, err = h.svc.VerifyDomain(ctx, acct, id, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !report.OK || !report.Results[0].OK || !report.Results[1].OK {
+		t.Fatalf("the new key on both resolvers: report %+v", report)
+	}
+	if got.Status != sendingdomain.StatusVerified || got.Mode != sendingdomain.BYODKIM ||
+		got.Transition == nil || got.Transition.State != sendingdomain.CutOver {
+		t.Fatalf("the new key on both resolvers: %s mode %v transition %+v", got.Status, got.Mode, got.Transition)
+	}
+}

@@ -456,6 +456,75 @@ func TestDomainRotation(t *testing.T) {
 	}
 }
 
+// A resolver that does not return the key awaiting DNS is not ok, nor is
+// the check: its owner has a record left to publish. The domain stays
+// verified and signing with the key in use meanwhile.
+func TestDomainRotationNeedsTheNewKeyOnEveryResolver(t *testing.T) {
+	w := newDNSWorld(t)
+	d := w.add(t, "halfway.example")
+	id := d["id"].(string)
+	publish(t, d, w.a, w.b)
+	if v := w.verify(t, id); v["status"] != "verified" {
+		t.Fatalf("before the rotation: %s", statuses(v))
+	}
+	oldSel := d["dkim_selector"].(string)
+	r := w.Do("POST", "/api/domains/"+id+"/rotate", w.admin, nil)
+	if r.Status != 200 {
+		t.Fatalf("rotate: %d %s", r.Status, r.Body)
+	}
+	newSel := r.JSON(t)["dkim_transition"].(map[string]any)["selector"].(string)
+	var newKey dnscheck.Record
+	for _, rec := range r.JSON(t)["dns_records"].([]any) {
+		if rec := rec.(map[string]any); rec["name"] == newSel+"._domainkey.halfway.example" {
+			newKey = dnscheck.Record{Type: rec["type"].(string), Name: rec["name"].(string), Value: rec["value"].(string)}
+		}
+	}
+	if newKey.Name == "" {
+		t.Fatalf("the rotation lists no record for %s: %s", newSel, r.Body)
+	}
+
+	// Published on one resolver only.
+	w.a.Add(newKey)
+	v := w.verify(t, id)
+	check := v["dns_check"].(map[string]any)
+	results := check["results"].([]any)
+	if check["ok"] != false || results[0].(map[string]any)["ok"] != true || results[1].(map[string]any)["ok"] != false {
+		t.Fatalf("the new key on one resolver: %v", check)
+	}
+	for _, rec := range results[1].(map[string]any)["records"].([]any) {
+		if rec := rec.(map[string]any); rec["name"] == newKey.Name && (rec["ok"] != false || rec["reason"] != "NXDOMAIN") {
+			t.Fatalf("the resolver without the new key: %v", rec)
+		}
+	}
+	if statuses(v) != "status=verified verification=verified dkim=success mail_from=success" ||
+		v["dkim_selector"] != oldSel || v["dkim_transition"].(map[string]any)["state"] != "awaiting_dns" {
+		t.Fatalf("the new key on one resolver: %s, selector %v, transition %v", statuses(v), v["dkim_selector"], v["dkim_transition"])
+	}
+	if st, err := readapi.SendingDomain(context.Background(), w.Pool, accountOf(t, w), "halfway.example"); err != nil || !st.CanSend() {
+		t.Fatalf("sending while the new key propagates: %v %v", st.Status, err)
+	}
+
+	// Published on both: ok, and the key in use is the new one.
+	w.b.Add(newKey)
+	v = w.verify(t, id)
+	check = v["dns_check"].(map[string]any)
+	for _, res := range check["results"].([]any) {
+		if res.(map[string]any)["ok"] != true {
+			t.Fatalf("the new key on both resolvers: %v", check)
+		}
+	}
+	if check["ok"] != true || v["dkim_selector"] != newSel || v["dkim_transition"].(map[string]any)["state"] != "cut_over" || v["status"] != "verified" {
+		t.Fatalf("the new key on both resolvers: ok %v, %s, selector %v, transition %v", check["ok"], statuses(v), v["dkim_selector"], v["dkim_transition"])
+	}
+
+	// The old key is being retired: a resolver that no longer returns it
+	// is still ok.
+	w.b.Remove(oldSel+"._domainkey.halfway.example", "TXT")
+	if v := w.verify(t, id); v["dns_check"].(map[string]any)["ok"] != true {
+		t.Fatalf("the old key taken down after the cutover: %v", v["dns_check"])
+	}
+}
+
 func TestDomainUpgradeAndRemoval(t *testing.T) {
 	w := newDNSWorld(t)
 	acct := accountOf(t, w)
