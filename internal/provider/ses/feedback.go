@@ -26,7 +26,9 @@ type Feedback struct {
 	// EventType is SES's eventType (or notificationType).
 	EventType string
 	// Event is email.Delivered, Bounced, Complained, Opened or Clicked;
-	// nil when Reject is set or Ignored is true. Its FeedbackID is derived
+	// nil when Reject is set or Ignored is true. A complaint with
+	// complaintSubType OnAccountSuppressionList is a Bounced (Permanent,
+	// OnAccountSuppressionList): SES did not send to those recipients. Its FeedbackID is derived
 	// from the SES message id, the event type, the event's timestamp and
 	// its recipients (and link, for clicks), so an SQS redelivery of the same
 	// document yields the same id.
@@ -66,6 +68,7 @@ type sesEvent struct {
 	Complaint *struct {
 		ComplainedRecipients  []recipient `json:"complainedRecipients"`
 		ComplaintFeedbackType string      `json:"complaintFeedbackType"`
+		ComplaintSubType      string      `json:"complaintSubType"`
 		Timestamp             string      `json:"timestamp"`
 		FeedbackID            string      `json:"feedbackId"`
 	} `json:"complaint"`
@@ -188,6 +191,19 @@ func mapEvent(ev *sesEvent, published string) (Feedback, error) {
 			return Feedback{}, err
 		}
 		rcpts := addresses(ev.Complaint.ComplainedRecipients)
+		if ev.Complaint.ComplaintSubType == suppressedSubtype {
+			// SES sent nothing to these addresses (they are on the
+			// account's suppression list) and no one complained: the same
+			// outcome as a bounce of a suppressed address. The id is
+			// derived as for any complaint, so a document recorded as one
+			// before is still recognised when SQS delivers it again.
+			f.Event = &email.Bounced{
+				EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, rcpts),
+				BounceType: "Permanent", BounceSubtype: suppressedSubtype,
+				Recipients: rcpts, OccurredAt: at,
+			}
+			break
+		}
 		f.Event = &email.Complained{
 			EmailID: f.EmailID, FeedbackID: feedbackID(f.MessageID, typ, at, rcpts),
 			FeedbackType: ev.Complaint.ComplaintFeedbackType, Recipients: rcpts, OccurredAt: at,
@@ -233,6 +249,11 @@ func mapEvent(ev *sesEvent, published string) (Feedback, error) {
 	}
 	return f, nil
 }
+
+// suppressedSubtype is SES's complaintSubType for a message it accepted but
+// did not send because the address is on the account's suppression list,
+// and the bounceSubType of the bounce it reports for such an address.
+const suppressedSubtype = "OnAccountSuppressionList"
 
 // feedbackID is a stable id for one SES event: the same document always
 // gives the same id, different events of one message give different ids.

@@ -103,6 +103,25 @@ func TestParseFeedbackDeveloperGuideExamples(t *testing.T) {
 				t.Errorf("event = %#v", f.Event)
 			}
 		}},
+		{"complaint of a suppressed address", "complaint-suppression-list.json", nil, func(t *testing.T, f Feedback) {
+			// Nothing was sent to the address, so no one complained: it
+			// bounces as SES's bounce of a suppressed address does.
+			ev, ok := f.Event.(*email.Bounced)
+			if !ok || ev.BounceType != "Permanent" || ev.BounceSubtype != "OnAccountSuppressionList" || !slices.Equal(ev.Recipients, rcpt) ||
+				ev.EmailID != id || !ev.OccurredAt.Equal(ts("2017-08-05T00:41:02.669Z")) || !email.Permanent(ev.BounceType) {
+				t.Errorf("event = %#v", f.Event)
+			}
+		}},
+		{"complaint of suppressed addresses", "complaint-suppression-list.json", func(d map[string]any) {
+			d["complaint"].(map[string]any)["complainedRecipients"] = []any{
+				map[string]any{"emailAddress": "zoe@example.org"}, map[string]any{"emailAddress": "ann@example.net"},
+			}
+		}, func(t *testing.T, f Feedback) {
+			ev, ok := f.Event.(*email.Bounced)
+			if !ok || !slices.Equal(ev.Recipients, []string{"ann@example.net", "zoe@example.org"}) {
+				t.Errorf("event = %#v", f.Event)
+			}
+		}},
 		{"open", "open.json", nil, func(t *testing.T, f Feedback) {
 			ev, ok := f.Event.(*email.Opened)
 			if !ok || ev.OccurredAt != ts("2017-08-09T22:00:19.652Z") || ev.UserAgent == "" {
@@ -193,6 +212,19 @@ func TestFeedbackIDsDifferAcrossEvents(t *testing.T) {
 			t.Errorf("%s and %s share feedback id %s", file, other, id)
 		}
 		seen[id] = file
+	}
+	// A suppressed address's complaint maps to a bounce, yet keeps an id
+	// of its own: bounce.json has the same message, time and recipient.
+	// It is the id the complaint had before it was read as a bounce, so
+	// SQS delivering such a document again records nothing new.
+	sup, err := ParseFeedback(sesDoc(t, "complaint-suppression-list.json", "em_1", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounce, _ := ParseFeedback(sesDoc(t, "bounce.json", "em_1", nil))
+	complaint, _ := ParseFeedback(sesDoc(t, "complaint.json", "em_1", nil))
+	if got := feedbackIDOf(sup[0]); got == "" || got == feedbackIDOf(bounce[0]) || got != feedbackIDOf(complaint[0]) {
+		t.Errorf("suppressed complaint's id %q; bounce's %q, complaint's %q", got, feedbackIDOf(bounce[0]), feedbackIDOf(complaint[0]))
 	}
 	// A second open of the same message (another timestamp) is a new event.
 	a, _ := ParseFeedback(sesDoc(t, "open.json", "em_1", nil))
