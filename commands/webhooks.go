@@ -227,6 +227,7 @@ func (s *Service) TestWebhook(ctx context.Context, accountID, id string, meta Me
 	payload, err := json.Marshal(whsig.Event{Type: whsig.TypeEmailDelivered, CreatedAt: now, Data: whsig.EventData{
 		EmailID: emailID, From: "Mailroom <test@mailroom.dev>", To: "delivered@example.com",
 		Subject: "Test event from Mailroom", Tags: map[string]string{"test": "true"},
+		Recipients: []string{"delivered@example.com"},
 	}})
 	if err != nil {
 		return "", err

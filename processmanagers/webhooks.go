@@ -476,7 +476,8 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	if x := a.Extra; x != nil {
 		data.BounceType, data.BounceSubtype, data.Reason = x.BounceType, x.BounceSubtype, x.Reason
 	}
-	if a.Type == whsig.TypeEmailClicked || a.Type == whsig.TypeEmailBounced || a.Type == whsig.TypeEmailComplained {
+	switch a.Type {
+	case whsig.TypeEmailClicked, whsig.TypeEmailDelivered, whsig.TypeEmailBounced, whsig.TypeEmailComplained:
 		// A link or an address is personal: it stays sealed in the log,
 		// never in a job.
 		e, err := w.Commands.EmailEvent(ctx, a.EmailID, a.EventID)
@@ -486,6 +487,8 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 		switch e := e.(type) {
 		case *email.Clicked:
 			data.Link = e.Link
+		case *email.Delivered:
+			data.Recipients = e.Recipients
 		case *email.Bounced:
 			data.Recipients = e.Recipients
 		case *email.Complained:

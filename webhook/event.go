@@ -51,8 +51,10 @@ type EventData struct {
 	BounceType    string `json:"bounce_type,omitempty"`    // email.bounced
 	BounceSubtype string `json:"bounce_subtype,omitempty"` // email.bounced
 	Link          string `json:"link,omitempty"`           // email.clicked
-	// Recipients are the addresses a bounce or complaint concerns (those
-	// of email.bounced and email.complained), of to, cc and bcc alike.
+	// Recipients are the addresses a delivery, bounce or complaint
+	// concerns (those of email.delivered, email.bounced and
+	// email.complained), of to, cc and bcc alike: with several
+	// recipients, the email's to does not say which of them it was.
 	Recipients []string `json:"recipients,omitempty"`
 	Reason     string   `json:"reason,omitempty"` // email.failed
 }

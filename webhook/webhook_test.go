@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -388,23 +389,34 @@ func TestHandlerPanicsWithoutSecret(t *testing.T) {
 
 func TestEventWrittenAsReceiversReadIt(t *testing.T) {
 	at := time.Date(2026, 3, 1, 9, 30, 0, 0, time.FixedZone("CET", 3600))
-	ev := webhook.Event{Type: webhook.TypeEmailBounced, CreatedAt: at, Data: webhook.EventData{
-		EmailID: "e1", From: "A <a@example.com>", To: "b@example.com", Subject: "Hi",
-		Tags: map[string]string{"k": "v"}, BounceType: "Permanent", BounceSubtype: "General",
-	}}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := `{"type":"email.bounced","created_at":"2026-03-01T08:30:00.000Z","data":{"email_id":"e1","from":"A \u003ca@example.com\u003e","to":"b@example.com","subject":"Hi","tags":{"k":"v"},"bounce_type":"Permanent","bounce_subtype":"General"}}`
-	if string(b) != want {
-		t.Fatalf("written\n%s\nwant\n%s", b, want)
-	}
-	var back webhook.Event
-	if err := json.Unmarshal(b, &back); err != nil {
-		t.Fatal(err)
-	}
-	if !back.CreatedAt.Equal(at) || back.Data.BounceSubtype != "General" || back.Data.Link != "" {
-		t.Fatalf("read back %+v", back)
+	email := webhook.EventData{EmailID: "e1", From: "A <a@example.com>", To: "b@example.com", Subject: "Hi", Tags: map[string]string{"k": "v"}}
+	bounced, delivered := email, email
+	bounced.BounceType, bounced.BounceSubtype, bounced.Recipients = "Permanent", "General", []string{"c@example.com"}
+	delivered.Recipients = []string{"b@example.com"} // of a delivery that did not reach c@example.com
+	const head = `"data":{"email_id":"e1","from":"A \u003ca@example.com\u003e","to":"b@example.com","subject":"Hi","tags":{"k":"v"}`
+	for _, c := range []struct {
+		ev   webhook.Event
+		want string
+	}{
+		{webhook.Event{Type: webhook.TypeEmailBounced, CreatedAt: at, Data: bounced},
+			`{"type":"email.bounced","created_at":"2026-03-01T08:30:00.000Z",` + head + `,"bounce_type":"Permanent","bounce_subtype":"General","recipients":["c@example.com"]}}`},
+		{webhook.Event{Type: webhook.TypeEmailDelivered, CreatedAt: at, Data: delivered},
+			`{"type":"email.delivered","created_at":"2026-03-01T08:30:00.000Z",` + head + `,"recipients":["b@example.com"]}}`},
+	} {
+		b, err := json.Marshal(c.ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != c.want {
+			t.Fatalf("written\n%s\nwant\n%s", b, c.want)
+		}
+		var back webhook.Event
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if !back.CreatedAt.Equal(at) || back.Data.BounceSubtype != c.ev.Data.BounceSubtype || back.Data.Link != "" ||
+			!slices.Equal(back.Data.Recipients, c.ev.Data.Recipients) {
+			t.Fatalf("read back %+v", back)
+		}
 	}
 }

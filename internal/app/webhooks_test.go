@@ -369,8 +369,10 @@ func TestWebhookAutoDisable(t *testing.T) {
 func TestWebhookFilteringPausingAndLimits(t *testing.T) {
 	w := newHookWorld(t)
 	bounces := newReceiver(t, always(200))
+	deliveries := newReceiver(t, always(200))
 	paused := newReceiver(t, always(200))
 	w.endpoint(t, map[string]any{"url": bounces.URL, "event_types": []string{"email.bounced"}})
+	w.endpoint(t, map[string]any{"url": deliveries.URL, "event_types": []string{"email.delivered"}})
 	pid, _ := w.endpoint(t, map[string]any{"url": paused.URL})
 	r := w.Do("PATCH", "/v1/webhooks/"+pid, w.key, map[string]any{"is_active": false, "description": "paused for now"})
 	if r.Status != 200 || r.JSON(t)["is_active"] != false || r.JSON(t)["disabled_reason"] != nil || r.JSON(t)["description"] != "paused for now" {
@@ -379,7 +381,9 @@ func TestWebhookFilteringPausingAndLimits(t *testing.T) {
 	wantProblem(t, w.Do("POST", "/v1/webhooks/"+pid+"/test", w.key, nil), 409, "endpoint_inactive")
 
 	w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "ok@example.org", "subject": "s", "text": "t"})["id"].(string), status("delivered"))
-	w.waitFor(t, w.send(t, map[string]any{"from": "a@acme.test", "to": "ok@example.org", "cc": "Bob <Bounce@simulator.amazonses.com>", "subject": "s", "text": "t"})["id"].(string), status("bounced"))
+	partial := w.send(t, map[string]any{"from": "a@acme.test", "to": "ok@example.org", "cc": "Bob <Bounce@simulator.amazonses.com>",
+		"bcc": "Carol <carol@Example.NET>", "subject": "s", "text": "t"})["id"].(string)
+	timeline := w.waitFor(t, partial, status("bounced"))
 	got := bounces.waitFor(t, 1)
 	var ev map[string]any
 	json.Unmarshal(got[0].body, &ev)
@@ -390,6 +394,33 @@ func TestWebhookFilteringPausingAndLimits(t *testing.T) {
 	// The bounce names the address that bounced, not the email's to.
 	if data["to"] != "ok@example.org" || fmt.Sprint(data["recipients"]) != "[Bounce@simulator.amazonses.com]" {
 		t.Fatalf("bounce event's to %v and recipients %v", data["to"], data["recipients"])
+	}
+	// The delivery names who received the message (not the cc that
+	// bounced), as the timeline's delivered event does.
+	var delivered any
+	for _, e := range timeline["events"].([]any) {
+		if m := e.(map[string]any); m["event_type"] == "delivered" {
+			delivered = m["metadata"].(map[string]any)["recipients"]
+		}
+	}
+	var recipients any
+	for _, r := range deliveries.waitFor(t, 2) {
+		var ev struct {
+			Type string         `json:"type"`
+			Data map[string]any `json:"data"`
+		}
+		json.Unmarshal(r.body, &ev)
+		if ev.Type == "email.delivered" && ev.Data["email_id"] == partial {
+			recipients = ev.Data["recipients"]
+		}
+	}
+	if fmt.Sprint(recipients) != "[ok@example.org carol@example.net]" || fmt.Sprint(recipients) != fmt.Sprint(delivered) {
+		t.Fatalf("delivered webhook's recipients %v, timeline's %v", recipients, delivered)
+	}
+	// They are read from the sealed log, as a bounce's are: no job holds them.
+	var jobs int
+	if err := w.Pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE args::text ILIKE '%carol@example.net%'`).Scan(&jobs); err != nil || jobs != 0 {
+		t.Fatalf("%d jobs hold a recipient (%v)", jobs, err)
 	}
 	// Give any stray delivery time to show up; none may.
 	time.Sleep(300 * time.Millisecond)
@@ -408,7 +439,7 @@ func TestWebhookFilteringPausingAndLimits(t *testing.T) {
 	} {
 		wantProblem(t, w.Do("POST", "/v1/webhooks", w.key, body), 422, "validation_failed")
 	}
-	for i := 2; i < 10; i++ {
+	for i := 3; i < 10; i++ { // three endpoints above
 		w.endpoint(t, map[string]any{"url": bounces.URL + fmt.Sprint("/", i)})
 	}
 	wantProblem(t, w.Do("POST", "/v1/webhooks", w.key, map[string]any{"url": bounces.URL + "/11"}), 422, "limit_exceeded")
