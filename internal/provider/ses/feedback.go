@@ -105,7 +105,8 @@ type recipient struct {
 // event publishing format; the identity notification format with
 // notificationType is read the same way, but carries no email id). It
 // returns one Feedback per SES event. An error means the body can never be
-// parsed (redelivery won't help).
+// parsed (redelivery won't help); its text never quotes the body, so it
+// may be logged.
 func ParseFeedback(body []byte) ([]Feedback, error) {
 	var probe struct {
 		snsEnvelope
@@ -113,7 +114,7 @@ func ParseFeedback(body []byte) ([]Feedback, error) {
 		NotificationType string `json:"notificationType"`
 	}
 	if err := json.Unmarshal(body, &probe); err != nil {
-		return nil, fmt.Errorf("ses: feedback is not JSON: %w", err)
+		return nil, notJSON("feedback", err)
 	}
 	published := ""
 	switch {
@@ -128,13 +129,28 @@ func ParseFeedback(body []byte) ([]Feedback, error) {
 	}
 	var ev sesEvent
 	if err := json.Unmarshal(body, &ev); err != nil {
-		return nil, fmt.Errorf("ses: SES event is not JSON: %w", err)
+		return nil, notJSON("SES event", err)
 	}
 	f, err := mapEvent(&ev, published)
 	if err != nil {
 		return nil, err
 	}
 	return []Feedback{f}, nil
+}
+
+// notJSON says why what could not be decoded by the kind of error and its
+// offset only: json's own text may quote part of the document (a character,
+// a number), and feedback documents name recipients.
+func notJSON(what string, err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Errorf("ses: %s is not JSON (syntax error at byte %d)", what, syntax.Offset)
+	case errors.As(err, &typ):
+		return fmt.Errorf("ses: %s is not of the expected shape (a value of the wrong type at byte %d)", what, typ.Offset)
+	}
+	return fmt.Errorf("ses: %s is not JSON (%T)", what, err)
 }
 
 // mapEvent maps one SES event; published is when SNS published it, the
@@ -152,7 +168,8 @@ func mapEvent(ev *sesEvent, published string) (Feedback, error) {
 		f.EmailID = tags[0]
 	}
 	if f.MessageID == "" && typ != "Subscription" {
-		return Feedback{}, fmt.Errorf("ses: %s event without mail.messageId", typ)
+		// The type is not named: an unknown one is whatever the document says.
+		return Feedback{}, errors.New("ses: event without mail.messageId")
 	}
 	switch typ {
 	case "Delivery":

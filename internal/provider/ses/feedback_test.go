@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -339,6 +342,83 @@ func TestPollFeedbackDeletesOnlyAfterHandleSucceeds(t *testing.T) {
 			if r.Body["QueueUrl"] != queue || r.Body["WaitTimeSeconds"] != float64(20) || r.Body["MaxNumberOfMessages"] != float64(10) {
 				t.Errorf("receive request = %v", r.Body)
 			}
+		}
+	}
+}
+
+// lockedBuffer is a log destination the poller writes to while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A body that cannot be parsed is logged by its length and why, never by
+// its content: feedback names recipients, and json's errors and an unknown
+// event type would carry parts of it into the log.
+func TestUnparseableFeedbackIsLoggedWithoutItsContent(t *testing.T) {
+	f := newFakeAWS(t)
+	p := f.provider("https://sqs.us-east-1.amazonaws.com/123456789012/mailroom-events")
+	var logs lockedBuffer
+	p.logger = slog.New(slog.NewTextHandler(&logs, nil))
+	bodies := []string{
+		"this is not json: <ann@example.org>",                       // a syntax error
+		`{"eventType":"ann@example.org","mail":{}}`,                 // an unknown type without a message id
+		`{"eventType":"Bounce","mail":{"messageId":1234567890123}}`, // a number where a string goes
+		`{"Type":"Notification","Message":"ann@example.org"}`,       // an envelope holding no event
+	}
+	var ids []string
+	for _, b := range bodies {
+		ids = append(ids, f.enqueue(b))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- p.PollFeedback(ctx, func(context.Context, []Feedback) error {
+			t.Error("handle called for a body that cannot be parsed")
+			return nil
+		})
+	}()
+	waitFor(t, func() bool {
+		for _, id := range ids {
+			if !slices.Contains(f.log(), "delete "+id) {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	for _, leak := range []string{"ann@", "example.org", "1234567890123", "this is not json"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("the log holds %q of a body:\n%s", leak, out)
+		}
+	}
+	for i, b := range bodies {
+		line := ""
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "sqs_message_id="+ids[i]) {
+				line = l
+			}
+		}
+		if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, fmt.Sprintf("body_bytes=%d", len(b))) || !strings.Contains(line, "err=") {
+			t.Errorf("body %d logged as %q", i, line)
 		}
 	}
 }

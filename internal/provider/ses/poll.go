@@ -17,9 +17,11 @@ import (
 // after the queue's visibility timeout and is redelivered, which is why
 // handle must be idempotent (Feedback events carry stable FeedbackIDs).
 //
-// A body that cannot be parsed is logged in full at error level and then
-// deleted: parsing is deterministic, so redelivery can never succeed, and
-// without a redrive policy the message would otherwise come back forever.
+// A body that cannot be parsed is logged at error level, by its length and
+// why it could not be parsed, and then deleted: parsing is deterministic, so
+// redelivery can never succeed, and without a redrive policy the message
+// would otherwise come back forever. Its content is not logged: feedback
+// names recipients, and logs keep no addresses.
 //
 // ReceiveMessage failures are logged and retried with backoff (1 s doubling
 // up to 30 s).
@@ -56,9 +58,10 @@ func (p *Provider) PollFeedback(ctx context.Context, handle func(context.Context
 
 func (p *Provider) process(ctx context.Context, m types.Message, handle func(context.Context, []Feedback) error) {
 	id := aws.ToString(m.MessageId)
-	fbs, err := ParseFeedback([]byte(aws.ToString(m.Body)))
+	body := aws.ToString(m.Body)
+	fbs, err := ParseFeedback([]byte(body))
 	if err != nil {
-		p.logger.Error("ses: unparseable feedback message, deleting it", "sqs_message_id", id, "err", err, "body", aws.ToString(m.Body))
+		p.logger.Error("ses: unparseable feedback message, deleting it", "sqs_message_id", id, "err", err, "body_bytes", len(body))
 	} else if err := handle(ctx, fbs); err != nil {
 		p.logger.Warn("ses: handling feedback failed; the message will be redelivered", "sqs_message_id", id, "err", err)
 		return
