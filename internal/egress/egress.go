@@ -137,7 +137,7 @@ func (p Policy) judge(a netip.Addr) error {
 	if !u.IsValid() {
 		return refused("invalid address")
 	}
-	if err := guardian.SafeAddr(u); err != nil {
+	if err := guardian.SafeAddr(u); err != nil || u == azureWireServer {
 		return refused("%s address (%s)", kind(u), a)
 	}
 	return nil
@@ -146,6 +146,10 @@ func (p Policy) judge(a netip.Addr) error {
 var (
 	metadataV4 = netip.MustParseAddr("169.254.169.254")
 	metadataV6 = netip.MustParseAddr("fd00:ec2::254")
+	// azureWireServer is Azure's platform endpoint (metadata, agent
+	// configuration): a public address in no special-purpose registry,
+	// reachable from every Azure VM.
+	azureWireServer = netip.MustParseAddr("168.63.129.16")
 	cgnat      = netip.MustParsePrefix("100.64.0.0/10")
 	broadcast  = netip.MustParseAddr("255.255.255.255")
 )
@@ -158,7 +162,7 @@ func kind(a netip.Addr) string {
 		return "an unspecified"
 	case a.IsLoopback():
 		return "a loopback"
-	case a == metadataV4 || a == metadataV6:
+	case a == metadataV4 || a == metadataV6 || a == azureWireServer:
 		return "a cloud metadata"
 	case a.IsLinkLocalUnicast():
 		return "a link-local"

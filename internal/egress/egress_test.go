@@ -142,6 +142,7 @@ func TestCheckURLRefuses(t *testing.T) {
 		{"https://svc.internal/", ".internal names are not allowed"},
 		{"https://intranet/", "host must be a fully qualified domain name"},
 		{"https://169.254.169.254/latest/meta-data/", "host is a cloud metadata address (169.254.169.254)"},
+		{"https://168.63.129.16/metadata/instance", "host is a cloud metadata address (168.63.129.16)"},
 		{"https://169.254.1.1/", "host is a link-local address (169.254.1.1)"},
 		{"https://100.64.0.1/", "host is a shared (CGNAT) address (100.64.0.1)"},
 		{"https://[fd00::1]/", "host is a private address (fd00::1)"},
