@@ -237,6 +237,13 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 	other := map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "different", "text": "t", "html": "<p>new</p>"}
 	wantProblem(t, do("order-7", other), 409, "idempotency_key_reused")
+	// Two keys in one request are refused, not read as the first: a
+	// proxy that joined them would send another key.
+	two := w.DoHeader("POST", "/v1/emails/send", w.key, http.Header{"Idempotency-Key": {"order-7", "order-9"}}, body)
+	wantProblem(t, two, 422, "validation_failed")
+	if f := two.JSON(t)["errors"].([]any)[0].(map[string]any); f["field"] != "Idempotency-Key" {
+		t.Fatalf("two keys: %s", two.Body)
+	}
 	if after := blobFiles(t, w.Config.BlobDir); after != blobs {
 		t.Fatalf("repeats and a refused request left %d blobs, want %d", after, blobs)
 	}

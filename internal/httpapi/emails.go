@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/authn"
@@ -39,10 +40,17 @@ func (h handlers) sendEmail(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// Two keys are no key: a proxy joining them would make a third.
+	keys := c.Request().Header.Values(commands.IdempotencyKeyField)
+	if len(keys) > 1 {
+		var v domain.ValidationError
+		v.Add(commands.IdempotencyKeyField, "must be given once, not %d times", len(keys))
+		return v.OrNil()
+	}
 	acc, err := h.commands.SendEmail(c.Request().Context(), authn.From(c).AccountID, commands.SendEmail{
 		From: req.From, To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo, Subject: req.Subject,
 		HTML: req.HTML, Text: req.Text, Tags: req.Tags, Attachments: req.Attachments,
-	}, c.Request().Header.Get("Idempotency-Key"), body, meta(c))
+	}, c.Request().Header.Get(commands.IdempotencyKeyField), body, meta(c))
 	if err != nil {
 		return err
 	}
