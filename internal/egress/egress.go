@@ -150,8 +150,8 @@ var (
 	// configuration): a public address in no special-purpose registry,
 	// reachable from every Azure VM.
 	azureWireServer = netip.MustParseAddr("168.63.129.16")
-	cgnat      = netip.MustParsePrefix("100.64.0.0/10")
-	broadcast  = netip.MustParseAddr("255.255.255.255")
+	cgnat           = netip.MustParsePrefix("100.64.0.0/10")
+	broadcast       = netip.MustParseAddr("255.255.255.255")
 )
 
 // kind names why a (refused) address is not public, with its article, for
