@@ -2,7 +2,7 @@
 // webhooks: it verifies each delivery's signature, skips deliveries it has
 // already handled (same service-delivery-id) and prints each event.
 //
-//	go run ./examples/webhook-receiver -secret whsec_... -addr 127.0.0.1:9000
+//	MAILROOM_WEBHOOK_SECRET=whsec_... go run ./examples/webhook-receiver -addr 127.0.0.1:9000
 //
 // It keeps its state in memory; a real receiver records delivery ids in a
 // durable store, in the same transaction as the work the event causes.
@@ -31,7 +31,7 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:9000", "address to listen on")
 	flag.Parse()
 	if *secret == "" {
-		log.Fatal("-secret is required: the whsec_... value returned when the endpoint was created or its secret rotated")
+		log.Fatal("MAILROOM_WEBHOOK_SECRET (or -secret) is required: the whsec_... value returned when the endpoint was created or its secret rotated")
 	}
 	if !strings.HasPrefix(*secret, "whsec_") {
 		log.Print("warning: the secret does not start with whsec_; the prefix is part of the signing key")
