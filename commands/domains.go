@@ -325,6 +325,43 @@ func (s *Service) changeKey(ctx context.Context, accountID, id string, check fun
 	return final, err
 }
 
+// ReleaseDomainName removes every domain that holds name without having
+// verified it, whichever account added it, and returns them. It is the
+// operator's remedy for a name held from its owner: a pending domain holds
+// its name for 72 hours, and its account may restart the window with a
+// verify as often as it likes. A verified domain is refused: its account
+// showed in DNS that it controls the name.
+func (s *Service) ReleaseDomainName(ctx context.Context, rawName string, meta Meta) ([]sendingdomain.State, error) {
+	name, problem := sendingdomain.NormalizeName(rawName)
+	if problem != "" {
+		return nil, &domain.ValidationError{Errors: []domain.FieldError{{Field: "domain", Message: problem}}}
+	}
+	known, err := s.domainsNamed(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	var holders []sendingdomain.State
+	for _, st := range known {
+		if !st.Exists() {
+			continue
+		}
+		if st.Status == sendingdomain.StatusVerified {
+			return nil, &domain.ConflictError{Code: "domain_verified",
+				Detail: fmt.Sprintf("%s is verified by the account that holds it (%s): it showed in DNS that it controls the name; only that account removes it", name, st.AccountID)}
+		}
+		holders = append(holders, st)
+	}
+	if len(holders) == 0 {
+		return nil, domain.ErrNotFound
+	}
+	for _, st := range holders {
+		if err := s.RemoveDomain(ctx, st.AccountID, st.ID, meta); err != nil {
+			return nil, fmt.Errorf("remove domain %s of account %s: %w", st.ID, st.AccountID, err)
+		}
+	}
+	return holders, nil
+}
+
 // RemoveDomain removes a domain: sending from it stops at once.
 func (s *Service) RemoveDomain(ctx context.Context, accountID, id string, meta Meta) error {
 	if _, err := uuid.Parse(id); err != nil {
