@@ -86,6 +86,19 @@ func (f identityFollower) follow(ctx context.Context, e domain.Event) error {
 			}
 		}
 		return nil // superseded by a later key change
+	case *sendingdomain.KeyReplaced:
+		st, err := f.load(ctx, e.DomainID)
+		if err != nil {
+			return Transient(err)
+		}
+		if !live(st) || st.Active == nil || st.Active.Selector != e.Key.Selector {
+			return nil // no identity now, or replaced again since
+		}
+		key, err := dkimkey.Open(f.box, e.DomainID, *st.Active)
+		if err != nil {
+			return fmt.Errorf("domain %s: %w", e.DomainID, err)
+		}
+		return transient(f.ids.SetSigningKey(ctx, st.ID, st.Name, st.Active.Selector, key))
 	case *sendingdomain.VerificationExpired:
 		st, err := f.load(ctx, e.DomainID)
 		if err != nil {

@@ -110,18 +110,22 @@ func CanRotate(s State, accountID string) error {
 	if s.Transition != nil {
 		return &domain.ConflictError{Code: "transition_in_progress", Detail: "a DKIM key change is already under way"}
 	}
-	if s.Status != StatusVerified {
-		// Its key signs nothing yet: publishing the one asked for and
-		// verifying is the way on.
-		return &domain.ConflictError{Code: "domain_not_verified", Detail: "only a verified domain's key is rotated; publish its records and verify it"}
-	}
 	return nil
 }
 
-// StartRotation decides publishing a new key beside the current one.
+// StartRotation decides publishing a new key beside the current one. A
+// domain not verified yet has signed nothing with its key: the new key
+// replaces it at once, and its record is the one to publish.
 func StartRotation(s State, accountID string, key Key, now time.Time) ([]domain.Event, error) {
 	if err := CanRotate(s, accountID); err != nil {
 		return nil, err
+	}
+	if s.Status != StatusVerified {
+		old := ""
+		if s.Active != nil {
+			old = s.Active.Selector
+		}
+		return []domain.Event{&KeyReplaced{DomainID: s.ID, Key: key, OldSelector: old, ReplacedAt: now}}, nil
 	}
 	return []domain.Event{&KeyChangeStarted{DomainID: s.ID, Kind: Rotation, Key: key, StartedAt: now}}, nil
 }

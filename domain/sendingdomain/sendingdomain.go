@@ -119,6 +119,14 @@ type (
 		CutOverAt       time.Time      `json:"cut_over_at"`
 		OldKeyRetiresAt time.Time      `json:"old_key_retires_at"`
 	}
+	// KeyReplaced: a domain not verified yet rotated its key. Nothing was
+	// signed with the old one, so the new one takes its place at once.
+	KeyReplaced struct {
+		DomainID    string    `json:"domain_id"`
+		Key         Key       `json:"key"`
+		OldSelector string    `json:"old_selector"`
+		ReplacedAt  time.Time `json:"replaced_at"`
+	}
 	OldKeyRetired struct {
 		DomainID  string    `json:"domain_id"`
 		Selector  string    `json:"selector"` // "" for the legacy CNAMEs
@@ -157,13 +165,14 @@ func (*VerificationExpired) EventType() string   { return "DomainVerificationExp
 func (*VerificationRestarted) EventType() string { return "DomainVerificationRestarted" }
 func (*KeyChangeStarted) EventType() string      { return "DkimKeyChangeStarted" }
 func (*KeyCutOver) EventType() string            { return "DkimKeyCutOver" }
+func (*KeyReplaced) EventType() string           { return "DkimKeyReplaced" }
 func (*OldKeyRetired) EventType() string         { return "DkimOldKeyRetired" }
 func (*Removed) EventType() string               { return "DomainRemoved" }
 
 // Events lists a fresh value of every event type of this aggregate.
 func Events() []domain.Event {
 	return []domain.Event{&Added{}, &Checked{}, &Verified{}, &VerificationExpired{}, &VerificationRestarted{},
-		&KeyChangeStarted{}, &KeyCutOver{}, &OldKeyRetired{}, &Removed{}, &NameClaimed{}, &NameReleased{}}
+		&KeyChangeStarted{}, &KeyCutOver{}, &KeyReplaced{}, &OldKeyRetired{}, &Removed{}, &NameClaimed{}, &NameReleased{}}
 }
 
 // NameStream holds the claim that makes a domain name unique across all

@@ -366,11 +366,44 @@ func TestKeyChecksBeforeKeys(t *testing.T) {
 	if sd.CanRotate(verified, "a1") != nil || sd.CanUpgrade(legacy, "a1") != nil {
 		t.Error("allowed changes refused")
 	}
-	// A key that signs nothing yet is not rotated: the domain is verified
-	// with the one it was given.
-	var conflict *domain.ConflictError
-	if err := sd.CanRotate(added(), "a1"); !errors.As(err, &conflict) || conflict.Code != "domain_not_verified" {
-		t.Errorf("rotate a pending domain: %v, want domain_not_verified", err)
+	if sd.CanRotate(added(), "a1") != nil {
+		t.Error("rotating a pending domain refused")
+	}
+}
+
+// A domain not verified yet has signed nothing with its key: a rotation
+// replaces the key at once, with no transition, and the new key's record
+// is the one to publish and see before it verifies.
+func TestRotatingAnUnverifiedDomainReplacesItsKey(t *testing.T) {
+	s := added()
+	s = apply(s)(sd.RecordCheck(s, "a1", sd.Outcome{DkimOK: true}, true, t0.Add(time.Minute))) // old key seen, MAIL FROM not yet
+	newKey := key("mrnew222", t0.Add(time.Hour))
+	evs, err := sd.StartRotation(s, "a1", newKey, t0.Add(time.Hour))
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("rotate a pending domain: %v %v", evs, err)
+	}
+	r, ok := evs[0].(*sd.KeyReplaced)
+	if !ok || r.OldSelector != "mrold111" || r.Key.Selector != "mrnew222" {
+		t.Fatalf("rotate a pending domain: %+v", evs[0])
+	}
+	s = apply(s)(evs, nil)
+	if s.Transition != nil || s.Active.Selector != "mrnew222" || s.DkimOK || s.Status != sd.StatusPending {
+		t.Fatalf("after replacing the key: %+v", s)
+	}
+	if keys := s.KeysLive(); len(keys) != 1 || keys[0].Selector != "mrnew222" {
+		t.Fatalf("keys to publish after replacing: %+v", keys)
+	}
+	// It verifies with the new key's record.
+	s = apply(s)(sd.RecordCheck(s, "a1", sd.Outcome{DkimOK: true, MailFromOK: true}, true, t0.Add(2*time.Hour)))
+	if s.Status != sd.StatusVerified || s.Selector() != "mrnew222" {
+		t.Fatalf("verified with the new key: %+v", s)
+	}
+	// A failed domain's key is replaced the same way; the window is
+	// restarted by verify, not by the rotation.
+	failed := apply(added())(sd.Expire(added(), t0.Add(sd.VerificationWindow)))
+	failed = apply(failed)(sd.StartRotation(failed, "a1", newKey, t0.Add(sd.VerificationWindow+time.Hour)))
+	if failed.Status != sd.StatusFailed || failed.Active.Selector != "mrnew222" {
+		t.Fatalf("a failed domain rotated: %+v", failed)
 	}
 }
 

@@ -75,6 +75,10 @@ func Evolve(s State, e domain.Event) State {
 			key := t.Key
 			s.Active, s.Transition, s.Mode = &key, &t, BYODKIM
 		}
+	case *KeyReplaced:
+		key := e.Key
+		// The new key's record is yet to be seen.
+		s.Active, s.DkimOK = &key, false
 	case *OldKeyRetired:
 		s.Transition = nil
 		s.LegacyTokens = nil

@@ -459,6 +459,38 @@ func TestDomainRotation(t *testing.T) {
 // A resolver that does not return the key awaiting DNS is not ok, nor is
 // the check: its owner has a record left to publish. The domain stays
 // verified and signing with the key in use meanwhile.
+// Rotating a domain that is not verified yet gives it a new key in place of
+// the old one, which signed nothing: the new key's record is the one to
+// publish, the provider's identity signs with it, and the domain verifies
+// with it.
+func TestRotatingAPendingDomainReplacesItsKey(t *testing.T) {
+	w := newDNSWorld(t)
+	d := w.add(t, "fresh.example")
+	id, oldSel := d["id"].(string), d["dkim_selector"].(string)
+	w.waitForIdentityCall(t, sandbox.Call{Op: "create", Domain: "fresh.example", Selector: oldSel})
+	wantProblem(t, w.Do("POST", "/api/domains/"+id+"/rotate", w.member, nil), 403, "role_required")
+	r := w.Do("POST", "/api/domains/"+id+"/rotate", w.admin, nil)
+	if r.Status != 200 {
+		t.Fatalf("rotate a pending domain: %d %s", r.Status, r.Body)
+	}
+	rot := r.JSON(t)
+	newSel := rot["dkim_selector"].(string)
+	if newSel == oldSel || rot["dkim_transition"] != nil || rot["status"] != "pending" || rot["dkim_status"] != "pending" {
+		t.Fatalf("after rotating a pending domain: %s selector %v transition %v", statuses(rot), newSel, rot["dkim_transition"])
+	}
+	if fmt.Sprint(dkimSelectors(rot)) != fmt.Sprint([]string{newSel}) {
+		t.Fatalf("DKIM records after rotating a pending domain: %v, want only %s", dkimSelectors(rot), newSel)
+	}
+	if g := w.get(t, id); g["dkim_selector"] != newSel || fmt.Sprint(dkimSelectors(g)) != fmt.Sprint([]string{newSel}) {
+		t.Fatalf("read after rotating a pending domain: selector %v records %v", g["dkim_selector"], dkimSelectors(g))
+	}
+	w.waitForIdentityCall(t, sandbox.Call{Op: "set_signing_key", Domain: "fresh.example", Selector: newSel})
+	publish(t, rot, w.a, w.b)
+	if g := w.verify(t, id); g["status"] != "verified" || g["dkim_selector"] != newSel {
+		t.Fatalf("verify with the new key: %s selector %v", statuses(g), g["dkim_selector"])
+	}
+}
+
 func TestDomainRotationNeedsTheNewKeyOnEveryResolver(t *testing.T) {
 	w := newDNSWorld(t)
 	d := w.add(t, "halfway.example")
