@@ -346,18 +346,45 @@ func preferredOver(resp *dns.Msg, owners map[string]bool, mx *dns.MX) bool {
 }
 
 // txtMatches reports whether a published TXT value does what want asks,
-// and when it does not, possibly why (empty: it just differs). DKIM keys
-// and SPF policies are read as what they mean, as receivers read them,
-// since DNS providers' forms rewrite spacing and tag order; anything else
-// must match as written (spaces around it aside).
+// and when it does not, possibly why (empty: it just differs). DKIM keys,
+// SPF and DMARC policies are read as what they mean, as receivers read
+// them, since DNS providers' forms rewrite spacing and tag order; anything
+// else must match as written (spaces around it aside).
 func txtMatches(want, got string) (bool, string) {
 	switch {
 	case isDKIM(want):
 		return dkimMatches(want, got)
 	case isSPF(want):
 		return spfMatches(want, got), ""
+	case isDMARC(want):
+		if isDMARC(got) {
+			return true, ""
+		}
+		return false, "not a DMARC policy (v=DMARC1; p=none, quarantine or reject)"
 	}
 	return strings.TrimSpace(got) == want, ""
+}
+
+// isDMARC reports whether v is a DMARC policy record (RFC 7489 6.3): v=DMARC1
+// first, then a p= of none, quarantine or reject. Which policy, and what
+// else it says (rua=, pct=), is the owner's: a stricter one than the
+// p=none Mailroom asks for does the job as well.
+func isDMARC(v string) bool {
+	tags := strings.Split(v, ";")
+	if k, val, ok := strings.Cut(tags[0], "="); !ok || strings.TrimSpace(k) != "v" || strings.TrimSpace(val) != "DMARC1" {
+		return false
+	}
+	for _, t := range tags[1:] {
+		k, val, _ := strings.Cut(t, "=")
+		if strings.EqualFold(strings.TrimSpace(k), "p") {
+			switch strings.ToLower(strings.TrimSpace(val)) {
+			case "none", "quarantine", "reject":
+				return true
+			}
+			return false
+		}
+	}
+	return false
 }
 
 func isDKIM(v string) bool {

@@ -612,6 +612,34 @@ func TestDKIMWithAnEmptyTagIsRead(t *testing.T) {
 	}
 }
 
+// A DMARC record is read as a policy: the owner's own, stricter one (with
+// reports, say) is as good as the p=none Mailroom asks for; a record that
+// is not a DMARC policy is not.
+func TestDMARCIsReadAsAPolicy(t *testing.T) {
+	a := dnstest.Start(t)
+	c := dnscheck.New([]string{a.Addr()}, 2*time.Second)
+	want := dnscheck.Record{Type: "TXT", Name: "_dmarc.example.com", Value: "v=DMARC1; p=none;"}
+	for value, seen := range map[string]bool{
+		"v=DMARC1; p=none;": true,
+		"v=DMARC1;p=none":   true,
+		"v=DMARC1; p=reject; rua=mailto:d@example.org": true,
+		"v=DMARC1; pct=50; p=quarantine":               true,
+		"v=DMARC1; p=REJECT":                           true,
+		"v=DMARC1; rua=mailto:d@example.org":           false, // no policy
+		"v=DMARC1; p=maybe":                            false,
+		"p=none; v=DMARC1":                             false, // v= must come first
+		"v=dmarc1; p=none":                             false,
+		"v=spf1 include:amazonses.com ~all":            false,
+	} {
+		a.Clear()
+		a.Set(dnscheck.Record{Type: "TXT", Name: want.Name, Value: value})
+		r := c.Check(context.Background(), []dnscheck.Record{want}).Servers[0].Records[0]
+		if r.Seen != seen || (!seen && !strings.Contains(r.Reason, "DMARC")) {
+			t.Errorf("%q: seen=%v (%q), want seen=%v", value, r.Seen, r.Reason, seen)
+		}
+	}
+}
+
 // Two SPF records make SPF fail, but they do not hide a verification or
 // DMARC TXT value published at the same name.
 func TestTwoSPFRecordsDoNotHideOtherTXT(t *testing.T) {
