@@ -55,6 +55,9 @@ func (s *Service) addDomain(ctx context.Context, accountID, rawName string, lega
 	if problem == "" {
 		problem = sendingdomain.CheckOwnable(name)
 	}
+	if problem == "" && legacy && len(name) > sendingdomain.MaxLegacyNameLength {
+		problem = fmt.Sprintf("must be at most %d characters for legacy DKIM, so that its CNAME records' names (token._domainkey.<domain>) fit in DNS's 253", sendingdomain.MaxLegacyNameLength)
+	}
 	if problem != "" {
 		return sendingdomain.State{}, &domain.ValidationError{Errors: []domain.FieldError{{Field: "domain", Message: problem}}}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -268,5 +269,45 @@ func TestVerifyDuringAnUpgradeNeedsTheNewKeyOnEveryResolver(t *testing.T) {
 	if got.Status != sendingdomain.StatusVerified || got.Mode != sendingdomain.BYODKIM ||
 		got.Transition == nil || got.Transition.State != sendingdomain.CutOver {
 		t.Fatalf("the new key on both resolvers: %s mode %v transition %+v", got.Status, got.Mode, got.Transition)
+	}
+}
+
+// A legacy domain's CNAME records are named after 32-character tokens:
+// a name too long for them is refused at import, as a BYODKIM name too
+// long for its DKIM record is at add.
+func TestImportLegacyDomainRefusesANameItsRecordsCannotFollow(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	name := func(n int) string { // n characters, labels of at most 63
+		var labels []string
+		for n > 0 {
+			l := min(n, 62)
+			if n-l == 1 { // no empty label after the dot
+				l--
+			}
+			labels = append(labels, strings.Repeat("a", l))
+			n -= l + 1
+		}
+		return strings.Join(labels, ".") + ".com"
+	}
+	long := name(sendingdomain.MaxLegacyNameLength - 3) // + ".com" makes one over
+	if len(long) != sendingdomain.MaxLegacyNameLength+1 {
+		t.Fatalf("test name of %d characters", len(long))
+	}
+	h.appended(t)
+	var v *domain.ValidationError
+	if _, err := h.svc.ImportLegacyDomain(ctx, acct, long, meta); !errors.As(err, &v) || v.Errors[0].Field != "domain" {
+		t.Fatalf("import of a %d-character legacy name: %v", len(long), err)
+	}
+	h.nothingAppended(t, "a refused import")
+	st, err := h.svc.ImportLegacyDomain(ctx, acct, long[1:], meta)
+	if err != nil {
+		t.Fatalf("import of a %d-character legacy name: %v", len(long)-1, err)
+	}
+	for _, r := range st.Records() {
+		if len(r.Name) > 253 {
+			t.Errorf("record name of %d characters: %s", len(r.Name), r.Name)
+		}
 	}
 }

@@ -15,6 +15,10 @@ import (
 // with an 8-character selector, adds 20.
 const MaxNameLength = 253 - len("mr000000._domainkey.")
 
+// MaxLegacyNameLength is the longest name a legacy (Easy DKIM) domain may
+// have: its CNAME records are named after 32-character tokens.
+const MaxLegacyNameLength = 253 - len("abcdefghijklmnopqrstuvwxyz234567._domainkey.")
+
 // NormalizeName validates a domain name and returns its canonical form:
 // lower case, no trailing dot, internationalised labels in punycode. It
 // refuses IP literals, single labels, labels over 63 and names over
