@@ -41,6 +41,11 @@
 //
 // Only the timestamp and the body are signed; the service-event-type and
 // service-delivery-id headers are not. The body's "type" is authoritative.
+// A captured delivery replayed within the tolerance verifies again, under
+// any delivery id the replayer sets: a receiver that must never act twice
+// also deduplicates on the event (type, data.email_id, created_at), or
+// keeps the signatures it accepted for the tolerance (a replay repeats its
+// signature; a retry is signed anew).
 package webhook
 
 import (
