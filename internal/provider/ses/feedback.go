@@ -28,10 +28,10 @@ type Feedback struct {
 	// Event is email.Delivered, Bounced, Complained, Opened or Clicked;
 	// nil when Reject is set or Ignored is true. A complaint with
 	// complaintSubType OnAccountSuppressionList is a Bounced (Permanent,
-	// OnAccountSuppressionList): SES did not send to those recipients. Its FeedbackID is derived
-	// from the SES message id, the event type, the event's timestamp and
-	// its recipients (and link, for clicks), so an SQS redelivery of the same
-	// document yields the same id.
+	// OnAccountSuppressionList): SES did not send to those recipients.
+	// Its FeedbackID is derived from the SES message id, the event type,
+	// the event's timestamp and its recipients (and link, for clicks), so
+	// an SQS redelivery of the same document yields the same id.
 	Event domain.Event
 	// Reject is SES's reason for a Reject or Rendering Failure event: SES did
 	// not deliver the message, and the caller fails the email with it.
