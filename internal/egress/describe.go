@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"syscall"
@@ -84,14 +85,18 @@ func Describe(err error) string {
 }
 
 // DescribeStatus describes a webhook receiver's response status for the
-// delivery record: "" for 2xx, "redirect 302 not followed" for 3xx,
-// "receiver returned 500" otherwise.
+// delivery record: "" for 2xx, "redirect 302 not followed" for a redirect,
+// "receiver returned 500" otherwise (304 Not Modified, say, which is no
+// redirect).
 func DescribeStatus(code int) string {
+	switch code {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect, http.StatusMultipleChoices:
+		return fmt.Sprintf("redirect %d not followed", code)
+	}
 	switch {
 	case code >= 200 && code <= 299:
 		return ""
-	case code >= 300 && code <= 399:
-		return fmt.Sprintf("redirect %d not followed", code)
 	default:
 		return fmt.Sprintf("receiver returned %d", code)
 	}

@@ -689,7 +689,8 @@ func TestDescribe(t *testing.T) {
 	}
 	for code, want := range map[int]string{
 		200: "", 204: "", 301: "redirect 301 not followed", 302: "redirect 302 not followed",
-		307: "redirect 307 not followed", 404: "receiver returned 404", 500: "receiver returned 500",
+		307: "redirect 307 not followed", 308: "redirect 308 not followed", 304: "receiver returned 304",
+		399: "receiver returned 399", 404: "receiver returned 404", 500: "receiver returned 500",
 	} {
 		if got := DescribeStatus(code); got != want {
 			t.Errorf("DescribeStatus(%d) = %q, want %q", code, got, want)
