@@ -116,29 +116,11 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	if u, ok := p.unrecorded.Load(st.Queued.EmailID); ok {
 		return p.recordSent(ctx, st, ver, u.(unrecordedSend), meta)
 	}
-	q := st.Queued
-	// One wait for every read model the checks consult, and one read.
-	// Late read models do not hold the email up: the checks go by what
-	// they show.
-	_ = p.Settle(ctx, pos, projections.AccountsName, projections.DomainsName, projections.EmailsName)
-	checks, err := p.Checks(ctx, q.AccountID, q.DomainID, domainOf(q.FromEmail), mailmsg.Addresses(st.Recipients()))
-	if err != nil {
-		return Transient(err)
-	}
-	checked := time.Now()
-	if checks.Suspended {
-		// The email waits, without holding up other emails; a
-		// reinstatement releases it (Releaser).
-		return Transient(p.Commands.HoldEmail(ctx, q.EmailID, meta))
-	}
-	// A resumed email may have waited: its domain is checked again too.
-	if !checks.CanSend {
-		return p.fail(ctx, meta, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
-	}
 	atts := st.Attachments()
 	if st.Scanned == nil {
 		var reason, detail string
-		reason, detail, atts, err = p.prepare(ctx, st, checks, room, meta)
+		var err error
+		reason, detail, atts, err = p.prepare(ctx, st, room, meta)
 		if errors.Is(err, datakeys.ErrErased) {
 			return nil // erased meanwhile: nothing happens to it any more
 		}
@@ -146,10 +128,10 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 			return Transient(err)
 		}
 		if reason != "" {
-			return p.fail(ctx, meta, q.EmailID, reason, detail)
+			return p.fail(ctx, meta, st.Queued.EmailID, reason, detail)
 		}
 	}
-	err = p.send(ctx, st, ver, atts, checked, meta)
+	err := p.send(ctx, st, ver, pos, atts, meta)
 	if errors.Is(err, datakeys.ErrErased) {
 		return nil // erased meanwhile: nothing happens to it any more
 	}
@@ -166,11 +148,11 @@ func (p *Pipeline) fail(ctx context.Context, meta commands.Meta, id, reason, det
 
 // prepare runs the gateway within the preparation deadline: an email that
 // cannot be prepared in time fails rather than holding a worker for good.
-func (p *Pipeline) prepare(ctx context.Context, st email.State, checks Checks, room *Lease, meta commands.Meta) (reason, detail string, atts []email.Attachment, err error) {
+func (p *Pipeline) prepare(ctx context.Context, st email.State, room *Lease, meta commands.Meta) (reason, detail string, atts []email.Attachment, err error) {
 	limit := cmp.Or(p.Prepare, PrepareDeadline)
 	pctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	reason, detail, atts, err = p.gateway(pctx, st, checks, room, meta)
+	reason, detail, atts, err = p.gateway(pctx, st, room, meta)
 	if err != nil && pctx.Err() != nil && ctx.Err() == nil {
 		p.logFailure(meta, st.Queued.EmailID, "preparation deadline passed", err)
 		return email.ReasonAttachmentDownload, fmt.Sprintf("the attachments could not be fetched and scanned within %s", limit), nil, nil
@@ -178,12 +160,12 @@ func (p *Pipeline) prepare(ctx context.Context, st email.State, checks Checks, r
 	return reason, detail, atts, err
 }
 
-// gateway runs the checks an email must pass before it leaves, once its
-// domain is known to send: no recipient is suppressed, attachments
-// download, and nothing is blocked by the content scanner. A non-empty
-// reason fails the email; an error means try again. Each download's room
-// beyond its length goes back as soon as the length is known.
-func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, room *Lease, meta commands.Meta) (reason, detail string, atts []email.Attachment, err error) {
+// gateway runs what an email's content must pass before it leaves:
+// attachments download, and nothing is blocked by the content scanner. A
+// non-empty reason fails the email; an error means try again. Each
+// download's room beyond its length goes back as soon as the length is
+// known.
+func (p *Pipeline) gateway(ctx context.Context, st email.State, room *Lease, meta commands.Meta) (reason, detail string, atts []email.Attachment, err error) {
 	q := st.Queued
 	// What this pass downloads belongs to the email only once the pass
 	// succeeds: an email that fails keeps none of it, and a retry
@@ -194,9 +176,6 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, r
 			_ = p.Content.Delete(context.WithoutCancel(ctx), downloaded...)
 		}
 	}()
-	if len(checks.Suppressed) > 0 {
-		return email.ReasonSuppressed, "suppressed recipients: " + strings.Join(checks.Suppressed, ", "), nil, nil
-	}
 	for _, d := range []string{q.HTMLDigest, q.TextDigest} {
 		if d == "" {
 			continue
@@ -287,9 +266,9 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, checks Checks, r
 	return "", "", atts, nil
 }
 
-// send renders the message, hands it to the provider and records the
-// outcome. checked is when the checks that let it go were read.
-func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, atts []email.Attachment, checked time.Time, meta commands.Meta) error {
+// send renders the message, checks that it may leave, hands it to the
+// provider and records the outcome; pos is where the work was asked for.
+func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position, atts []email.Attachment, meta commands.Meta) error {
 	q := st.Queued
 	raw, err := p.render(ctx, st, atts)
 	if IsTransient(err) {
@@ -311,12 +290,11 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 			return Transient(err)
 		}
 	}
-	// Preparation and the rate limit may have taken a while: a domain
-	// removed meanwhile stops the email, as its removal promised.
-	if time.Since(checked) > recheckAfter {
-		if stop, err := p.domainGone(ctx, st, atts, meta); stop || err != nil {
-			return err
-		}
+	// The checks come last, right before the provider call, whatever the
+	// preparation and the rate limit took: a suspension, a domain's
+	// removal or a suppression answered meanwhile holds for the email.
+	if stop, err := p.mayNotLeave(ctx, st, pos, atts, meta); stop || err != nil {
+		return err
 	}
 	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: mailmsg.WireAddress(q.FromEmail), Recipients: recipients, Raw: raw, Tags: q.Tags, DKIM: key})
 	accepted := p.Now()
@@ -361,22 +339,21 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 	return p.recordSent(ctx, st, ver, unrecordedSend{msgID: msgID, at: accepted, atts: atts}, meta)
 }
 
-// recheckAfter is how long after its checks an email may go to the
-// provider without checking its domain again: a removal answered within
-// it is no later than one answered while the provider call is under way.
-const recheckAfter = 10 * time.Millisecond
-
-// domainGone checks again that the email's domain may still send, and
-// fails the email if it was removed (or is no longer verified) since its
-// first check; stop says the email is done with. What the gateway
-// downloaded for it goes too: no event will name it.
-func (p *Pipeline) domainGone(ctx context.Context, st email.State, atts []email.Attachment, meta commands.Meta) (stop bool, err error) {
+// mayNotLeave reads what the read models say of the email now, in one
+// statement after one wait: stop says it does not leave. A suspended
+// account's email is held (a reinstatement releases it); one whose domain
+// was removed or is no longer verified, or with a suppressed recipient,
+// fails. What the gateway downloaded for it goes: no event will name it.
+func (p *Pipeline) mayNotLeave(ctx context.Context, st email.State, pos eventstore.Position, atts []email.Attachment, meta commands.Meta) (stop bool, err error) {
 	q := st.Queued
-	checks, err := p.Checks(ctx, q.AccountID, q.DomainID, domainOf(q.FromEmail), nil)
+	// Late read models do not hold the email up: the checks go by what
+	// they show.
+	_ = p.Settle(ctx, pos, projections.AccountsName, projections.DomainsName, projections.EmailsName)
+	checks, err := p.Checks(ctx, q.AccountID, q.DomainID, domainOf(q.FromEmail), mailmsg.Addresses(st.Recipients()))
 	if err != nil {
 		return true, Transient(err)
 	}
-	if checks.CanSend {
+	if !checks.Suspended && checks.CanSend && len(checks.Suppressed) == 0 {
 		return false, nil
 	}
 	if st.Scanned == nil {
@@ -388,7 +365,15 @@ func (p *Pipeline) domainGone(ctx context.Context, st email.State, atts []email.
 		}
 		_ = p.Content.Delete(context.WithoutCancel(ctx), downloaded...)
 	}
-	return true, p.fail(ctx, meta, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
+	switch {
+	case checks.Suspended:
+		// The email waits, without holding up other emails.
+		return true, Transient(p.Commands.HoldEmail(ctx, q.EmailID, meta))
+	case !checks.CanSend:
+		return true, p.fail(ctx, meta, q.EmailID, email.ReasonDomainRemoved, "the sending domain was removed")
+	default:
+		return true, p.fail(ctx, meta, q.EmailID, email.ReasonSuppressed, "suppressed recipients: "+strings.Join(checks.Suppressed, ", "))
+	}
 }
 
 // recordSent records that the provider accepted the email as msgID. The

@@ -301,7 +301,6 @@ func TestPipelineStopsAnEmailWhoseDomainGoesWhileItWaits(t *testing.T) {
 	})
 	r.pipeline.Pace = func(context.Context) error {
 		r.checks.CanSend = false // removed while the email waits its turn
-		time.Sleep(2 * processmanagers.RecheckAfter)
 		return nil
 	}
 	id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
@@ -317,13 +316,40 @@ func TestPipelineStopsAnEmailWhoseDomainGoesWhileItWaits(t *testing.T) {
 
 	// A domain still there lets it go after the same wait.
 	r.checks.CanSend = true
-	r.pipeline.Pace = func(context.Context) error { time.Sleep(2 * processmanagers.RecheckAfter); return nil }
+	r.pipeline.Pace = func(context.Context) error { return nil }
 	id = r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
 	if err := r.process(id); err != nil {
 		t.Fatal(err)
 	}
 	if n := sent.Load(); n != 1 {
 		t.Fatalf("the provider got the message %d times, want 1; stream %q", n, r.types(t, id))
+	}
+}
+
+// A suspension or a suppression answered while the email waits for its
+// turn holds for it too: the checks come right before the provider call.
+func TestPipelineChecksRightBeforeTheProvider(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		change func(*processmanagers.Checks)
+		want   []string
+	}{
+		{"suspended", func(c *processmanagers.Checks) { c.Suspended = true }, []string{"EmailQueued", "EmailHeld"}},
+		{"suppressed", func(c *processmanagers.Checks) { c.Suppressed = []string{"ann@example.org"} }, []string{"EmailQueued", "EmailFailed"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newPipelineRig(t)
+			var sent atomic.Int32
+			r.sender = sendFunc(func(context.Context, provider.Outbound) (string, error) { sent.Add(1); return "msg-1", nil })
+			r.pipeline.Pace = func(context.Context) error { c.change(&r.checks); return nil }
+			id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
+			if err := r.process(id); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.types(t, id); !slices.Equal(got, c.want) || sent.Load() != 0 {
+				t.Fatalf("email stream %q, provider calls %d; want %q and none", got, sent.Load(), c.want)
+			}
+		})
 	}
 }
 
