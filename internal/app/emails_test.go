@@ -383,7 +383,6 @@ func TestPathAttachmentServerTypeIsChecked(t *testing.T) {
 	types := map[string]string{
 		"/long":      "application/x-" + strings.Repeat("a", 4000),
 		"/multipart": `multipart/mixed; boundary="x"`,
-		"/control":   "text/plain",
 		"/fine":      "image/png",
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
