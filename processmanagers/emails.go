@@ -279,12 +279,6 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		return p.fail(ctx, meta, q.EmailID, email.ReasonRenderingFailed, "the message could not be built from the email's fields")
 	}
 	recipients := mailmsg.Addresses(st.Recipients())
-	var key *provider.DKIMKey
-	if p.SigningKey != nil {
-		if key, err = p.SigningKey(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
-			return Transient(err)
-		}
-	}
 	if p.Pace != nil {
 		if err := p.Pace(ctx); err != nil {
 			return Transient(err)
@@ -295,6 +289,14 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 	// removal or a suppression answered meanwhile holds for the email.
 	if stop, err := p.mayNotLeave(ctx, st, pos, atts, meta); stop || err != nil {
 		return err
+	}
+	// The key after the checks: a removed domain has none, and fails as
+	// removed rather than waiting for its key.
+	var key *provider.DKIMKey
+	if p.SigningKey != nil {
+		if key, err = p.SigningKey(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
+			return Transient(err)
+		}
 	}
 	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: mailmsg.WireAddress(q.FromEmail), Recipients: recipients, Raw: raw, Tags: q.Tags, DKIM: key})
 	accepted := p.Now()

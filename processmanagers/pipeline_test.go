@@ -353,6 +353,23 @@ func TestPipelineChecksRightBeforeTheProvider(t *testing.T) {
 	}
 }
 
+// A removed domain has no signing key to read (SMTP): its email fails as
+// removed, not waiting for a key that will not come.
+func TestPipelineFailsARemovedDomainsEmailBeforeItsKey(t *testing.T) {
+	r := newPipelineRig(t)
+	r.checks.CanSend = false
+	r.pipeline.SigningKey = func(context.Context, string, string) (*provider.DKIMKey, error) {
+		return nil, errors.New("no such domain")
+	}
+	id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
+	if err := r.process(id); err != nil {
+		t.Fatalf("processing: %v", err)
+	}
+	if f := r.failure(t, id); f == nil || f.Reason != email.ReasonDomainRemoved {
+		t.Fatalf("email stream %q, failure %+v; want failed for %s", r.types(t, id), f, email.ReasonDomainRemoved)
+	}
+}
+
 func TestPipelineFailsWhatMustNotLeave(t *testing.T) {
 	for _, c := range []struct {
 		name        string
