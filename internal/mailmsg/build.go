@@ -236,7 +236,7 @@ func attachmentType(a Attachment) (string, []param, error) {
 			return "", nil, invalid
 		}
 		if k != "name" {
-			params = append(params, param{k, ps[k]})
+			params = append(params, param{attr: k, value: ps[k]})
 		}
 	}
 	return mt, params, nil
@@ -399,7 +399,7 @@ func bodyTree(m Message) (*entity, error) {
 	}
 	if len(inline) > 0 {
 		// RFC 2387: "type" names the root part's media type.
-		body = newMultipart("related", []param{{"type", body.mediaType}}, append([]*entity{body}, inline...)...)
+		body = newMultipart("related", []param{{attr: "type", value: body.mediaType}}, append([]*entity{body}, inline...)...)
 	}
 	if len(regular) > 0 {
 		body = newMultipart("mixed", nil, append([]*entity{body}, regular...)...)
@@ -411,7 +411,7 @@ func newMultipart(sub string, extra []param, parts ...*entity) *entity {
 	boundary := "=_mr" + rand.Text()
 	return &entity{
 		mediaType: "multipart/" + sub,
-		params:    append([]param{{"boundary", boundary}}, extra...),
+		params:    append([]param{{attr: "boundary", value: boundary}}, extra...),
 		boundary:  boundary,
 		parts:     parts,
 	}
@@ -434,7 +434,7 @@ func textPart(sub, s string) *entity {
 	_ = w.Close()
 	return &entity{
 		mediaType: "text/" + sub,
-		params:    []param{{"charset", "utf-8"}},
+		params:    []param{{attr: "charset", value: "utf-8"}},
 		encoding:  "quoted-printable",
 		body:      buf.Bytes(),
 	}
@@ -449,8 +449,12 @@ func attachmentPart(a Attachment) (*entity, error) {
 	}
 	e := &entity{mediaType: mt, params: params, encoding: "base64", disposition: "attachment"}
 	if a.Filename != "" {
-		e.params = append(e.params, param{"name", a.Filename})
-		e.dispParams = []param{{"filename", a.Filename}}
+		// A non-ASCII name goes as RFC 2231 in the disposition, which is
+		// the standard and what current clients read first, and as
+		// encoded-words in Content-Type's name, which older clients and
+		// some webmail read instead (as Thunderbird and Nodemailer write it).
+		e.params = append(e.params, param{attr: "name", value: a.Filename, legacy: true})
+		e.dispParams = []param{{attr: "filename", value: a.Filename}}
 	}
 	if a.ContentID != "" {
 		e.disposition = "inline"

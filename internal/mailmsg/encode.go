@@ -321,17 +321,34 @@ func paramTokens(attr, value string) []string {
 }
 
 // param is one MIME header parameter; order is kept as given.
-type param struct{ attr, value string }
+type param struct {
+	attr, value string
+	// legacy writes a value that is not printable ASCII as RFC 2047
+	// encoded-words in a quoted-string instead of RFC 2231. RFC 2047 does
+	// not allow that, but mail clients that never learned RFC 2231 read a
+	// file name only in that form (see attachmentPart).
+	legacy bool
+}
 
 // writeParamHeader writes e.g. Content-Type with its parameters, folding
-// between parameters.
+// between parameters (and between the encoded-words of a legacy one).
 func writeParamHeader(b *bytes.Buffer, name, base string, params []param) error {
 	tokens := []string{base}
-	for _, p := range params {
-		tokens = append(tokens, paramTokens(p.attr, p.value)...)
+	add := func(ts ...string) {
+		tokens[len(tokens)-1] += ";"
+		tokens = append(tokens, ts...)
 	}
-	for i := 0; i < len(tokens)-1; i++ {
-		tokens[i] += ";"
+	for _, p := range params {
+		if p.legacy && !isPrintableASCII(p.value) {
+			words := encodeWords(p.value)
+			words[0] = p.attr + `="` + words[0]
+			words[len(words)-1] += `"`
+			add(words...)
+			continue
+		}
+		for _, t := range paramTokens(p.attr, p.value) {
+			add(t)
+		}
 	}
 	return writeHeader(b, name, tokens)
 }

@@ -98,6 +98,13 @@ func parseEntity(h textproto.MIMEHeader, body io.Reader) (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Content-Type %q: %w", h.Get("Content-Type"), err)
 	}
+	if strings.Contains(h.Get("Content-Type"), `name="=?`) {
+		// A non-ASCII file name's legacy form: encoded-words in a
+		// quoted-string, read as the clients that use it read it.
+		if params["name"], err = new(mime.WordDecoder).DecodeHeader(params["name"]); err != nil {
+			return nil, fmt.Errorf("Content-Type name %q: %w", params["name"], err)
+		}
+	}
 	n := &node{header: h, mediaType: mt, params: params}
 	if cd := h.Get("Content-Disposition"); cd != "" {
 		if n.disposition, n.dispParams, err = mime.ParseMediaType(cd); err != nil {
@@ -996,6 +1003,31 @@ func TestFilenamesWithSpecialCharactersReadAsGiven(t *testing.T) {
 		n := root.parts[1]
 		if n.dispParams["filename"] != name || n.params["name"] != name {
 			t.Errorf("%q read back as filename %q, name %q", name, n.dispParams["filename"], n.params["name"])
+		}
+	}
+}
+
+// A non-ASCII file name is also in Content-Type's name as encoded-words,
+// the only form clients without RFC 2231 read; its lines stay short.
+func TestNonASCIIFilenameHasALegacyName(t *testing.T) {
+	for _, name := range []string{"Rechnung März.pdf", `ü"q"\.txt`, strings.Repeat("ü", 255), strings.Repeat("😀", 255)} {
+		m := baseMessage()
+		m.Attachments = []Attachment{{Filename: name, Content: []byte("a")}}
+		raw, _, root := mustParse(t, m)
+		n := root.parts[1]
+		if !strings.Contains(n.header.Get("Content-Type"), `name="=?utf-8?`) {
+			t.Errorf("%.20q: Content-Type = %q, no encoded-word name", name, n.header.Get("Content-Type"))
+		}
+		if n.params["name"] != name || n.dispParams["filename"] != name {
+			t.Errorf("%.20q read back as name %q, filename %q", name, n.params["name"], n.dispParams["filename"])
+		}
+		if !strings.Contains(n.header.Get("Content-Disposition"), "filename*") {
+			t.Errorf("%.20q: Content-Disposition = %q, not RFC 2231", name, n.header.Get("Content-Disposition"))
+		}
+		for _, line := range strings.Split(string(raw), "\r\n") {
+			if strings.Contains(line, "=?utf-8?") && len(line) > preferredLineLen {
+				t.Errorf("%.20q: header line of %d characters: %.40q", name, len(line), line)
+			}
 		}
 	}
 }
