@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -167,22 +168,10 @@ type DNSCheck struct {
 // VerifyDomain checks the domain's records on every resolver now and records
 // the outcome; an expired verification window starts again.
 func (s *Service) VerifyDomain(ctx context.Context, accountID, id string, meta Meta) (sendingdomain.State, DNSCheck, error) {
-	st, err := s.loadDomain(ctx, id)
-	if err != nil {
-		return st, DNSCheck{}, err
+	st, outcome, err := s.verifyOnce(ctx, accountID, id, meta)
+	for try := 2; errors.Is(err, errRecordsChanged) && try <= 3; try++ {
+		st, outcome, err = s.verifyOnce(ctx, accountID, id, meta) // judge the records it has now
 	}
-	if !st.Exists() || st.AccountID != accountID {
-		return st, DNSCheck{}, domain.ErrNotFound
-	}
-	if st.Status == sendingdomain.StatusFailed {
-		// An expired domain gave its name up; another account may hold it
-		// now. Claiming it again before restarting settles who has it.
-		if err := s.claimName(ctx, accountID, st.Name, st.ID, meta); err != nil {
-			return st, DNSCheck{}, err
-		}
-	}
-	outcome := s.checkDNS(ctx, st)
-	st, err = s.applyCheck(ctx, id, accountID, outcome, true, meta)
 	if err != nil {
 		return st, DNSCheck{}, err
 	}
@@ -193,19 +182,66 @@ func (s *Service) VerifyDomain(ctx context.Context, accountID, id string, meta M
 	return st, report, nil
 }
 
+func (s *Service) verifyOnce(ctx context.Context, accountID, id string, meta Meta) (sendingdomain.State, sendingdomain.Outcome, error) {
+	st, err := s.loadDomain(ctx, id)
+	if err != nil {
+		return st, sendingdomain.Outcome{}, err
+	}
+	if !st.Exists() || st.AccountID != accountID {
+		return st, sendingdomain.Outcome{}, domain.ErrNotFound
+	}
+	if st.Status == sendingdomain.StatusFailed {
+		// An expired domain gave its name up; another account may hold it
+		// now. Claiming it again before restarting settles who has it.
+		if err := s.claimName(ctx, accountID, st.Name, st.ID, meta); err != nil {
+			return st, sendingdomain.Outcome{}, err
+		}
+	}
+	outcome := s.checkDNS(ctx, st)
+	st, err = s.applyCheck(ctx, id, accountID, checkedRecords(st), outcome, true, meta)
+	return st, outcome, err
+}
+
 // RecheckDomain is the background poll's check: recorded only when it
-// changes something.
+// changes something. A check overtaken by a change of the domain's records
+// records nothing; the next poll judges the new ones.
 func (s *Service) RecheckDomain(ctx context.Context, id string, meta Meta) (sendingdomain.State, error) {
 	st, err := s.loadDomain(ctx, id)
 	if err != nil || !st.Exists() {
 		return st, err
 	}
-	return s.applyCheck(ctx, id, "", s.checkDNS(ctx, st), false, meta)
+	after, err := s.applyCheck(ctx, id, "", checkedRecords(st), s.checkDNS(ctx, st), false, meta)
+	if errors.Is(err, errRecordsChanged) {
+		return s.loadDomain(ctx, id)
+	}
+	return after, err
 }
 
-func (s *Service) applyCheck(ctx context.Context, id, accountID string, o sendingdomain.Outcome, asked bool, meta Meta) (sendingdomain.State, error) {
+// errRecordsChanged: the domain's records changed while its DNS was being
+// looked up (a key replaced, a rotation begun or cut over), so the check
+// judged records the domain no longer has and must not be recorded: it
+// would verify the domain with a key whose record nobody looked for.
+// Past its retries it is a write contention, answered 503 with Retry-After.
+var errRecordsChanged = &eventstore.ConflictError{Stream: "domain records"}
+
+// checkedRecords is what a DNS check of st looks up and how it reads them:
+// every record, then which sign and which await DNS.
+func checkedRecords(st sendingdomain.State) []sendingdomain.Record {
+	out := append(st.Records(), st.SigningRecords()...)
+	if r, ok := st.PendingKeyRecord(); ok {
+		out = append(out, r)
+	}
+	return out
+}
+
+// applyCheck records a check's outcome on the domain, provided the domain
+// still has the records the check looked up (checked).
+func (s *Service) applyCheck(ctx context.Context, id, accountID string, checked []sendingdomain.Record, o sendingdomain.Outcome, asked bool, meta Meta) (sendingdomain.State, error) {
 	var final sendingdomain.State
 	_, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
+		if st.Exists() && !slices.Equal(checked, checkedRecords(st)) {
+			return nil, errRecordsChanged
+		}
 		evs, err := sendingdomain.RecordCheck(st, accountID, o, asked, s.now())
 		final = fold(st, sendingdomain.Evolve, evs)
 		return evs, err

@@ -311,3 +311,68 @@ func TestImportLegacyDomainRefusesANameItsRecordsCannotFollow(t *testing.T) {
 		}
 	}
 }
+
+// hookDNS runs after, once, when its checker has answered: something that
+// happens while a check's answers are on their way back.
+type hookDNS struct {
+	inner commands.DNSChecker
+	after func()
+}
+
+func (h *hookDNS) Check(ctx context.Context, rs []dnscheck.Record) dnscheck.Result {
+	res := h.inner.Check(ctx, rs)
+	if f := h.after; f != nil {
+		h.after = nil
+		f()
+	}
+	return res
+}
+
+// A verify whose lookups were of the key a rotation then replaced is not
+// recorded on the replaced key: it looks again, and the new key, not
+// published, leaves the domain pending.
+func TestVerifyOvertakenByARotationJudgesTheNewKey(t *testing.T) {
+	ctx := context.Background()
+	srv := dnstest.Start(t)
+	hd := &hookDNS{inner: dnscheck.New([]string{srv.Addr()}, time.Second)}
+	h := newHarness(t, func(d *commands.Deps) { d.DNS = hd })
+	acct := h.newAccount(t)
+	st, err := h.svc.AddDomain(ctx, acct, "example.com", meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldSel := st.Active.Selector
+	publish(srv, st.Records()) // the OLD key's record and MAIL FROM are published
+	var rotated sendingdomain.State
+	hd.after = func() {
+		var err error
+		if rotated, err = h.svc.RotateDKIM(ctx, acct, st.ID, meta); err != nil {
+			t.Errorf("rotate: %v", err)
+		}
+	}
+	got, report, err := h.svc.VerifyDomain(ctx, acct, st.ID, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotated.Active == nil || rotated.Active.Selector == oldSel {
+		t.Fatalf("rotation did not replace the key: %+v", rotated.Active)
+	}
+	if got.Status != sendingdomain.StatusPending || got.Active.Selector != rotated.Active.Selector || report.OK {
+		t.Errorf("after verify: status %s, key %s (old %s, new %s), report ok %v; want pending with the new key, not ok",
+			got.Status, got.Active.Selector, oldSel, rotated.Active.Selector, report.OK)
+	}
+	// The background poll's check, overtaken the same way, records nothing.
+	publish(srv, got.Records())
+	hd.after = func() {
+		if rotated, err = h.svc.RotateDKIM(ctx, acct, st.ID, meta); err != nil {
+			t.Errorf("rotate: %v", err)
+		}
+	}
+	if got, err = h.svc.RecheckDomain(ctx, st.ID, meta); err != nil || got.Status != sendingdomain.StatusPending {
+		t.Errorf("recheck overtaken by a rotation: %s, %v; want pending", got.Status, err)
+	}
+	publish(srv, rotated.Records())
+	if got, _, err = h.svc.VerifyDomain(ctx, acct, st.ID, meta); err != nil || got.Status != sendingdomain.StatusVerified {
+		t.Errorf("verify with the new key published: %s, %v", got.Status, err)
+	}
+}
