@@ -7,7 +7,6 @@ import (
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/email"
-	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/projections"
 )
@@ -35,8 +34,11 @@ func (r *Releaser) Handle(ctx context.Context, ev eventstore.RecordedEvent) erro
 	if ev.Type != (&account.Reinstated{}).EventType() && ev.Type != (&email.Held{}).EventType() {
 		return nil
 	}
-	e, known, err := codec.DecodeKnown(ev)
-	if err != nil || !known {
+	e, err := decodeToReact(ev)
+	if errors.Is(err, errNewerRelease) {
+		return Transient(err)
+	}
+	if err != nil {
 		return err
 	}
 	// Both the status and the list of holds must include this event.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
-	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/dkimkey"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/provider"
@@ -34,8 +33,11 @@ type DomainLoader func(ctx context.Context, id string) (sendingdomain.State, err
 func Identities(ids provider.Identities, load DomainLoader, box *secretbox.Box, log *slog.Logger) Handler {
 	f := identityFollower{ids: ids, load: load, box: box}
 	return func(ctx context.Context, ev eventstore.RecordedEvent) error {
-		e, known, err := codec.DecodeKnown(ev)
-		if err != nil || !known {
+		e, err := decodeToReact(ev)
+		if errors.Is(err, errNewerRelease) {
+			return Transient(err)
+		}
+		if err != nil {
 			return err
 		}
 		err = f.follow(ctx, e)

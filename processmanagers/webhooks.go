@@ -27,7 +27,6 @@ import (
 	"github.com/mailroom/mailroom/domain/delivery"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/domain/webhook"
-	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/jobs"
@@ -365,12 +364,12 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 	default:
 		return nil, nil
 	}
-	e, known, err := codec.DecodeKnown(ev)
+	e, err := decodeToReact(ev)
+	if errors.Is(err, errNewerRelease) {
+		return nil, err // the reader holds here until the newer release reads
+	}
 	if err != nil {
 		return nil, jobs.Malformed(err) // undecodable: no retry helps
-	}
-	if !known {
-		return nil, nil
 	}
 	var args river.JobArgs
 	switch e := e.(type) {

@@ -23,8 +23,9 @@ import (
 // columns, NULL when there is no such key.
 type Domains struct{}
 
+// Version 3 projects DkimKeyReplaced, which an older release skipped.
+func (Domains) Version() int     { return 3 }
 func (Domains) Name() Name       { return DomainsName }
-func (Domains) Version() int     { return 2 }
 func (Domains) Tables() []string { return []string{"domains"} }
 
 func (Domains) Schema() string {
