@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -116,6 +117,15 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	if u, ok := p.unrecorded.Load(st.Queued.EmailID); ok {
 		return p.recordSent(ctx, st, ver, u.(unrecordedSend), meta)
 	}
+	// An email that does not leave stops before the work that costs
+	// others: downloads, and a turn of the provider's shared rate. The
+	// check that counts is the one right before the provider call; this
+	// one is made only when there is such work to save.
+	if p.Pace != nil || (st.Scanned == nil && hasDownloads(st.Queued)) {
+		if stop, err := p.mayNotLeave(ctx, st, pos, meta); stop || err != nil {
+			return err
+		}
+	}
 	atts := st.Attachments()
 	if st.Scanned == nil {
 		var reason, detail string
@@ -131,11 +141,36 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 			return p.fail(ctx, meta, st.Queued.EmailID, reason, detail)
 		}
 	}
-	err := p.send(ctx, st, ver, pos, atts, meta)
+	left, err := p.send(ctx, st, ver, pos, atts, meta)
+	if !left && st.Scanned == nil {
+		// What this try downloaded is the email's once an event names it,
+		// which happens when it leaves: an email that fails, waits or
+		// tries again keeps none of it (a retry downloads it again).
+		p.dropDownloads(ctx, st, atts)
+	}
 	if errors.Is(err, datakeys.ErrErased) {
 		return nil // erased meanwhile: nothing happens to it any more
 	}
 	return err
+}
+
+// hasDownloads reports whether the email has attachments to download.
+func hasDownloads(q *email.Queued) bool {
+	return slices.ContainsFunc(q.Attachments, func(a email.Attachment) bool { return a.Path != "" })
+}
+
+// dropDownloads deletes what the gateway downloaded for the email: its
+// attachments given by path.
+func (p *Pipeline) dropDownloads(ctx context.Context, st email.State, atts []email.Attachment) {
+	var downloaded []blob.Digest
+	for i, a := range atts {
+		if i < len(st.Queued.Attachments) && st.Queued.Attachments[i].Path != "" && a.Digest != "" {
+			downloaded = append(downloaded, blob.Digest(a.Digest))
+		}
+	}
+	if len(downloaded) > 0 {
+		_ = p.Content.Delete(context.WithoutCancel(ctx), downloaded...)
+	}
 }
 
 func (p *Pipeline) fail(ctx context.Context, meta commands.Meta, id, reason, detail string) error {
@@ -268,34 +303,35 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, room *Lease, met
 
 // send renders the message, checks that it may leave, hands it to the
 // provider and records the outcome; pos is where the work was asked for.
-func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position, atts []email.Attachment, meta commands.Meta) error {
+// left says the provider accepted the message.
+func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position, atts []email.Attachment, meta commands.Meta) (left bool, err error) {
 	q := st.Queued
 	raw, err := p.render(ctx, st, atts)
 	if IsTransient(err) {
-		return err
+		return false, err
 	}
 	if err != nil { // the message cannot be rendered: it never leaves
 		p.logFailure(meta, q.EmailID, "rendering failed", err)
-		return p.fail(ctx, meta, q.EmailID, email.ReasonRenderingFailed, "the message could not be built from the email's fields")
+		return false, p.fail(ctx, meta, q.EmailID, email.ReasonRenderingFailed, "the message could not be built from the email's fields")
 	}
 	recipients := mailmsg.Addresses(st.Recipients())
 	if p.Pace != nil {
 		if err := p.Pace(ctx); err != nil {
-			return Transient(err)
+			return false, Transient(err)
 		}
 	}
 	// The checks come last, right before the provider call, whatever the
 	// preparation and the rate limit took: a suspension, a domain's
 	// removal or a suppression answered meanwhile holds for the email.
-	if stop, err := p.mayNotLeave(ctx, st, pos, atts, meta); stop || err != nil {
-		return err
+	if stop, err := p.mayNotLeave(ctx, st, pos, meta); stop || err != nil {
+		return false, err
 	}
 	// The key after the checks: a removed domain has none, and fails as
 	// removed rather than waiting for its key.
 	var key *provider.DKIMKey
 	if p.SigningKey != nil {
 		if key, err = p.SigningKey(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
-			return Transient(err)
+			return false, Transient(err)
 		}
 	}
 	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: mailmsg.WireAddress(q.FromEmail), Recipients: recipients, Raw: raw, Tags: q.Tags, DKIM: key})
@@ -313,13 +349,13 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		// fails as on any transient error, so none waits for ever.
 		p.Outcomes.Send("failed", err, p.Now())
 		p.logFailure(meta, q.EmailID, "provider kept throttling the message", err)
-		return p.fail(ctx, meta, q.EmailID, email.ReasonProviderUnavailable,
+		return false, p.fail(ctx, meta, q.EmailID, email.ReasonProviderUnavailable,
 			fmt.Sprintf("the provider did not accept the message within %s", p.MaxAge))
 	case provider.IsThrottled(err):
 		// Slowing down is not failing: it does not count towards the
 		// provider being unavailable.
 		p.Outcomes.Send("throttled", nil, p.Now())
-		return err
+		return false, err
 	case errors.As(err, &rejected):
 		p.Outcomes.Send("failed", err, p.Now())
 		p.logFailure(meta, q.EmailID, "provider rejected the message", err)
@@ -327,26 +363,26 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		if rejected.Code != "" {
 			detail += " (" + rejected.Code + ")"
 		}
-		return p.fail(ctx, meta, q.EmailID, email.ReasonProviderRejected, detail)
+		return false, p.fail(ctx, meta, q.EmailID, email.ReasonProviderRejected, detail)
 	case err != nil && tooOld:
 		p.Outcomes.Send("failed", err, p.Now())
 		p.logFailure(meta, q.EmailID, "provider unavailable", err)
-		return p.fail(ctx, meta, q.EmailID, email.ReasonProviderUnavailable,
+		return false, p.fail(ctx, meta, q.EmailID, email.ReasonProviderUnavailable,
 			fmt.Sprintf("the provider did not accept the message within %s", p.MaxAge))
 	case err != nil:
 		p.Outcomes.Send("retrying", err, p.Now())
-		return Transient(err)
+		return false, Transient(err)
 	}
 	p.Outcomes.Send("sent", nil, accepted)
-	return p.recordSent(ctx, st, ver, unrecordedSend{msgID: msgID, at: accepted, atts: atts}, meta)
+	return true, p.recordSent(ctx, st, ver, unrecordedSend{msgID: msgID, at: accepted, atts: atts}, meta)
 }
 
 // mayNotLeave reads what the read models say of the email now, in one
 // statement after one wait: stop says it does not leave. A suspended
 // account's email is held (a reinstatement releases it); one whose domain
 // was removed or is no longer verified, or with a suppressed recipient,
-// fails. What the gateway downloaded for it goes: no event will name it.
-func (p *Pipeline) mayNotLeave(ctx context.Context, st email.State, pos eventstore.Position, atts []email.Attachment, meta commands.Meta) (stop bool, err error) {
+// fails.
+func (p *Pipeline) mayNotLeave(ctx context.Context, st email.State, pos eventstore.Position, meta commands.Meta) (stop bool, err error) {
 	q := st.Queued
 	// Late read models do not hold the email up: the checks go by what
 	// they show.
@@ -357,15 +393,6 @@ func (p *Pipeline) mayNotLeave(ctx context.Context, st email.State, pos eventsto
 	}
 	if !checks.Suspended && checks.CanSend && len(checks.Suppressed) == 0 {
 		return false, nil
-	}
-	if st.Scanned == nil {
-		var downloaded []blob.Digest
-		for i, a := range atts {
-			if i < len(q.Attachments) && q.Attachments[i].Path != "" && a.Digest != "" {
-				downloaded = append(downloaded, blob.Digest(a.Digest))
-			}
-		}
-		_ = p.Content.Delete(context.WithoutCancel(ctx), downloaded...)
 	}
 	switch {
 	case checks.Suspended:
