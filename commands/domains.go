@@ -385,24 +385,42 @@ func (s *Service) ReleaseDomainName(ctx context.Context, rawName string, meta Me
 			continue
 		}
 		if st.Status == sendingdomain.StatusVerified {
-			return nil, &domain.ConflictError{Code: "domain_verified",
-				Detail: fmt.Sprintf("%s is verified by the account that holds it (%s): it showed in DNS that it controls the name; only that account removes it", name, st.AccountID)}
+			return nil, verified(st)
 		}
 		holders = append(holders, st)
 	}
 	if len(holders) == 0 {
 		return nil, domain.ErrNotFound
 	}
+	// A domain verified since it was read is refused as one verified before.
+	unverified := func(st sendingdomain.State) error {
+		if st.Status == sendingdomain.StatusVerified {
+			return verified(st)
+		}
+		return nil
+	}
 	for _, st := range holders {
-		if err := s.RemoveDomain(ctx, st.AccountID, st.ID, meta); err != nil {
+		if err := s.removeDomain(ctx, st.AccountID, st.ID, unverified, meta); err != nil {
 			return nil, fmt.Errorf("remove domain %s of account %s: %w", st.ID, st.AccountID, err)
 		}
 	}
 	return holders, nil
 }
 
+// verified refuses to release the name of a verified domain.
+func verified(st sendingdomain.State) error {
+	return &domain.ConflictError{Code: "domain_verified",
+		Detail: fmt.Sprintf("%s is verified by the account that holds it (%s): it showed in DNS that it controls the name; only that account removes it", st.Name, st.AccountID)}
+}
+
 // RemoveDomain removes a domain: sending from it stops at once.
 func (s *Service) RemoveDomain(ctx context.Context, accountID, id string, meta Meta) error {
+	return s.removeDomain(ctx, accountID, id, nil, meta)
+}
+
+// removeDomain is RemoveDomain, refused when guard (if any) refuses the
+// domain as it is when the removal is decided.
+func (s *Service) removeDomain(ctx context.Context, accountID, id string, guard func(sendingdomain.State) error, meta Meta) error {
 	if _, err := uuid.Parse(id); err != nil {
 		return domain.ErrNotFound
 	}
@@ -410,6 +428,11 @@ func (s *Service) RemoveDomain(ctx context.Context, accountID, id string, meta M
 	// Confirmed: sends from the domain are refused once the answer says
 	// it is gone, on every instance.
 	_, err := executeConfirmed(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
+		if guard != nil && st.Exists() && !st.Removed {
+			if err := guard(st); err != nil {
+				return nil, err
+			}
+		}
 		evs, err := sendingdomain.Remove(st, accountID, s.now())
 		if len(evs) > 0 {
 			removed = evs[0].(*sendingdomain.Removed)

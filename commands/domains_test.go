@@ -376,3 +376,39 @@ func TestVerifyOvertakenByARotationJudgesTheNewKey(t *testing.T) {
 		t.Errorf("verify with the new key published: %s, %v", got.Status, err)
 	}
 }
+
+// Releasing a name refuses a domain that was verified after the release
+// read the name's domains: verifying shows the name is its account's.
+func TestReleaseLeavesADomainVerifiedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	var h *harness
+	var meanwhile func()
+	h = newHarness(t, func(d *commands.Deps) {
+		d.DomainsNamed = func(ctx context.Context, name string) ([]sendingdomain.State, error) {
+			out, err := h.domainsNamed(ctx, name)
+			if f := meanwhile; f != nil {
+				meanwhile = nil
+				f()
+			}
+			return out, err
+		}
+	})
+	acct := h.newAccount(t)
+	st, err := h.svc.AddDomain(ctx, acct, "example.com", meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meanwhile = func() {
+		if err := h.svc.VerifyDomainBySandbox(ctx, st.ID, meta); err != nil {
+			t.Errorf("verify: %v", err)
+		}
+	}
+	_, err = h.svc.ReleaseDomainName(ctx, "example.com", meta)
+	var conflict *domain.ConflictError
+	if !errors.As(err, &conflict) || conflict.Code != "domain_verified" {
+		t.Errorf("release of a name verified meanwhile: %v; want domain_verified", err)
+	}
+	if got, err := h.svc.Domain(ctx, st.ID); err != nil || got.Removed || got.Status != sendingdomain.StatusVerified {
+		t.Errorf("the domain after the release: removed %v, status %s, %v; want verified and kept", got.Removed, got.Status, err)
+	}
+}
