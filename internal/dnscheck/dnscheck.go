@@ -287,6 +287,9 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 			return false, "more than one SPF record"
 		}
 	}
+	if n, what := rivals(want, resp, owners); n > 1 {
+		return false, "more than one " + what
+	}
 	found, priorityOnly, why := 0, false, ""
 	for _, rr := range resp.Answer {
 		if rr.Header().Rrtype != want.qtype || !owners[strings.ToLower(rr.Header().Name)] {
@@ -332,6 +335,35 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 	}
 }
 
+// rivals counts the distinct records at want's name that receivers read
+// together with the one want asks for, and names them: every TXT record at
+// a DKIM key's name (RFC 6376 3.6.2.2 leaves several undefined; go-msgauth,
+// which Mailroom signs with, fails the signature), and the DMARC records
+// at _dmarc (RFC 7489 6.6.3: with several, no policy applies). DNS keeps
+// a set, so the same record twice is one.
+func rivals(want expected, resp *dns.Msg, owners map[string]bool) (int, string) {
+	if want.qtype != dns.TypeTXT {
+		return 0, ""
+	}
+	var counts func(string) bool
+	var what string
+	switch {
+	case isDKIM(want.value):
+		counts, what = func(string) bool { return true }, "TXT record at the DKIM key's name"
+	case isDMARC(want.value):
+		counts, what = startsAsDMARC, "DMARC record"
+	default:
+		return 0, ""
+	}
+	records := map[string]bool{}
+	for _, rr := range resp.Answer {
+		if v, ok := rr.(*dns.TXT); ok && owners[strings.ToLower(rr.Header().Name)] && counts(joinTXT(v.Txt)) {
+			records[joinTXT(v.Txt)] = true
+		}
+	}
+	return len(records), what
+}
+
 // preferredOver reports whether another host's MX of the same owners has
 // a preference value as low as mx's or lower, so that mail goes there
 // first or shares the load with it.
@@ -370,10 +402,10 @@ func txtMatches(want, got string) (bool, string) {
 // else it says (rua=, pct=), is the owner's: a stricter one than the
 // p=none Mailroom asks for does the job as well.
 func isDMARC(v string) bool {
-	tags := strings.Split(v, ";")
-	if k, val, ok := strings.Cut(tags[0], "="); !ok || strings.TrimSpace(k) != "v" || strings.TrimSpace(val) != "DMARC1" {
+	if !startsAsDMARC(v) {
 		return false
 	}
+	tags := strings.Split(v, ";")
 	for _, t := range tags[1:] {
 		k, val, _ := strings.Cut(t, "=")
 		if strings.EqualFold(strings.TrimSpace(k), "p") {
@@ -385,6 +417,13 @@ func isDMARC(v string) bool {
 		}
 	}
 	return false
+}
+
+// startsAsDMARC reports whether v is a DMARC record at all: its first tag
+// is v=DMARC1 (records that are not are ignored by receivers).
+func startsAsDMARC(v string) bool {
+	k, val, ok := strings.Cut(strings.Split(v, ";")[0], "=")
+	return ok && strings.TrimSpace(k) == "v" && strings.TrimSpace(val) == "DMARC1"
 }
 
 func isDKIM(v string) bool {

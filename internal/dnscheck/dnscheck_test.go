@@ -137,11 +137,9 @@ func TestWrongDKIMValue(t *testing.T) {
 	dkim := recs[0]
 	a.Set(recs...)
 	b.Set(recs...)
-	// B holds an old key plus an unrelated TXT record at the same name.
-	b.Set(
-		dnscheck.Record{Type: "TXT", Name: dkim.Name, Value: "v=DKIM1; k=rsa; p=" + strings.Repeat("Q", len(dkimKey))},
-		dnscheck.Record{Type: "TXT", Name: dkim.Name, Value: "unrelated"},
-	)
+	// B holds an old key.
+	old := dnscheck.Record{Type: "TXT", Name: dkim.Name, Value: "v=DKIM1; k=rsa; p=" + strings.Repeat("Q", len(dkimKey))}
+	b.Set(old)
 	res := c.Check(context.Background(), []dnscheck.Record{dkim})
 	if r := res.Servers[0].Records[0]; !r.Seen {
 		t.Errorf("A: DKIM unseen (%q)", r.Reason)
@@ -153,11 +151,40 @@ func TestWrongDKIMValue(t *testing.T) {
 		t.Error("SeenByAll true with a wrong DKIM value on B")
 	}
 
-	// Other TXT records beside the right one do not matter.
-	b.Add(dkim)
-	res = c.Check(context.Background(), []dnscheck.Record{dkim})
-	if !res.SeenByAll(nil) {
-		t.Errorf("DKIM beside other TXT records unseen: %+v", res.Servers[1].Records[0])
+	// The right key beside another TXT record at its name, old key or
+	// anything else, fails at receivers (go-msgauth: "multiple TXT records
+	// found for key"), so it is not seen either.
+	for _, other := range []dnscheck.Record{old, {Type: "TXT", Name: dkim.Name, Value: "unrelated"}} {
+		b.Set(dkim, other)
+		res = c.Check(context.Background(), []dnscheck.Record{dkim})
+		if r := res.Servers[1].Records[0]; r.Seen || r.Reason != "more than one TXT record at the DKIM key's name" {
+			t.Errorf("DKIM beside %q: seen=%v reason=%q", other.Value, r.Seen, r.Reason)
+		}
+	}
+	b.Set(dkim)
+	if res = c.Check(context.Background(), []dnscheck.Record{dkim}); !res.SeenByAll(nil) {
+		t.Errorf("DKIM alone unseen: %+v", res.Servers[1].Records[0])
+	}
+}
+
+// Two DMARC records at _dmarc are no policy at all (RFC 7489 6.6.3); a
+// TXT record there that is no DMARC record is ignored, as receivers do.
+func TestTwoDMARCRecordsAreNone(t *testing.T) {
+	a, b, c := startPair(t)
+	var dmarc dnscheck.Record
+	for _, r := range domainRecords() {
+		if strings.HasPrefix(r.Name, "_dmarc.") {
+			dmarc = r
+		}
+	}
+	a.Set(dmarc, dnscheck.Record{Type: "TXT", Name: dmarc.Name, Value: "v=DMARC1; p=reject"})
+	b.Set(dmarc, dnscheck.Record{Type: "TXT", Name: dmarc.Name, Value: "google-site-verification=abc"})
+	res := c.Check(context.Background(), []dnscheck.Record{dmarc})
+	if r := res.Servers[0].Records[0]; r.Seen || r.Reason != "more than one DMARC record" {
+		t.Errorf("two DMARC records: seen=%v reason=%q", r.Seen, r.Reason)
+	}
+	if r := res.Servers[1].Records[0]; !r.Seen {
+		t.Errorf("DMARC beside another TXT record unseen: %q", r.Reason)
 	}
 }
 
