@@ -456,9 +456,6 @@ func TestDomainRotation(t *testing.T) {
 	}
 }
 
-// A resolver that does not return the key awaiting DNS is not ok, nor is
-// the check: its owner has a record left to publish. The domain stays
-// verified and signing with the key in use meanwhile.
 // Rotating a domain that is not verified yet gives it a new key in place of
 // the old one, which signed nothing: the new key's record is the one to
 // publish, the provider's identity signs with it, and the domain verifies
@@ -491,6 +488,9 @@ func TestRotatingAPendingDomainReplacesItsKey(t *testing.T) {
 	}
 }
 
+// A resolver that does not return the key awaiting DNS is not ok, nor is
+// the check: its owner has a record left to publish. The domain stays
+// verified and signing with the key in use meanwhile.
 func TestDomainRotationNeedsTheNewKeyOnEveryResolver(t *testing.T) {
 	w := newDNSWorld(t)
 	d := w.add(t, "halfway.example")
