@@ -108,6 +108,7 @@ const maxHeaderBytes = 64 << 10
 // NewServer returns the server every listener uses, so that slow or idle
 // clients cannot hold connections forever.
 func NewServer(h http.Handler, t Timeouts) *http.Server {
+	h = drainUnread(h, t.Read)
 	if t.Write > 0 {
 		h = withDeadline(h, t.Write-answerTime(t.Write))
 	}
