@@ -415,6 +415,8 @@ func TestWrongMethodIs405(t *testing.T) {
 		}
 	}
 	wantProblem(t, s.Do("GET", "/v1/nothing-here", key, nil), http.StatusNotFound, "not_found")
+	wantProblem(t, s.Do("POST", "/v1/emails/send/", key, nil), http.StatusNotFound, "not_found")
+	wantProblem(t, s.Do("DELETE", "/v1/emails/"+uuid.NewString()+"/", key, nil), http.StatusNotFound, "not_found")
 	wantProblem(t, s.Do("PUT", "/api/nothing/here", admin, nil), http.StatusNotFound, "not_found")
 	wantProblem(t, s.Do("PUT", "/v1/webhooks/x", "", nil), http.StatusUnauthorized, "")
 }

@@ -34,7 +34,7 @@ func Unmatched(e *echo.Echo) echo.HandlerFunc {
 			}
 			probe := e.NewContext(req, nil)
 			e.Router().Find(m, echo.GetPath(req), probe)
-			if routes[m+" "+probe.Path()] {
+			if routes[m+" "+probe.Path()] && wholeParams(probe) {
 				allow = append(allow, m)
 			}
 		}
@@ -45,4 +45,16 @@ func Unmatched(e *echo.Echo) echo.HandlerFunc {
 		return NewProblem(http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf(
 			"%s is not allowed on this resource; it takes %s", req.Method, strings.Join(allow, ", ")))
 	}
+}
+
+// wholeParams reports whether a match's path parameters are each one
+// whole segment: echo lets the last one take a trailing slash or more
+// ("/emails/send/" as the email "send/"), which is no route.
+func wholeParams(c echo.Context) bool {
+	for _, v := range c.ParamValues() {
+		if v == "" || strings.Contains(v, "/") {
+			return false
+		}
+	}
+	return true
 }
