@@ -65,6 +65,8 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 	for _, enc := range c.Request().Header.Values("Content-Encoding") {
 		for _, coding := range strings.Split(enc, ",") {
 			if coding = strings.TrimSpace(coding); coding != "" && !strings.EqualFold(coding, "identity") {
+				// RFC 9110 15.5.16: the answer names the codings taken.
+				c.Response().Header().Set("Accept-Encoding", "identity")
 				return nil, NewProblem(http.StatusUnsupportedMediaType, "unsupported_encoding",
 					fmt.Sprintf("Content-Encoding %q is not supported; send the body uncompressed", coding))
 			}

@@ -93,6 +93,9 @@ func TestBindJSONCompressedBody(t *testing.T) {
 	if p := res.problem(t); res.status != 415 || p.Code != "unsupported_encoding" || !strings.Contains(p.Detail, "gzip") {
 		t.Errorf("gzip: %d %s", res.status, res.body)
 	}
+	if got := res.header.Get("Accept-Encoding"); got != "identity" {
+		t.Errorf("gzip: Accept-Encoding %q, want identity (RFC 9110 15.5.16)", got)
+	}
 	// Every coding listed counts, in one header or several.
 	req, _ := http.NewRequest(http.MethodPost, s.URL+"/bind", strings.NewReader(`{"from":"a"}`))
 	req.Header.Add("Content-Encoding", "identity")
