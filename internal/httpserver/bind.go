@@ -142,6 +142,9 @@ func syntaxDetail(data []byte, se *json.SyntaxError) string {
 	switch {
 	case bytes.HasPrefix(start, []byte("\xef\xbb\xbf")):
 		return "the request body starts with a byte order mark (U+FEFF); send the JSON without one"
+	case bytes.HasPrefix(start, []byte("\xff\xfe")), bytes.HasPrefix(start, []byte("\xfe\xff")),
+		len(start) > 1 && (start[0] == 0 || start[1] == 0):
+		return "the request body is not UTF-8 (UTF-16 or UTF-32, it seems); send the JSON in UTF-8"
 	case len(start) > 0 && start[0] != '{':
 		return "the request body is not a JSON object; send one, with Content-Type: application/json"
 	}

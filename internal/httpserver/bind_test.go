@@ -72,6 +72,9 @@ func TestBindJSONBodiesThatAreNotObjects(t *testing.T) {
 		"from=a%40example.test&to=b%40example.org":     "the request body is not a JSON object; send one, with Content-Type: application/json",
 		"--boundary\r\nContent-Disposition: form-data": "the request body is not a JSON object; send one, with Content-Type: application/json",
 		"\ufeff{\"from\":\"a\"}":                       "the request body starts with a byte order mark (U+FEFF); send the JSON without one",
+		"\xff\xfe{\x00}\x00":                           "the request body is not UTF-8 (UTF-16 or UTF-32, it seems); send the JSON in UTF-8",
+		"{\x00\"\x00}\x00":                             "the request body is not UTF-8 (UTF-16 or UTF-32, it seems); send the JSON in UTF-8",
+		"\x00{\x00}":                                   "the request body is not UTF-8 (UTF-16 or UTF-32, it seems); send the JSON in UTF-8",
 		`{"from":"a",}`:                                "the request body is not valid JSON: invalid character '}' looking for beginning of object key string (at byte 13)",
 	} {
 		res := s.post(t, "/bind", body)
