@@ -98,8 +98,9 @@ func (s *Service) addDomain(ctx context.Context, accountID, rawName string, lega
 	if err := s.claimName(ctx, accountID, name, id, meta); err != nil {
 		return sendingdomain.State{}, err
 	}
+	// Dated when it is recorded, after its claim (making the key took a while).
 	evs, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
-		return sendingdomain.Add(st, id, accountID, name, s.region, key, tokens, now)
+		return sendingdomain.Add(st, id, accountID, name, s.region, key, tokens, s.now())
 	}, meta, projections.DomainsName)
 	if err != nil {
 		return sendingdomain.State{}, err

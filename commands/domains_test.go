@@ -412,3 +412,24 @@ func TestReleaseLeavesADomainVerifiedMeanwhile(t *testing.T) {
 		t.Errorf("the domain after the release: removed %v, status %s, %v; want verified and kept", got.Removed, got.Status, err)
 	}
 }
+
+// A domain's addition is dated after its name's claim, which comes first
+// in the log (the key made between them can take a while).
+func TestDomainAddedIsDatedAfterItsClaim(t *testing.T) {
+	ctx := context.Background()
+	var h *harness
+	h = newHarness(t, func(d *commands.Deps) {
+		d.Now = func() time.Time { h.clock.Advance(time.Millisecond); return h.clock.Now() }
+	})
+	acct := h.newAccount(t)
+	st, err := h.svc.AddDomain(ctx, acct, "example.com", meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, claims := h.stream(t, sendingdomain.NameStream("example.com"))
+	_, added := h.stream(t, sendingdomain.Stream(st.ID))
+	claimed, addition := claims[len(claims)-1].(*sendingdomain.NameClaimed), added[0].(*sendingdomain.Added)
+	if addition.AddedAt.Before(claimed.ClaimedAt) {
+		t.Errorf("DomainAdded at %s, before its DomainNameClaimed at %s", addition.AddedAt, claimed.ClaimedAt)
+	}
+}

@@ -159,12 +159,13 @@ func (s *Service) eraseRecipient(ctx context.Context, accountID, key string, met
 	if er, ok, err := s.repeatedErasure(ctx, accountID, key, ids, meta); ok || err != nil {
 		return er, err
 	}
-	er := Erasure{ID: uuid.Must(uuid.NewV7()).String(), AccountID: accountID, EmailIDs: ids, CreatedAt: s.now()}
+	er := Erasure{ID: uuid.Must(uuid.NewV7()).String(), AccountID: accountID, EmailIDs: ids}
 	for _, id := range ids {
 		if _, err := s.EraseEmail(ctx, id, email.ErasedOnRequest, er.ID, meta); err != nil {
 			return Erasure{}, err
 		}
 	}
+	er.CreatedAt = s.now() // dated when it is complete: after each email's erasure
 	// Requests racing for one address each erase the emails (once: an
 	// erased email records nothing more), but the first to record its
 	// completion is the erasure; the others are answered with it.
