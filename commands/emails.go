@@ -152,8 +152,12 @@ func (s *Service) FailEmail(ctx context.Context, id, reason, detail string, meta
 }
 
 // RecordEmailFeedback records provider feedback, each once; a reject after
-// sending fails the email.
+// sending fails the email. A meta without a RequestID (feedback no request
+// of Mailroom's brought) continues the email's story (continueStory).
 func (s *Service) RecordEmailFeedback(ctx context.Context, id string, feedback []domain.Event, reject *string, meta Meta) error {
+	if meta.RequestID == "" {
+		meta = s.continueStory(ctx, id, meta)
+	}
 	_, err := execute(ctx, s, email.Stream(id), email.Evolve, func(st email.State) ([]domain.Event, error) {
 		if !st.Exists() {
 			return nil, ErrUnknownEmail
@@ -174,6 +178,25 @@ func (s *Service) RecordEmailFeedback(ctx context.Context, id string, feedback [
 		return out, nil
 	}, meta)
 	return err
+}
+
+// continueStory is meta for feedback that reaches Mailroom on its own (a
+// provider's notification, no request of Mailroom's): it continues the
+// email's story, under its send request's correlation id and caused by
+// its EmailSent (or its last event), so that one id finds an email's whole
+// history. A stream that cannot be read yields a run of its own.
+func (s *Service) continueStory(ctx context.Context, id string, meta Meta) Meta {
+	recs, err := s.store.ReadStream(ctx, email.Stream(id), 0, 1000)
+	if err != nil || len(recs) == 0 {
+		return Started(meta.Actor)
+	}
+	cause := recs[len(recs)-1]
+	for _, r := range recs {
+		if r.Type == (&email.Sent{}).EventType() {
+			cause = r
+		}
+	}
+	return meta.Following(cause.ID.String(), recs[0].Metadata.CorrelationID)
 }
 
 // ErrUnknownEmail: feedback names an email the log does not hold (one

@@ -186,3 +186,26 @@ func TestReleaseKeepsTheEmailsStory(t *testing.T) {
 		t.Fatalf("release %s %+v, want the story %q caused by the reinstatement", recs[len(recs)-1].Type, released, queued.CorrelationID)
 	}
 }
+
+// Feedback that arrives on its own (SES's notifications) continues its
+// email's story: the send request's correlation id, caused by EmailSent.
+func TestFeedbackOnItsOwnContinuesTheEmailsStory(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	id := h.queuedEmail(t)
+	if err := h.svc.RecordEmailSent(ctx, id, commands.Acceptance{MessageID: "ses-1", At: start}, commands.Meta{Actor: "system:email-pipeline", RequestID: "run-pipeline"}); err != nil {
+		t.Fatal(err)
+	}
+	bounce := &email.Bounced{EmailID: id, FeedbackID: "fb-1", BounceType: "Permanent", OccurredAt: start}
+	if err := h.svc.RecordEmailFeedback(ctx, id, []domain.Event{bounce}, nil, commands.Meta{Actor: "system:ses-feedback"}); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := h.stream(t, email.Stream(id))
+	queued, sent, bounced := recs[0], recs[len(recs)-2], recs[len(recs)-1]
+	if sent.Type != "EmailSent" || bounced.Type != "EmailBounced" {
+		t.Fatalf("stream %q", h.types(t, email.Stream(id)))
+	}
+	if m := bounced.Metadata; m.CorrelationID != queued.Metadata.CorrelationID || m.CausationID != sent.ID.String() || m.Actor != "system:ses-feedback" {
+		t.Errorf("bounce metadata %+v; want correlation %s (the send request's), cause %s (EmailSent)", m, queued.Metadata.CorrelationID, sent.ID)
+	}
+}

@@ -36,7 +36,8 @@ func SESFeedback(ctx context.Context, p *ses.Provider, cmds *commands.Service, p
 				if fb.Event != nil {
 					evs = append(evs, fb.Event)
 				}
-				meta := commands.Started("system:ses-feedback") // one run per notification
+				// No request: the feedback continues its email's story.
+				meta := commands.Meta{Actor: "system:ses-feedback"}
 				err := cmds.RecordEmailFeedback(ctx, fb.EmailID, evs, fb.Reject, meta)
 				if errors.Is(err, commands.ErrUnknownEmail) {
 					log.Warn("ses feedback for an email the event log does not hold (restored from a backup?); dropped",
