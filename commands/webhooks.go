@@ -317,16 +317,6 @@ func decideNew(st delivery.State, d NewDelivery, now time.Time) []domain.Event {
 	return delivery.Create(st, d.Created)
 }
 
-// RecordSkippedDelivery records a delivery of an event to an endpoint
-// disabled after consecutive failures: failed at once, unattempted, and
-// marked for sending when the endpoint is recovered.
-func (s *Service) RecordSkippedDelivery(ctx context.Context, c delivery.Created, meta Meta) (eventstore.Position, error) {
-	_, pos, err := executeAt(ctx, s, delivery.Stream(c.DeliveryID), delivery.Evolve, func(st delivery.State) ([]domain.Event, error) {
-		return delivery.CreateSkipped(st, c, s.now()), nil
-	}, meta)
-	return pos, err
-}
-
 // ExpireDelivery fails a pending delivery held by its inactive endpoint
 // (disabled after failures when disabled is true) once it is older than
 // delivery.HoldCap; otherwise it does nothing.

@@ -59,8 +59,8 @@ type (
 		At             time.Time `json:"at"`
 	}
 	// Skipped: the delivery was recorded for an endpoint disabled after
-	// consecutive failures and failed at once, unattempted. The event marks
-	// it for sending again when the endpoint is recovered.
+	// consecutive failures and failed at once, unattempted; re-enabling the
+	// endpoint does not send it (it is listed as failed).
 	Skipped struct {
 		DeliveryID string    `json:"delivery_id"`
 		EndpointID string    `json:"endpoint_id"`
@@ -78,9 +78,9 @@ type (
 	}
 	// Dropped: the delivery was pending when its email's personal data was
 	// erased (ReasonEmailErased), or when its endpoint stopped subscribing
-	// to its event's type (ReasonUnsubscribed); formerly only the first:
-	// erased; it ends unattempted, neither delivered nor a failure of its
-	// endpoint.
+	// to its event's type (ReasonUnsubscribed; drops recorded before that
+	// reason existed are all ReasonEmailErased). It ends unattempted,
+	// neither delivered nor a failure of its endpoint.
 	Dropped struct {
 		DeliveryID string    `json:"delivery_id"`
 		EndpointID string    `json:"endpoint_id"`
@@ -178,8 +178,8 @@ func Create(s State, c Created) []domain.Event {
 }
 
 // CreateSkipped decides a new delivery for an endpoint disabled after
-// consecutive failures: recorded, so that recovering the endpoint can send
-// it, and failed at once without an attempt.
+// consecutive failures: recorded, so that the delivery log lists it, and
+// failed at once without an attempt.
 func CreateSkipped(s State, c Created, now time.Time) []domain.Event {
 	if s.Created != nil || c.Erased {
 		return nil
