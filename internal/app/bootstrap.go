@@ -47,8 +47,11 @@ func (a *App) Bootstrap(ctx context.Context) (*FirstRun, error) {
 		if err != nil {
 			return nil, err
 		}
-		// An explicit operator event, visible in the history like any other.
-		if err := cmds.VerifyDomainBySandbox(ctx, d.ID, commands.Started("operator")); err != nil {
+		// An explicit operator event, visible in the history like any
+		// other, in the first start's story.
+		operator := meta
+		operator.Actor = "operator"
+		if err := cmds.VerifyDomainBySandbox(ctx, d.ID, operator); err != nil {
 			return nil, err
 		}
 		first.Domain = d.Name
