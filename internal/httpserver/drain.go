@@ -1,8 +1,10 @@
 package httpserver
 
 import (
+	"bytes"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -14,12 +16,19 @@ import (
 // client's bytes still arriving, which resets it. Clients that send the
 // whole body before reading the answer (Python's urllib and requests
 // among them) then get a connection reset instead of the problem and its
-// Retry-After. So, as nginx's lingering close does, the rest is read and
-// thrown away, up to a bound in bytes and in time (nginx's lingering_time,
-// within the server's read timeout), once the answer is out.
+// Retry-After. So, as nginx's lingering close does, the answer goes out
+// whole (with its Content-Length, so a client that stops sending has all
+// of it), and the rest of the body is then read and thrown away, up to a
+// bound in bytes and in time (nginx's lingering_time, within the server's
+// read timeout).
 const (
 	maxDrainBytes = 128 << 20
 	maxDrainTime  = 30 * time.Second
+	// maxHeldAnswer is the most of an answer to a request with a body
+	// that is held back until the handler ends, so that its length is
+	// known; refusals are far smaller, and a longer answer goes out as
+	// it is written.
+	maxHeldAnswer = 64 << 10
 )
 
 // drainUnread serves h, then reads what is left of the request's body;
@@ -34,13 +43,13 @@ func drainUnread(h http.Handler, readTimeout time.Duration) http.Handler {
 		start := time.Now()
 		body := &readCount{ReadCloser: r.Body}
 		r.Body = body
-		h.ServeHTTP(w, r)
-		if body.eof.Load() || body.failed.Load() || r.ContentLength > maxDrainBytes {
-			return // read whole, or cut off (a timeout, a client gone), or too long to wait for
-		}
-		// A client that asked before sending (Expect: 100-continue) and
-		// got its answer instead sends nothing more.
-		if body.n.Load() == 0 && strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+		answer := &heldAnswer{w: w}
+		h.ServeHTTP(answer, r)
+		answer.release(true) // whole: its length is known
+		if body.eof.Load() || body.failed.Load() || r.ContentLength > maxDrainBytes ||
+			// A client that asked before sending (Expect: 100-continue)
+			// and got its answer instead sends nothing more.
+			body.n.Load() == 0 && strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
 			return
 		}
 		rc := http.NewResponseController(w)
@@ -54,6 +63,65 @@ func drainUnread(h http.Handler, readTimeout time.Duration) http.Handler {
 		_ = rc.SetReadDeadline(deadline)
 		_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrainBytes-body.n.Load()))
 	})
+}
+
+// heldAnswer holds an answer back, up to maxHeldAnswer, until the handler
+// ends or flushes.
+type heldAnswer struct {
+	w      http.ResponseWriter
+	status int
+	buf    bytes.Buffer
+	gone   bool // written through to w
+}
+
+func (a *heldAnswer) Header() http.Header { return a.w.Header() }
+
+func (a *heldAnswer) WriteHeader(status int) {
+	if a.status == 0 && status >= 200 {
+		a.status = status
+	}
+}
+
+func (a *heldAnswer) Write(p []byte) (int, error) {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	if !a.gone && a.buf.Len()+len(p) <= maxHeldAnswer {
+		return a.buf.Write(p)
+	}
+	a.release(false)
+	return a.w.Write(p)
+}
+
+// Flush sends what is held, then flushes: an answer that flushes means to
+// go out as it is written.
+func (a *heldAnswer) Flush() {
+	a.release(false)
+	if f, ok := a.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (a *heldAnswer) Unwrap() http.ResponseWriter { return a.w }
+
+// release writes the held answer through; sized gives it its length,
+// unless it has one or may have no body.
+func (a *heldAnswer) release(sized bool) {
+	if a.gone {
+		return
+	}
+	a.gone = true
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	if sized && a.status != http.StatusNoContent && a.status != http.StatusNotModified && a.w.Header().Get("Content-Length") == "" {
+		a.w.Header().Set("Content-Length", strconv.Itoa(a.buf.Len()))
+	}
+	a.w.WriteHeader(a.status)
+	if a.buf.Len() > 0 {
+		_, _ = a.w.Write(a.buf.Bytes())
+	}
 }
 
 // readCount is a request body that knows how much of it was read, and

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -49,6 +50,22 @@ func TestARefusalReachesAClientStillSendingItsBody(t *testing.T) {
 				t.Fatalf("status %d, want 401", resp.StatusCode)
 			}
 		})
+	}
+
+	// One that stops sending once it has the answer has all of it: the
+	// answer is whole (its length given), not waiting on the drain.
+	for _, proto := range []string{"HTTP/1.1", "HTTP/1.0"} {
+		conn, r := dial(t, srv)
+		conn.SetDeadline(time.Now().Add(10 * time.Second)) // the drain would hold an unsized answer 30 s
+		fmt.Fprintf(conn, "POST /refuse %s\r\nHost: x\r\nContent-Length: %d\r\n\r\n{\"a\":1", proto, len(body))
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatalf("%s: reading the answer: %v", proto, err)
+		}
+		problem, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized || !bytes.Contains(problem, []byte("no such key")) {
+			t.Errorf("%s, the client sending no more: status %d, answer %q, %v", proto, resp.StatusCode, problem, err)
+		}
 	}
 
 	// One that waits for 100 Continue gets the answer instead and sends
