@@ -21,6 +21,7 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/processmanagers"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // downloadRig is a pipeline rig whose emails have an attachment given by
@@ -182,5 +183,21 @@ func TestDownloadsOfAnEmailThatDoesNotLeaveAreDropped(t *testing.T) {
 	}
 	if got := r.types(t, id); !slices.Contains(got, "EmailSent") || r.files(t) != before+1 {
 		t.Errorf("stream %q, blob files %d before and %d after; want sent and its download kept", got, before, r.files(t))
+	}
+}
+
+// The check before the work goes by what the read models show: only the
+// last one waits for them, so a lagging read model costs an email one
+// wait, not two.
+func TestOnlyTheLastCheckWaitsForTheReadModels(t *testing.T) {
+	r := newDownloadRig(t)
+	waits := 0
+	r.pipeline.Settle = func(context.Context, eventstore.Position, ...projections.Name) error { waits++; return nil }
+	id := r.queuePath(t)
+	if err := r.process(id); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.types(t, id); !slices.Contains(got, "EmailSent") || waits != 1 || r.turns.Load() != 1 {
+		t.Errorf("stream %q, %d waits for the read models, %d rate turns; want sent after one of each", got, waits, r.turns.Load())
 	}
 }

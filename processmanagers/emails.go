@@ -120,9 +120,10 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 	// An email that does not leave stops before the work that costs
 	// others: downloads, and a turn of the provider's shared rate. The
 	// check that counts is the one right before the provider call; this
-	// one is made only when there is such work to save.
+	// one is made only when there is such work to save, and goes by what
+	// the read models show without waiting for them.
 	if p.Pace != nil || (st.Scanned == nil && hasDownloads(st.Queued)) {
-		if stop, err := p.mayNotLeave(ctx, st, pos, meta); stop || err != nil {
+		if stop, err := p.mayNotLeave(ctx, st, pos, false, meta); stop || err != nil {
 			return err
 		}
 	}
@@ -323,7 +324,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 	// The checks come last, right before the provider call, whatever the
 	// preparation and the rate limit took: a suspension, a domain's
 	// removal or a suppression answered meanwhile holds for the email.
-	if stop, err := p.mayNotLeave(ctx, st, pos, meta); stop || err != nil {
+	if stop, err := p.mayNotLeave(ctx, st, pos, true, meta); stop || err != nil {
 		return false, err
 	}
 	// The key after the checks: a removed domain has none, and fails as
@@ -381,12 +382,15 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 // statement after one wait: stop says it does not leave. A suspended
 // account's email is held (a reinstatement releases it); one whose domain
 // was removed or is no longer verified, or with a suppressed recipient,
-// fails.
-func (p *Pipeline) mayNotLeave(ctx context.Context, st email.State, pos eventstore.Position, meta commands.Meta) (stop bool, err error) {
+// fails. With settle, it first gives the read models a while to show
+// what was recorded up to pos.
+func (p *Pipeline) mayNotLeave(ctx context.Context, st email.State, pos eventstore.Position, settle bool, meta commands.Meta) (stop bool, err error) {
 	q := st.Queued
 	// Late read models do not hold the email up: the checks go by what
 	// they show.
-	_ = p.Settle(ctx, pos, projections.AccountsName, projections.DomainsName, projections.EmailsName)
+	if settle {
+		_ = p.Settle(ctx, pos, projections.AccountsName, projections.DomainsName, projections.EmailsName)
+	}
 	checks, err := p.Checks(ctx, q.AccountID, q.DomainID, domainOf(q.FromEmail), mailmsg.Addresses(st.Recipients()))
 	if err != nil {
 		return true, Transient(err)
