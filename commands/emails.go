@@ -184,9 +184,12 @@ func (s *Service) RecordEmailFeedback(ctx context.Context, id string, feedback [
 // provider's notification, no request of Mailroom's): it continues the
 // email's story, under its send request's correlation id and caused by
 // its EmailSent (or its last event), so that one id finds an email's whole
-// history. A stream that cannot be read yields a run of its own.
+// history. A stream that cannot be read yields a run of its own. Only the
+// stream's start is read: EmailSent comes within its first events (after
+// the queueing, a hold or two and the scan), and an email's opens and
+// clicks may run to a thousand.
 func (s *Service) continueStory(ctx context.Context, id string, meta Meta) Meta {
-	recs, err := s.store.ReadStream(ctx, email.Stream(id), 0, 1000)
+	recs, err := s.store.ReadStream(ctx, email.Stream(id), 0, 16)
 	if err != nil || len(recs) == 0 {
 		return Started(meta.Actor)
 	}

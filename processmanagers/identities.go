@@ -33,6 +33,9 @@ type DomainLoader func(ctx context.Context, id string) (sendingdomain.State, err
 func Identities(ids provider.Identities, load DomainLoader, box *secretbox.Box, log *slog.Logger) Handler {
 	f := identityFollower{ids: ids, load: load, box: box}
 	return func(ctx context.Context, ev eventstore.RecordedEvent) error {
+		if _, ok := sendingdomain.IDFromStream(ev.StreamID); !ok {
+			return nil // it follows domains only
+		}
 		e, err := decodeToReact(ev)
 		if errors.Is(err, errNewerRelease) {
 			return Transient(err)

@@ -28,6 +28,13 @@ func TestProcessManagersWaitAtEventsOfANewerRelease(t *testing.T) {
 	}
 
 	identities := Identities(nil, nil, nil, slog.New(slog.DiscardHandler))
+	// Only what it follows holds it: an unknown event of an email, or of
+	// another application's stream, does not.
+	for _, ev := range []eventstore.RecordedEvent{newType(email.Stream(id)), newVersion(email.Stream(id), (&email.Opened{}).EventType()), newType("orders-42")} {
+		if err := identities(ctx, ev); err != nil {
+			t.Errorf("identities, %s v%d on %s: %v; want it passed over", ev.Type, ev.SchemaVersion, ev.StreamID, err)
+		}
+	}
 	for _, ev := range []eventstore.RecordedEvent{
 		newType(sendingdomain.Stream(id)),
 		newVersion(sendingdomain.Stream(id), (&sendingdomain.KeyReplaced{}).EventType()),

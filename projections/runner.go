@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,6 +57,43 @@ var ErrNewerRelease = errors.New("projection kept by a newer release")
 func newerRelease(p Projector, stored int) error {
 	return fmt.Errorf("%w: %s is at version %d, this release writes version %d; this process leaves it to the newer release",
 		ErrNewerRelease, p.Name(), stored, p.Version())
+}
+
+// AwaitRebuilds waits, for a process that does not project, until no read
+// model is at a version older than this release's: a release that changes
+// a projection's version leaves its rebuild to its own projections
+// processes. Were any process to rebuild it, the older release's projectors
+// would stop writing it at once, and until a projections process of the new
+// release ran nobody would (a removed domain would go on sending). So an
+// api or workers process of the new release started first waits, not
+// ready, and says what it waits for.
+func (r *Runner) AwaitRebuilds(ctx context.Context, poll time.Duration) error {
+	var said time.Time
+	for {
+		var behind []string
+		for _, p := range r.projectors {
+			st, err := r.checkpoint(ctx, r.pool, string(p.Name()))
+			if err != nil {
+				return err
+			}
+			if st.exists && st.version < p.Version() {
+				behind = append(behind, fmt.Sprintf("%s (at version %d, this release reads %d)", p.Name(), st.version, p.Version()))
+			}
+		}
+		if len(behind) == 0 {
+			return nil
+		}
+		if time.Since(said) >= 30*time.Second {
+			r.log.Warn("waiting for a projections process of this release to rebuild read models; start those first",
+				"projections", strings.Join(behind, ", "))
+			said = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(poll):
+		}
+	}
 }
 
 // Prepare creates missing read-model tables and rebuilds every projector

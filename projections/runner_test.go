@@ -483,6 +483,45 @@ func TestNewerVersionIsLeftToItsRelease(t *testing.T) {
 	}
 }
 
+// A process that does not project leaves a changed projection's rebuild
+// to the projections processes of its release, and waits for it: the
+// older release's projector keeps the read model until one of those takes
+// over.
+func TestOnlyProjectionsProcessesRebuild(t *testing.T) {
+	pool, store := setup(t)
+	ctx := context.Background()
+	last := appendN(t, store, "s-1", "Counted", 10)
+	older := projections.NewRunner(pool, store, nil, quiet, tally{version: 1})
+	if err := older.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	catchUpTo(t, older, tally{version: 1}, last)
+
+	api := projections.NewRunner(pool, store, nil, quiet, tally{version: 2})
+	waited := make(chan error, 1)
+	go func() { waited <- api.AwaitRebuilds(ctx, 10*time.Millisecond) }()
+	// Meanwhile the older projector goes on.
+	last = appendN(t, store, "s-2", "Counted", 5)
+	waitVisible(t, store, last)
+	catchUpTo(t, older, tally{version: 1}, last)
+	select {
+	case err := <-waited:
+		t.Fatalf("the waiting process went on before any rebuild: %v", err)
+	default:
+	}
+	if total, _ := counts(t, pool); total != 15 {
+		t.Fatalf("the older projector stopped while the new release only waited: %d events counted, want 15", total)
+	}
+
+	newer := projections.NewRunner(pool, store, nil, quiet, tally{version: 2})
+	if err := newer.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("waiting for the rebuild: %v", err)
+	}
+}
+
 // A rebuild while the live runner keeps projecting new events ends with
 // every event applied exactly once in the swapped-in tables.
 func TestRebuildWhileLive(t *testing.T) {

@@ -238,6 +238,11 @@ func (a *App) open(ctx context.Context) error {
 	}
 	a.Sender, a.Identities = a.provider.sender, a.provider.identities
 	a.Commands = a.newCommands(a.settle)
+	if !cfg.Has("projections") {
+		if err := a.Runner.AwaitRebuilds(ctx, 2*time.Second); err != nil {
+			return err
+		}
+	}
 	return a.Runner.Prepare(ctx)
 }
 
