@@ -16,11 +16,14 @@ import (
 // client's bytes still arriving, which resets it. Clients that send the
 // whole body before reading the answer (Python's urllib and requests
 // among them) then get a connection reset instead of the problem and its
-// Retry-After. So, as nginx's lingering close does, the answer goes out
-// whole (with its Content-Length, so a client that stops sending has all
-// of it), and the rest of the body is then read and thrown away, up to a
-// bound in bytes and in time (nginx's lingering_time, within the server's
-// read timeout).
+// Retry-After. So, as nginx's lingering close does, the rest of the body
+// is read and thrown away, up to a bound in bytes and in time (nginx's
+// lingering_time, within the server's read timeout). A body of declared
+// length gets its answer first, whole (with its Content-Length, so a
+// client that stops sending has all of it), then the drain. A chunked
+// body is drained before its answer goes out: net/http closes a chunked
+// body once an answer starts (it cannot tell how much is left), and a
+// client still sending would then be reset.
 const (
 	maxDrainBytes = 128 << 20
 	maxDrainTime  = 30 * time.Second
@@ -45,23 +48,31 @@ func drainUnread(h http.Handler, readTimeout time.Duration) http.Handler {
 		r.Body = body
 		answer := &heldAnswer{w: w}
 		h.ServeHTTP(answer, r)
-		answer.release(true) // whole: its length is known
 		if body.eof.Load() || body.failed.Load() || r.ContentLength > maxDrainBytes ||
 			// A client that asked before sending (Expect: 100-continue)
 			// and got its answer instead sends nothing more.
 			body.n.Load() == 0 && strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+			answer.release(true)
 			return
 		}
 		rc := http.NewResponseController(w)
-		if rc.Flush() != nil {
+		drain := func() {
+			deadline := time.Now().Add(maxDrainTime)
+			if end := start.Add(readTimeout); readTimeout > 0 && end.Before(deadline) {
+				deadline = end
+			}
+			_ = rc.SetReadDeadline(deadline)
+			_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrainBytes-body.n.Load()))
+		}
+		if r.ContentLength < 0 && !answer.gone {
+			drain()
+			answer.release(true)
 			return
 		}
-		deadline := time.Now().Add(maxDrainTime)
-		if end := start.Add(readTimeout); readTimeout > 0 && end.Before(deadline) {
-			deadline = end
+		answer.release(true)
+		if rc.Flush() == nil {
+			drain()
 		}
-		_ = rc.SetReadDeadline(deadline)
-		_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrainBytes-body.n.Load()))
 	})
 }
 
