@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -82,7 +83,14 @@ func openTool(ctx context.Context, cfg *config.Config) (*app.App, error) {
 	}
 	log := newLogger(cfg, os.Stderr)
 	slog.SetDefault(log)
-	a, err := app.Open(ctx, *cfg, log)
+	// A command updates the read models itself, so it rebuilds what is out
+	// of date as a projections process does, whatever roles the
+	// environment names for the servers.
+	c := *cfg
+	if !c.Has("projections") {
+		c.Roles = append(slices.Clone(c.Roles), "projections")
+	}
+	a, err := app.Open(ctx, c, log)
 	if err != nil {
 		return nil, err
 	}

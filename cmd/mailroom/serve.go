@@ -27,6 +27,12 @@ migrated on start.`,
 			log := newLogger(cfg, os.Stderr)
 			slog.SetDefault(log)
 			a, err := app.Open(ctx, *cfg, log)
+			if err != nil && ctx.Err() != nil {
+				// Stopped while it opened (waiting for a rebuild, say): a
+				// stop like any other.
+				log.Info("stop signal received; shutting down")
+				return nil
+			}
 			if err != nil {
 				return err
 			}
