@@ -214,8 +214,13 @@ type Email struct {
 func (r *Reader) Email(ctx context.Context, accountID, id string) (Email, error) {
 	var e Email
 	// One snapshot for the row and its timeline: the status shown is never
-	// older than the events listed.
+	// older than the events listed. The tables are locked first, as LOCK
+	// takes no snapshot: a query's would be taken before it waits for a
+	// rebuild's swap, and miss every row of the tables moved in.
 	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "LOCK TABLE emails, email_events IN ACCESS SHARE MODE"); err != nil {
+			return err
+		}
 		var err error
 		e, err = emailView(ctx, tx, id, accountID)
 		return err
