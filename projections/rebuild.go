@@ -64,59 +64,11 @@ func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) er
 		return fmt.Errorf("rebuild %s: create tables: %w", p.Name(), err)
 	}
 
-	// Replay in batches, each its own transaction, without the live lock,
-	// while the next batch is being read. A batch refused for one event's
-	// data is applied again event by event, quarantining streams as the live
-	// runner does, under the rebuild's name.
-	readCtx, stopReading := context.WithCancel(ctx)
-	defer stopReading()
-	batches := prepareAhead(readCtx, p, r.readAhead(readCtx, eventstore.Start, rebuildBatch))
-	pos, applied := eventstore.Start, int64(0)
-	for {
-		var res batchResult
-		next, ok := <-batches
-		if !ok {
-			return fmt.Errorf("rebuild %s: %w", p.Name(), context.Cause(ctx))
-		}
-		if next.err != nil {
-			return fmt.Errorf("rebuild %s: %w", p.Name(), next.err)
-		}
-		replay := func(isolate bool) error {
-			return r.inTx(ctx, func(tx pgx.Tx) error {
-				if err := inShadow(tx); err != nil {
-					return err
-				}
-				var err error
-				pre := next.prepared
-				if isolate || touches(next.events, t.skip) {
-					pre = nil // made without knowing of these quarantines
-				}
-				next.prepared = nil // a batch is sent once
-				res, err = r.applyEvents(ctx, tx, p, pos, next.events, pre, t, isolate)
-				return err
-			})
-		}
-		err := replay(false)
-		if isDataError(err) {
-			err = replay(true)
-		}
-		if err != nil {
-			return fmt.Errorf("rebuild %s: %w", p.Name(), err)
-		}
-		r.logQuarantined(res.quarantined)
-		for _, q := range res.quarantined {
-			t.skip[q.Stream] = true
-		}
-		pos = res.last
-		applied += int64(res.n)
-		if progress != nil {
-			progress(applied)
-		}
-		if res.n < rebuildBatch {
-			break
-		}
+	var applied int64
+	pos, err := r.replay(ctx, p, t, inShadow, eventstore.Start, &applied, progress)
+	if err != nil {
+		return err
 	}
-	stopReading()
 
 	// Secondary indexes, built over the replayed tables before the swap,
 	// two at a time (each build is one backend's work).
@@ -146,13 +98,18 @@ func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) er
 		}
 	}
 
+	// What came while the indexes were built is applied still without the
+	// live lock, so the swap's own share stays the last few events.
+	if pos, err = r.replay(ctx, p, t, inShadow, pos, &applied, progress); err != nil {
+		return err
+	}
+
 	// Swap: finish the replay and move the tables in under the live lock.
 	// Readers may hold several of the live tables at once (joins); taking
 	// them all with a short lock timeout, and retrying, makes the swap the
 	// one that gives way instead of a reader.
 	var swapped eventstore.Position
 	var held []Quarantine
-	var err error
 	isolate := false
 	for attempt := 1; ; attempt++ {
 		swapped, held, err = r.swap(ctx, p, shadow, pos, &applied, t, isolate)
@@ -180,6 +137,62 @@ func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) er
 	}
 	r.log.Info("projection rebuilt", "projection", p.Name(), "events", applied, "position", pos.String())
 	return nil
+}
+
+// replay applies the events after pos to the shadow tables in batches, each
+// its own transaction, without the live lock, while the next batch is being
+// read, until it has applied the last event it finds. A batch refused for one
+// event's data is applied again event by event, quarantining streams as the
+// live runner does, under the rebuild's name. It returns the last position
+// applied.
+func (r *Runner) replay(ctx context.Context, p Projector, t target, inShadow func(pgx.Tx) error, pos eventstore.Position, applied *int64, progress Progress) (eventstore.Position, error) {
+	readCtx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	batches := prepareAhead(readCtx, p, r.readAhead(readCtx, pos, rebuildBatch))
+	for {
+		var res batchResult
+		next, ok := <-batches
+		if !ok {
+			return pos, fmt.Errorf("rebuild %s: %w", p.Name(), context.Cause(ctx))
+		}
+		if next.err != nil {
+			return pos, fmt.Errorf("rebuild %s: %w", p.Name(), next.err)
+		}
+		replay := func(isolate bool) error {
+			return r.inTx(ctx, func(tx pgx.Tx) error {
+				if err := inShadow(tx); err != nil {
+					return err
+				}
+				var err error
+				pre := next.prepared
+				if isolate || touches(next.events, t.skip) {
+					pre = nil // made without knowing of these quarantines
+				}
+				next.prepared = nil // a batch is sent once
+				res, err = r.applyEvents(ctx, tx, p, pos, next.events, pre, t, isolate)
+				return err
+			})
+		}
+		err := replay(false)
+		if isDataError(err) {
+			err = replay(true)
+		}
+		if err != nil {
+			return pos, fmt.Errorf("rebuild %s: %w", p.Name(), err)
+		}
+		r.logQuarantined(res.quarantined)
+		for _, q := range res.quarantined {
+			t.skip[q.Stream] = true
+		}
+		pos = res.last
+		*applied += int64(res.n)
+		if progress != nil && res.n > 0 {
+			progress(*applied)
+		}
+		if res.n < rebuildBatch {
+			return pos, nil
+		}
+	}
 }
 
 // rebuildBatch is how many events a rebuild replays per transaction: more

@@ -101,39 +101,64 @@ func (r *Runner) AwaitRebuilds(ctx context.Context, poll time.Duration) error {
 // is an error.
 func (r *Runner) Prepare(ctx context.Context) error {
 	for _, p := range r.projectors {
-		st, err := r.checkpoint(ctx, r.pool, string(p.Name()))
+		stale, err := r.stale(ctx, p, true)
 		if err != nil {
 			return err
 		}
-		if st.exists && st.version > p.Version() {
-			return newerRelease(p, st.version)
-		}
-		// Warn, not info: operator commands, quiet below warn, say so too,
-		// and a start that rebuilds takes longer to be ready.
-		switch {
-		case st.exists && st.version == p.Version():
-			_, missing, err := liveTables(ctx, r.pool, p)
-			if err != nil {
-				return err
+		if !stale {
+			if err := r.ensureSchema(ctx, p); err != nil {
+				return fmt.Errorf("projection %s schema: %w", p.Name(), err)
 			}
-			if len(missing) == 0 {
-				if err := r.ensureSchema(ctx, p); err != nil {
-					return fmt.Errorf("projection %s schema: %w", p.Name(), err)
+			continue
+		}
+		// Processes starting together all find it stale. The first to hold
+		// the rebuild lock rebuilds it; the others, looking again once they
+		// hold it, find it done.
+		err = pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(string(p.Name())), pglock.Options{Wait: pglock.Block},
+			func(ctx context.Context, _ *pglock.Conn) error {
+				if stale, err := r.stale(ctx, p, false); err != nil || !stale {
+					return err
 				}
-				continue
-			}
-			// Created empty, a dropped table would read as a model with
-			// nothing in it (no domains, no deliveries) from a checkpoint
-			// that says everything is applied.
-			r.log.Warn("projection tables missing; rebuilding", "projection", p.Name(), "tables", missing)
-		case st.exists:
-			r.log.Warn("projection version changed; rebuilding", "projection", p.Name(), "from", st.version, "to", p.Version())
-		}
-		if err := r.Rebuild(ctx, p, nil); err != nil {
+				return r.rebuild(ctx, p, nil)
+			})
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// stale reports whether p must be rebuilt before it runs: it has no
+// checkpoint, an older version, or tables missing. One a newer release
+// keeps is an error. With tell, it says why it must be.
+func (r *Runner) stale(ctx context.Context, p Projector, tell bool) (bool, error) {
+	st, err := r.checkpoint(ctx, r.pool, string(p.Name()))
+	if err != nil {
+		return false, err
+	}
+	if st.exists && st.version > p.Version() {
+		return false, newerRelease(p, st.version)
+	}
+	if !st.exists {
+		return true, nil
+	}
+	if st.version != p.Version() {
+		if tell { // warn, not info: operator commands, quiet below warn, say so too, and the start takes longer
+			r.log.Warn("projection version changed; rebuilding", "projection", p.Name(), "from", st.version, "to", p.Version())
+		}
+		return true, nil
+	}
+	_, missing, err := liveTables(ctx, r.pool, p)
+	if err != nil {
+		return false, err
+	}
+	if len(missing) > 0 && tell {
+		// Created empty, a dropped table would read as a model with
+		// nothing in it (no domains, no deliveries) from a checkpoint that
+		// says everything is applied.
+		r.log.Warn("projection tables missing; rebuilding", "projection", p.Name(), "tables", missing)
+	}
+	return len(missing) > 0, nil
 }
 
 // liveTables splits p's tables into those present in the live schema and

@@ -1,6 +1,7 @@
 package projections_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/pgtest"
 	"github.com/mailroom/mailroom/projections"
 )
@@ -559,6 +562,120 @@ func TestRebuildWhileLive(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// underLock is tally noting, for each event it applies, whether its
+// transaction holds the live table: only the swap's does.
+type underLock struct{ tally }
+
+func (underLock) Schema() string {
+	return tally{}.Schema() + `
+		CREATE TABLE IF NOT EXISTS public.tally_under_lock (event_id uuid PRIMARY KEY, locked bool NOT NULL);`
+}
+
+func (u underLock) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
+	b.Queue(`INSERT INTO public.tally_under_lock (event_id, locked) SELECT $1, EXISTS (SELECT 1 FROM pg_locks
+		WHERE pid = pg_backend_pid() AND relation = to_regclass('public.tally_total') AND mode = 'AccessExclusiveLock')
+		ON CONFLICT (event_id) DO UPDATE SET locked = excluded.locked`, ev.ID)
+	return u.tally.Apply(ev, b)
+}
+
+// Events recorded after a rebuild's replay, while it builds indexes, are
+// applied before its swap: readers of the live tables wait only for the
+// swap, and the swap applies only what came after that.
+func TestRebuildAppliesWhatCameMeanwhileBeforeItsSwap(t *testing.T) {
+	pool, store := setup(t)
+	ctx := context.Background()
+	last := appendN(t, store, "s-1", "Counted", 50)
+	p := underLock{tally{version: 1}}
+	r := projections.NewRunner(pool, store, nil, quiet, p)
+	if err := r.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	catchUpTo(t, r, p, last)
+	calls := 0
+	if err := r.Rebuild(ctx, p, func(int64) {
+		if calls++; calls == 1 { // the replay is done
+			last = appendN(t, store, "s-2", "Counted", 300)
+			waitVisible(t, store, last)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var locked, all int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE locked), count(*) FROM tally_under_lock").Scan(&locked, &all); err != nil {
+		t.Fatal(err)
+	}
+	if all != 350 || locked != 0 {
+		t.Fatalf("%d of %d events were applied holding the live tables, want none of 350", locked, all)
+	}
+	if total, seen := counts(t, pool); total != 350 || seen != 350 {
+		t.Fatalf("after the rebuild: total %d seen %d, want 350", total, seen)
+	}
+}
+
+// Processes of a new release starting together rebuild a changed
+// projection once: the others wait for that rebuild and use it.
+func TestProcessesStartingTogetherRebuildOnce(t *testing.T) {
+	pool, store, last := thirtyTallied(t)
+	ctx := context.Background()
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	// The rebuild lock is held while the processes start, so that all of
+	// them find the projection stale before any rebuilds it.
+	started, release := make(chan struct{}), make(chan struct{})
+	holder := make(chan error, 1)
+	go func() {
+		holder <- pglock.Hold(ctx, pool.Config().ConnConfig, pglock.Rebuild("tally"), pglock.Options{Wait: pglock.Block},
+			func(context.Context, *pglock.Conn) error { close(started); <-release; return nil })
+	}()
+	<-started
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			if err := projections.NewRunner(pool, store, nil, log, tally{version: 2}).Prepare(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for waiting := 0; waiting < 3; {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if err := <-holder; err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "projection rebuilt"); n != 1 {
+		t.Fatalf("the log was replayed %d times for one version change:\n%s", n, logs.String())
+	}
+	r := projections.NewRunner(pool, store, nil, quiet, tally{version: 2})
+	catchUpTo(t, r, tally{version: 2}, last)
+	if total, seen := counts(t, pool); total != 30 || seen != 30 {
+		t.Fatalf("after the rebuild: total %d seen %d, want 30", total, seen)
+	}
+}
+
+// syncBuffer is a bytes.Buffer several goroutines may log into.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestWaiterTimesOutWithoutRunner(t *testing.T) {
