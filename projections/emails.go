@@ -11,6 +11,7 @@ import (
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/mailmsg"
 )
 
 // Emails projects the email list and detail views, the timeline, and the
@@ -27,7 +28,7 @@ type Emails struct {
 }
 
 func (Emails) Name() Name   { return EmailsName }
-func (Emails) Version() int { return 6 } // 6: a soft bounce never displaces a failure, permanent bounce or complaint
+func (Emails) Version() int { return 7 } // 7: the to filter finds an address however its domain is written
 func (Emails) Tables() []string {
 	return []string{"emails", "email_events", "suppressions", "email_daily_stats"}
 }
@@ -39,7 +40,7 @@ CREATE TABLE IF NOT EXISTS emails (
     account_id          text NOT NULL,
     from_email          text NOT NULL,
     to_email            text NOT NULL, -- the API's string: to_addresses joined by ", "
-    to_addresses        text[] NOT NULL, -- each as given, for the list's to filter
+    to_addresses        text[] NOT NULL, -- for the list's to filter: searchable(to)
     subject             text NOT NULL,
     status              text NOT NULL,
     top_status          text NOT NULL,
@@ -216,7 +217,7 @@ func (p Emails) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 		b.Queue(`INSERT INTO emails (id, account_id, from_email, to_email, to_addresses, subject,
 				status, top_status, top_rank, top_at, attachment_count, attachments, created_at, recipient_keys, recipient_key_of)
 			VALUES ($1, $2, $3, $4, coalesce($5, '{}'::text[]), $6, $7, $7, $8, $9, $10, $11, $9, $12, $13::jsonb) ON CONFLICT (id) DO NOTHING`,
-			e.EmailID, e.AccountID, e.From, strings.Join(e.To, ", "), e.To, e.Subject,
+			e.EmailID, e.AccountID, e.From, strings.Join(e.To, ", "), searchable(e.To), e.Subject,
 			string(email.StatusQueued), email.Rank(email.StatusQueued), e.QueuedAt, len(e.Attachments), atts,
 			keys, nullText(keyOf))
 	case *email.Scanned:
@@ -312,4 +313,15 @@ func listed(v []string) []string {
 		return []string{}
 	}
 	return v
+}
+
+// searchable is what the list's to filter searches of an email's
+// recipients: each as given, in composed form, and its address in its
+// domain's other spellings (mailmsg.Spellings), one a line in the index.
+func searchable(to []string) []string {
+	out := make([]string, 0, len(to))
+	for _, r := range to {
+		out = append(out, mailmsg.Spellings(r)...)
+	}
+	return out
 }

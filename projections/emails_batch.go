@@ -255,11 +255,7 @@ type emailInserts struct {
 
 func (c *emailInserts) add(f *emailFold) error {
 	q := f.queued
-	to := q.To
-	if to == nil {
-		to = []string{}
-	}
-	toJSON, err := json.Marshal(to)
+	toJSON, err := json.Marshal(searchable(q.To))
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/mailroom/mailroom/internal/apitime"
 )
@@ -64,8 +65,9 @@ func (r *Reader) ListEmails(ctx context.Context, accountID string, f EmailFilter
 	}
 	var mode []any
 	if f.To != "" {
-		pattern := escapeLike(f.To)
-		indexed, err := r.byTrigrams(ctx, f.To)
+		to := norm.NFC.String(f.To) // as recipients are kept (mailmsg.Spellings)
+		pattern := escapeLike(to)
+		indexed, err := r.byTrigrams(ctx, to)
 		if err != nil {
 			return EmailPage{Emails: []EmailListItem{}}, err
 		}

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/memory"
 	"github.com/mailroom/mailroom/internal/pgtest"
 	"github.com/mailroom/mailroom/projections"
@@ -94,4 +98,77 @@ func TestListEmailsFilterByRecipient(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("without pg_trgm")
+}
+
+// The to filter finds a recipient however its domain is written, in
+// Unicode or in punycode, and whichever way its accents were typed
+// (composed or not): the list finds the email sent to an address that
+// webhooks and the timeline give in punycode.
+func TestListEmailsFilterFindsEverySpellingOfARecipient(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	store := memory.New()
+	defer store.Close()
+	runner := projections.NewRunner(pool, store, nil, slog.New(slog.DiscardHandler), projections.Emails{})
+	if err := runner.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	decomposed := "Zoe\u0308 <zoe@example.org>" // ë as e and a combining diaeresis
+	sent := map[string]string{
+		"ann": "Ann <ann@bücher.example>",
+		"bob": "bob@xn--mnchen-3ya.example",
+		"zoe": decomposed,
+	}
+	var last eventstore.Position
+	for id, to := range sent {
+		data, err := codec.EncodeAll([]domain.Event{&email.Queued{EmailID: id, AccountID: "acct", From: "a@acme.test",
+			FromEmail: "a@acme.test", To: []string{to}, Subject: "s", QueuedAt: time.Now().UTC()}}, eventstore.Metadata{Actor: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := store.Append(ctx, email.Stream(id), eventstore.NoStream, data...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res.Position
+	}
+	for {
+		at, err := runner.CatchUp(ctx, projections.Emails{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !at.Less(last) {
+			break
+		}
+	}
+	cases := map[string][]string{
+		"ann@bücher.example":        {"ann"},
+		"ann@xn--bcher-kva.example": {"ann"},
+		"xn--bcher":                 {"ann"},
+		"bu\u0308cher":              {"ann"}, // typed decomposed
+		"bob@münchen.example":       {"bob"},
+		"bob@xn--mnchen-3ya":        {"bob"},
+		"münchen":                   {"bob"},
+		"Zoë <zoe":                  {"zoe"}, // typed composed
+		decomposed:                  {"zoe"},
+		"example":                   {"ann", "bob", "zoe"},
+	}
+	r := readapi.New(pool, time.Now)
+	for pattern, want := range cases {
+		page, err := r.ListEmails(ctx, "acct", readapi.EmailFilter{To: pattern, Page: 1, PerPage: 100})
+		if err != nil {
+			t.Fatalf("to=%q: %v", pattern, err)
+		}
+		var got []string
+		for _, e := range page.Emails {
+			got = append(got, e.ID)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) || page.Total != len(want) {
+			t.Errorf("to=%q: %v (total %d), want %v", pattern, got, page.Total, want)
+		}
+		if page.Total == 1 && page.Emails[0].ToEmail != sent[want[0]] {
+			t.Errorf("to=%q: the list shows to %q, want it as sent, %q", pattern, page.Emails[0].ToEmail, sent[want[0]])
+		}
+	}
 }

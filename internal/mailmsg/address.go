@@ -12,11 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"net/mail"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/net/idna"
+	"golang.org/x/text/unicode/norm"
 )
 
 // Address is one mailbox: an optional display name and an addr-spec.
@@ -55,6 +57,35 @@ func WireAddress(email string) string {
 		return email
 	}
 	return email[:at+1] + ascii
+}
+
+// Spellings is a recipient ("Name <addr>" or a bare address) as it may be
+// searched for: as given, in Unicode's composed form (NFC), followed by its
+// address alone with its domain in each other way of writing it, A-labels
+// and U-labels, so that a search written either way finds it.
+func Spellings(recipient string) []string {
+	given := norm.NFC.String(recipient)
+	out := []string{given}
+	a, err := ParseAddress(recipient)
+	if err != nil {
+		return out
+	}
+	at := strings.LastIndexByte(a.Email, '@')
+	if at < 0 {
+		return out
+	}
+	local, domain := a.Email[:at+1], a.Email[at+1:]
+	for _, convert := range []func(string) (string, error){idna.Lookup.ToASCII, idna.Lookup.ToUnicode} {
+		other, err := convert(domain)
+		if err != nil {
+			continue
+		}
+		spelled := strings.ToLower(local + other)
+		if !slices.ContainsFunc(out, func(s string) bool { return strings.Contains(strings.ToLower(s), spelled) }) {
+			out = append(out, local+other)
+		}
+	}
+	return out
 }
 
 func isASCII(s string) bool {

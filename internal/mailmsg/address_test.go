@@ -1,6 +1,7 @@
 package mailmsg
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -65,5 +66,22 @@ func TestLongDisplayNameIsBoundedOnlyOnTheWayIn(t *testing.T) {
 	}
 	if got := Addresses([]string{long}); len(got) != 1 {
 		t.Errorf("the envelope lost a recorded recipient with a long display name: %v", got)
+	}
+}
+
+// A recipient is searched as given (composed), and by its address in its
+// domain's other spelling; an ASCII domain has no other.
+func TestSpellingsOfARecipient(t *testing.T) {
+	cases := map[string][]string{
+		"Bob <bob@example.org>":           {"Bob <bob@example.org>"},
+		"ann@bücher.example":              {"ann@bücher.example", "ann@xn--bcher-kva.example"},
+		"Ann <ann@xn--bcher-kva.example>": {"Ann <ann@xn--bcher-kva.example>", "ann@bücher.example"},
+		"Zoe\u0308 <zoe@example.org>":     {"Zoë <zoe@example.org>"},
+		"not an address":                  {"not an address"},
+	}
+	for in, want := range cases {
+		if got := Spellings(in); !slices.Equal(got, want) {
+			t.Errorf("Spellings(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
