@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unicode"
 
 	"golang.org/x/net/idna"
 	"golang.org/x/net/publicsuffix"
@@ -53,7 +54,32 @@ func NormalizeName(raw string) (string, string) {
 	if p := checkShape(ascii); p != "" {
 		return "", p
 	}
+	if p := checkInternational(ascii); p != "" {
+		return "", p
+	}
 	return ascii, ""
+}
+
+// checkInternational refuses internationalised labels of anything but
+// letters, digits, marks and hyphens, whichever form they were given in:
+// the IDNA mapping lets symbols through (☃, xn--n3h), which no registry
+// registers under IDNA2008 and which the address check of a send refuses.
+func checkInternational(ascii string) string {
+	for l := range strings.SplitSeq(ascii, ".") {
+		if !strings.HasPrefix(l, "xn--") {
+			continue
+		}
+		u, err := idna.Lookup.ToUnicode(l)
+		if err != nil {
+			return "is not a valid domain name"
+		}
+		for _, r := range u {
+			if r != '-' && !unicode.IsLetter(r) && !unicode.IsDigit(r) && !unicode.IsMark(r) {
+				return fmt.Sprintf("may only hold letters, digits and hyphens; %q is not one", r)
+			}
+		}
+	}
+	return ""
 }
 
 // CheckOwnable refuses a normalised name no one can own as a sending

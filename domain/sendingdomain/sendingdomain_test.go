@@ -39,6 +39,8 @@ func TestNormalizeName(t *testing.T) {
 		"Example.COM.":      "example.com",
 		" mail.example.com": "mail.example.com",
 		"bücher.de":         "xn--bcher-kva.de",
+		"xn--bcher-kva.de":  "xn--bcher-kva.de",
+		"テスト.jp":            "xn--zckzah.jp",
 	}
 	for in, want := range ok {
 		if got, problem := sd.NormalizeName(in); got != want || problem != "" {
@@ -62,6 +64,9 @@ func TestNormalizeName(t *testing.T) {
 		"a..com":            "has an empty label",
 		"localhost":         "must have at least two labels, like example.com",
 		"bü_cher.de":        "is not a valid domain name",
+		"☃.com":             "may only hold letters, digits and hyphens; '☃' is not one",
+		"xn--n3h.com":       "may only hold letters, digits and hyphens; '☃' is not one",
+		"xn--zz-zzz.de":     "may only hold letters, digits and hyphens; '⦌' is not one",
 	} {
 		if _, problem := sd.NormalizeName(in); problem != want {
 			t.Errorf("%q: %q, want %q", in, problem, want)

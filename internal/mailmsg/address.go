@@ -170,6 +170,9 @@ func ParseAddress(s string) (Address, error) {
 	// net/mail knows quoted strings and encoded-words; the addr-spec it
 	// finds must be the one checked above.
 	parsed, err := mail.ParseAddress(s)
+	if err != nil && strings.Contains(err.Error(), "charset not supported") {
+		return Address{}, addrErr("the display name is an encoded-word in a charset other than UTF-8, US-ASCII or ISO-8859-1; write the name itself in UTF-8")
+	}
 	if err != nil || parsed.Address != raw {
 		return Address{}, addrErr("the display name is malformed; put it in double quotes")
 	}
