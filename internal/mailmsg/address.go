@@ -226,6 +226,11 @@ func checkEmail(email string) error {
 	if len(local) > maxLocalLen {
 		return addrErr("the part before @ is longer than 64 characters")
 	}
+	if !isASCII(local) {
+		// Such an address needs SMTPUTF8 at every hop, which not every
+		// relay or provider offers.
+		return addrErr("the part before @ must be ASCII: addresses that need SMTPUTF8 are not supported")
+	}
 	if !isDotAtom(local) {
 		return addrErr("the part before @ has characters that are not allowed")
 	}
