@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -213,8 +214,8 @@ func (c *Config) Validate() error {
 	// named every time.
 	for _, s := range []setting[float64]{{"rate-limit", c.RateLimit}, {"ip-rate-limit", c.IPRateLimit},
 		{"account-rate-limit", c.AccountRateLimit}, {"provider-max-rate", c.ProviderMaxRate}} {
-		if s.value < 0 {
-			return invalid(s.flag, "must not be negative (0: no limit)")
+		if s.value < 0 || math.IsNaN(s.value) || math.IsInf(s.value, 0) {
+			return invalid(s.flag, "must be a number, not negative (0: no limit)")
 		}
 	}
 	for _, s := range []setting[int]{{"rate-burst", c.RateBurst}, {"ip-rate-burst", c.IPRateBurst},

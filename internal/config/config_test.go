@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -78,6 +79,8 @@ func TestValuesThatCannotWorkAreRefusedByName(t *testing.T) {
 	for want, set := range map[string]func(*Config){
 		"rate-limit (MAILROOM_RATE_LIMIT)":                         func(c *Config) { c.RateLimit = -3 },
 		"rate-burst (MAILROOM_RATE_BURST)":                         func(c *Config) { c.RateBurst = 0 },
+		"ip-rate-limit (MAILROOM_IP_RATE_LIMIT)":                   func(c *Config) { c.IPRateLimit = math.NaN() }, // which no comparison refuses
+		"provider-max-rate (MAILROOM_PROVIDER_MAX_RATE)":           func(c *Config) { c.ProviderMaxRate = math.Inf(1) },
 		"account-rate-burst (MAILROOM_ACCOUNT_RATE_BURST)":         func(c *Config) { c.AccountRateBurst = -1 },
 		"ready-max-lag (MAILROOM_READY_MAX_LAG)":                   func(c *Config) { c.ReadyMaxLag = -1 },
 		"region (MAILROOM_REGION)":                                 func(c *Config) { c.Region = "not a region!" },

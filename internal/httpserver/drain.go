@@ -45,6 +45,10 @@ func drainUnread(h http.Handler, readTimeout time.Duration) http.Handler {
 		}
 		start := time.Now()
 		body := &readCount{ReadCloser: r.Body}
+		// On a copy: net/http looks at its own request's body when the
+		// answer starts, and one of a type it does not know it reads
+		// first, holding the answer while the client sends.
+		r = r.WithContext(r.Context())
 		r.Body = body
 		answer := &heldAnswer{w: w}
 		h.ServeHTTP(answer, r)

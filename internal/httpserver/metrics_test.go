@@ -1,9 +1,12 @@
 package httpserver
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,5 +66,44 @@ func TestMetrics(t *testing.T) {
 func TestMethodLabelBounded(t *testing.T) {
 	if methodLabel("GET") != "GET" || methodLabel("BREW") != "OTHER" {
 		t.Error("methodLabel")
+	}
+}
+
+// A client that hangs up while its request waits is counted as 499, as
+// nginx counts it, and is no server error: 5xx alerts do not fire when
+// clients time out.
+func TestAClientThatHangsUpIsNotAServerError(t *testing.T) {
+	waiting := make(chan struct{})
+	s := newServer(t, func(e *echo.Echo) {
+		e.GET("/wait", func(c echo.Context) error {
+			close(waiting)
+			<-c.Request().Context().Done()
+			return c.Request().Context().Err()
+		})
+	})
+	ctx, hangUp := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/wait", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-waiting
+		hangUp()
+	}()
+	if _, err := http.DefaultClient.Do(req); err == nil {
+		t.Fatal("the request was answered")
+	}
+	want := `mailroom_http_requests_total{method="GET",route="/wait",status="499"} 1`
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		body := string(s.get(t, "/metrics").body)
+		if strings.Contains(body, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics lack %s\n%s", want, grepLines(body, "mailroom_http_requests_total"))
+		}
+	}
+	if logs := s.logs.String(); strings.Contains(logs, `"level":"ERROR"`) {
+		t.Errorf("a hang-up was logged as an error:\n%s", logs)
 	}
 }

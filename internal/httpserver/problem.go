@@ -159,6 +159,10 @@ func retryAfterSeconds(d time.Duration) int64 {
 // echo context key marking a request that matched no route (for metrics and logs).
 const unmatchedKey = "mailroom.unmatched"
 
+// StatusClientClosed is the status recorded for a request whose client
+// closed its connection before the answer (nginx's 499).
+const StatusClientClosed = 499
+
 // ErrorHandler writes every error as application/problem+json carrying the
 // request id. Unexpected errors become a 500 whose body reveals nothing; the
 // real error is logged with the request id.
@@ -182,6 +186,13 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			return
 		}
 
+		if errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil {
+			// The client went away while its request waited: no one reads
+			// an answer, and no server failed. Counted and logged as
+			// nginx does, 499.
+			c.Response().WriteHeader(StatusClientClosed)
+			return
+		}
 		p := toProblem(err)
 		// Refusals that shed load, or that readiness logs itself when it
 		// changes, are answers, not failures: the request line has them.
@@ -192,7 +203,7 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 				attrs = append(attrs, slog.String("stack", string(pe.Stack)))
 			}
 			level := slog.LevelError
-			if p.Code == "lookup_unavailable" || p.Code == "write_contention" {
+			if p.Code == "lookup_unavailable" || p.Code == "write_contention" || p.Code == "not_yet_visible" {
 				level = slog.LevelWarn // a passing condition outside this request's code, retried by its client
 			}
 			logger.LogAttrs(context.Background(), level, "request failed", attrs...)
