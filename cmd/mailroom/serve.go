@@ -47,7 +47,13 @@ migrated on start.`,
 				first, err := a.Bootstrap(ctx)
 				if err != nil {
 					ls.Close()
-					return fmt.Errorf("bootstrap: %w", err)
+					if ctx.Err() != nil {
+						log.Info("stop signal received; shutting down")
+						return nil
+					}
+					// The next start finds the account and creates nothing.
+					return fmt.Errorf("bootstrap: %w; if the first account was created before this, give it credentials with "+
+						"`mailroom tokens create` and an API key made with that token, or start again on an empty database", err)
 				}
 				if first != nil {
 					printFirstRun(cmd, first, ls.Addr().String())
