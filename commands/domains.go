@@ -191,7 +191,8 @@ func (s *Service) verifyOnce(ctx context.Context, accountID, id string, meta Met
 	if !st.Exists() || st.AccountID != accountID {
 		return st, sendingdomain.Outcome{}, domain.ErrNotFound
 	}
-	if st.Status == sendingdomain.StatusFailed {
+	claimed := st.Status == sendingdomain.StatusFailed
+	if claimed {
 		// An expired domain gave its name up; another account may hold it
 		// now. Claiming it again before restarting settles who has it.
 		if err := s.claimName(ctx, accountID, st.Name, st.ID, meta); err != nil {
@@ -199,9 +200,23 @@ func (s *Service) verifyOnce(ctx context.Context, accountID, id string, meta Met
 		}
 	}
 	outcome := s.checkDNS(ctx, st)
-	st, err = s.applyCheck(ctx, id, accountID, checkedRecords(st), outcome, true, meta)
-	return st, outcome, err
+	checked := checkedRecords(st)
+	after, err := s.applyCheck(ctx, id, accountID, checked, outcome, true, claimed, meta)
+	if errors.Is(err, errNameGivenUp) {
+		// The poller expired the domain while its DNS was looked up: the
+		// name is claimed now, just before the window restarts, as above.
+		if err := s.claimName(ctx, accountID, st.Name, st.ID, meta); err != nil {
+			return st, sendingdomain.Outcome{}, err
+		}
+		after, err = s.applyCheck(ctx, id, accountID, checked, outcome, true, true, meta)
+	}
+	return after, outcome, err
 }
+
+// errNameGivenUp: a verify would restart the window of a domain that
+// expired, giving its name up, after the verify read it, so the verify has
+// not claimed the name again. It claims it, then decides again.
+var errNameGivenUp = errors.New("the domain gave its name up while it was checked")
 
 // RecheckDomain is the background poll's check: recorded only when it
 // changes something. A check overtaken by a change of the domain's records
@@ -211,7 +226,7 @@ func (s *Service) RecheckDomain(ctx context.Context, id string, meta Meta) (send
 	if err != nil || !st.Exists() {
 		return st, err
 	}
-	after, err := s.applyCheck(ctx, id, "", checkedRecords(st), s.checkDNS(ctx, st), false, meta)
+	after, err := s.applyCheck(ctx, id, "", checkedRecords(st), s.checkDNS(ctx, st), false, false, meta)
 	if errors.Is(err, errRecordsChanged) {
 		return s.loadDomain(ctx, id)
 	}
@@ -236,12 +251,17 @@ func checkedRecords(st sendingdomain.State) []sendingdomain.Record {
 }
 
 // applyCheck records a check's outcome on the domain, provided the domain
-// still has the records the check looked up (checked).
-func (s *Service) applyCheck(ctx context.Context, id, accountID string, checked []sendingdomain.Record, o sendingdomain.Outcome, asked bool, meta Meta) (sendingdomain.State, error) {
+// still has the records the check looked up (checked). An asked check
+// (verify) restarts an expired domain's window only when it has claimed
+// the domain's name again (claimed); errNameGivenUp otherwise.
+func (s *Service) applyCheck(ctx context.Context, id, accountID string, checked []sendingdomain.Record, o sendingdomain.Outcome, asked, claimed bool, meta Meta) (sendingdomain.State, error) {
 	var final sendingdomain.State
 	_, err := execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
 		if st.Exists() && !slices.Equal(checked, checkedRecords(st)) {
 			return nil, errRecordsChanged
+		}
+		if asked && !claimed && st.Exists() && st.Status == sendingdomain.StatusFailed {
+			return nil, errNameGivenUp
 		}
 		evs, err := sendingdomain.RecordCheck(st, accountID, o, asked, s.now())
 		final = fold(st, sendingdomain.Evolve, evs)

@@ -433,3 +433,76 @@ func TestDomainAddedIsDatedAfterItsClaim(t *testing.T) {
 		t.Errorf("DomainAdded at %s, before its DomainNameClaimed at %s", addition.AddedAt, claimed.ClaimedAt)
 	}
 }
+
+// A verify whose domain the poller expires while its lookups run must claim
+// the name again before it restarts the window, as a verify of a domain
+// expired already does: an account that took the name meanwhile keeps it,
+// and the verify is refused; a name nobody took is claimed again.
+func TestAVerifyOverlappingItsDomainsExpiryClaimsTheNameBeforeRestarting(t *testing.T) {
+	ctx := context.Background()
+	srv := dnstest.Start(t)
+	hd := &hookDNS{inner: dnscheck.New([]string{srv.Addr()}, time.Second)}
+	h := newHarness(t, func(d *commands.Deps) { d.DNS = hd })
+	acct, other := h.newAccount(t), h.newAccount(t)
+	taken := must[sendingdomain.State](t)(h.svc.ImportLegacyDomain(ctx, acct, "taken.example.com", meta))
+	kept := must[sendingdomain.State](t)(h.svc.ImportLegacyDomain(ctx, acct, "kept.example.com", meta))
+	h.clock.Advance(sendingdomain.VerificationWindow) // due, not yet expired by the poller
+
+	var theirs sendingdomain.State
+	hd.after = func() { // while the verify's lookups run
+		if err := h.svc.ExpireDomain(ctx, taken.ID, meta); err != nil {
+			t.Errorf("expire: %v", err)
+		}
+		var err error
+		if theirs, err = h.svc.ImportLegacyDomain(ctx, other, "taken.example.com", meta); err != nil {
+			t.Errorf("the other account's add of the expired name: %v", err)
+		}
+	}
+	_, _, err := h.svc.VerifyDomain(ctx, acct, taken.ID, meta)
+	wantConflict(t, err, sendingdomain.ErrUnavailable.Code)
+	if got := must[sendingdomain.State](t)(h.svc.Domain(ctx, taken.ID)); got.Status != sendingdomain.StatusFailed {
+		t.Errorf("the refused verify's domain is %s, want failed", got.Status)
+	}
+	if got := must[sendingdomain.State](t)(h.svc.Domain(ctx, theirs.ID)); got.Status != sendingdomain.StatusPending {
+		t.Errorf("the other account's domain is %s, want pending", got.Status)
+	}
+
+	hd.after = func() {
+		if err := h.svc.ExpireDomain(ctx, kept.ID, meta); err != nil {
+			t.Errorf("expire: %v", err)
+		}
+	}
+	got, _, err := h.svc.VerifyDomain(ctx, acct, kept.ID, meta)
+	if err != nil || got.Status != sendingdomain.StatusPending || !got.Deadline.Equal(h.clock.Now().Add(sendingdomain.VerificationWindow)) {
+		t.Fatalf("verify of a domain expired during its lookups: %s until %s, %v; want pending for another window", got.Status, got.Deadline, err)
+	}
+	_, claims := h.stream(t, sendingdomain.NameStream("kept.example.com"))
+	if last, ok := claims[len(claims)-1].(*sendingdomain.NameClaimed); len(claims) != 2 || !ok || last.DomainID != kept.ID {
+		t.Errorf("name stream %v; want a second claim by the restarted domain", claims)
+	}
+	_, err = h.svc.ImportLegacyDomain(ctx, other, "kept.example.com", meta)
+	wantConflict(t, err, sendingdomain.ErrUnavailable.Code)
+}
+
+// The window is over at its deadline, whether or not the poller has marked
+// the domain failed yet: a verify then starts another one, and the poll
+// that follows leaves the domain pending.
+func TestAVerifyPastTheDeadlineRestartsTheWindowBeforeThePollerExpiresIt(t *testing.T) {
+	ctx := context.Background()
+	srv := dnstest.Start(t)
+	h := newHarness(t, func(d *commands.Deps) { d.DNS = dnscheck.New([]string{srv.Addr()}, time.Second) })
+	acct := h.newAccount(t)
+	st := must[sendingdomain.State](t)(h.svc.ImportLegacyDomain(ctx, acct, "example.com", meta))
+	h.clock.Advance(sendingdomain.VerificationWindow + time.Second)
+
+	got, _, err := h.svc.VerifyDomain(ctx, acct, st.ID, meta)
+	if err != nil || got.Status != sendingdomain.StatusPending || !got.Deadline.Equal(h.clock.Now().Add(sendingdomain.VerificationWindow)) {
+		t.Fatalf("verify past the deadline: %s until %s, %v; want pending until %s", got.Status, got.Deadline, err, h.clock.Now().Add(sendingdomain.VerificationWindow))
+	}
+	if err := h.svc.ExpireDomain(ctx, st.ID, meta); err != nil {
+		t.Fatal(err)
+	}
+	if got := must[sendingdomain.State](t)(h.svc.Domain(ctx, st.ID)); got.Status != sendingdomain.StatusPending {
+		t.Errorf("after the poll: %s, want pending", got.Status)
+	}
+}

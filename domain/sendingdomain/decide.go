@@ -42,10 +42,10 @@ type Outcome struct {
 }
 
 // RecordCheck decides what a DNS check means. asked is true when the
-// account asked for it (verify), which also restarts an expired window and
-// is recorded unless it found what the check recorded within
-// RepeatedCheckQuiet found; a background check is recorded only when it
-// changes something.
+// account asked for it (verify), which also restarts a window that is over
+// (WindowOver) and is recorded unless it found what the check recorded
+// within RepeatedCheckQuiet found; a background check is recorded only
+// when it changes something.
 func RecordCheck(s State, accountID string, o Outcome, asked bool, now time.Time) ([]domain.Event, error) {
 	if err := owned(s, accountID); err != nil {
 		return nil, err
@@ -54,16 +54,17 @@ func RecordCheck(s State, accountID string, o Outcome, asked bool, now time.Time
 		return nil, nil // nothing left for a background check to decide
 	}
 	var evs []domain.Event
-	if asked && s.Status == StatusFailed {
+	restart := asked && s.WindowOver(now)
+	if restart {
 		evs = append(evs, &VerificationRestarted{DomainID: s.ID, RestartedAt: now, Deadline: now.Add(VerificationWindow)})
 	}
-	if asked && s.Status != StatusFailed && s.repeats(o, now) {
+	if asked && !restart && s.repeats(o, now) {
 		asked = false // nothing new to say: recorded only if it changes something, as a background check
 	}
 	if asked || o.DkimOK != s.DkimOK || o.MailFromOK != s.MailFromOK {
 		evs = append(evs, &Checked{DomainID: s.ID, DkimOK: o.DkimOK, MailFromOK: o.MailFromOK, DmarcOK: o.DmarcOK, Servers: o.Servers, CheckedAt: now})
 	}
-	pending := s.Status == StatusPending || (asked && s.Status == StatusFailed)
+	pending := s.Status == StatusPending || restart
 	if pending && o.DkimOK && o.MailFromOK {
 		evs = append(evs, &Verified{DomainID: s.ID, Method: "dns", VerifiedAt: now})
 	}
@@ -76,6 +77,13 @@ func RecordCheck(s State, accountID string, o Outcome, asked bool, now time.Time
 			CutOverAt: now, OldKeyRetiresAt: now.Add(OldKeyOverlap)})
 	}
 	return evs, nil
+}
+
+// WindowOver reports whether the domain's verification window has ended:
+// it expired, or its deadline has passed and the poller has not marked it
+// failed yet. A verify then restarts it.
+func (s State) WindowOver(now time.Time) bool {
+	return s.Status == StatusFailed || (s.Status == StatusPending && !now.Before(s.Deadline))
 }
 
 // VerifyBySandbox decides an operator's verification of a domain without

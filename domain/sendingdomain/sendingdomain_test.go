@@ -457,3 +457,20 @@ func TestNamesAtTheEdgesOfTheirRules(t *testing.T) {
 		}
 	}
 }
+
+// The window is over at its deadline: an asked check then restarts it even
+// before the poller has marked the domain failed; a background one does not.
+func TestAnAskedCheckPastTheDeadlineRestartsTheWindow(t *testing.T) {
+	s := added()
+	due := s.Deadline
+	if evs, _ := sd.RecordCheck(s, "", sd.Outcome{}, false, due); len(evs) != 0 {
+		t.Fatalf("a background check past the deadline recorded %v", evs)
+	}
+	s = apply(s)(sd.RecordCheck(s, "a1", sd.Outcome{}, true, due.Add(time.Second)))
+	if s.Status != sd.StatusPending || !s.Deadline.Equal(due.Add(time.Second+sd.VerificationWindow)) {
+		t.Fatalf("after a verify past the deadline: %s until %s", s.Status, s.Deadline)
+	}
+	if evs, _ := sd.Expire(s, due.Add(time.Minute)); len(evs) != 0 {
+		t.Fatalf("the restarted window expired at once: %v", evs)
+	}
+}
