@@ -89,7 +89,7 @@ func (s *Service) addDomain(ctx context.Context, accountID, rawName string, lega
 	if legacy {
 		tokens = legacyTokens()
 	} else {
-		k, err := s.newKey(ctx, accountID, id, now)
+		k, err := s.newKey(ctx, accountID, id)
 		if err != nil {
 			return sendingdomain.State{}, err
 		}
@@ -131,14 +131,15 @@ func (s *Service) claimName(ctx context.Context, accountID, name, domainID strin
 	return err
 }
 
-// newKey makes a DKIM key for accountID's domainID, in its turn.
-func (s *Service) newKey(ctx context.Context, accountID, domainID string, now time.Time) (sendingdomain.Key, error) {
+// newKey makes a DKIM key for accountID's domainID, in its turn. The key
+// is dated when its turn comes, not when it was asked for.
+func (s *Service) newKey(ctx context.Context, accountID, domainID string) (sendingdomain.Key, error) {
 	release, err := s.keyTurns.Take(ctx, accountID)
 	if err != nil {
 		return sendingdomain.Key{}, err
 	}
 	defer release()
-	k, err := dkimkey.Generate(s.box, domainID, now)
+	k, err := dkimkey.Generate(s.box, domainID, s.now())
 	if err == nil && s.keyGenerated != nil {
 		s.keyGenerated()
 	}
@@ -371,14 +372,14 @@ func (s *Service) changeKey(ctx context.Context, accountID, id string, check fun
 	if err := check(st, accountID); err != nil {
 		return sendingdomain.State{}, err
 	}
-	now := s.now()
-	key, err := s.newKey(ctx, accountID, id, now)
+	key, err := s.newKey(ctx, accountID, id)
 	if err != nil {
 		return sendingdomain.State{}, err
 	}
 	var final sendingdomain.State
+	// Dated when it is recorded, after its key (making it took a while).
 	_, err = execute(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve, func(st sendingdomain.State) ([]domain.Event, error) {
-		evs, err := decide(st, accountID, key, now)
+		evs, err := decide(st, accountID, key, s.now())
 		final = fold(st, sendingdomain.Evolve, evs)
 		return evs, err
 	}, meta, projections.DomainsName)

@@ -506,3 +506,47 @@ func TestAVerifyPastTheDeadlineRestartsTheWindowBeforeThePollerExpiresIt(t *test
 		t.Errorf("after the poll: %s, want pending", got.Status)
 	}
 }
+
+// A rotation or upgrade is dated when its event is recorded, after its key
+// was made, as an add is: making the key (in the account's turn) can take
+// a while, and an event recorded on the domain meanwhile must not come
+// earlier in the stream with a later time.
+func TestAKeyChangeIsDatedAfterItsKeyIsMade(t *testing.T) {
+	ctx := context.Background()
+	var h *harness
+	h = newHarness(t, func(d *commands.Deps) {
+		d.KeyGenerated = func() { h.clock.Advance(time.Hour) } // a key long in the making
+	})
+	acct := h.newAccount(t)
+	st := must[sendingdomain.State](t)(h.svc.AddDomain(ctx, acct, "rotated.example.com", meta))
+	before := h.clock.Now()
+	must[sendingdomain.State](t)(h.svc.RotateDKIM(ctx, acct, st.ID, meta))
+	replaced := last[*sendingdomain.KeyReplaced](t, h, sendingdomain.Stream(st.ID))
+	if replaced.ReplacedAt.Before(before.Add(time.Hour)) || replaced.Key.CreatedAt.After(replaced.ReplacedAt) {
+		t.Errorf("rotation asked at %s, its key done an hour later: key created %s, DkimKeyReplaced at %s",
+			before, replaced.Key.CreatedAt, replaced.ReplacedAt)
+	}
+
+	legacy := h.verifiedDomain(t, acct, "upgraded.example.com")
+	before = h.clock.Now()
+	must[sendingdomain.State](t)(h.svc.UpgradeDKIM(ctx, acct, legacy, meta))
+	started := last[*sendingdomain.KeyChangeStarted](t, h, sendingdomain.Stream(legacy))
+	if started.StartedAt.Before(before.Add(time.Hour)) || started.Key.CreatedAt.After(started.StartedAt) {
+		t.Errorf("upgrade asked at %s, its key done an hour later: key created %s, DkimKeyChangeStarted at %s",
+			before, started.Key.CreatedAt, started.StartedAt)
+	}
+}
+
+// last returns the last event of a stream as a T.
+func last[T domain.Event](t *testing.T, h *harness, name string) T {
+	t.Helper()
+	_, evs := h.stream(t, name)
+	if len(evs) == 0 {
+		t.Fatalf("%s is empty", name)
+	}
+	e, ok := evs[len(evs)-1].(T)
+	if !ok {
+		t.Fatalf("%s ends with %T, want %T", name, evs[len(evs)-1], e)
+	}
+	return e
+}
