@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/projections"
 )
 
@@ -266,4 +269,56 @@ func TestSendEmailWithAnIdempotencyKey(t *testing.T) {
 	if repeat, err := send(acct, changed, changedBody); err != nil || repeat != later {
 		t.Fatalf("a repeat in the second window answered %+v, %v; want %+v", repeat, err, later)
 	}
+}
+
+// goneAfterStoring is content whose client goes away once it is stored,
+// before its email is queued.
+type goneAfterStoring struct {
+	commands.Content
+	leave context.CancelFunc
+}
+
+func (g goneAfterStoring) Put(ctx context.Context, emailID, accountID string, parts ...[]byte) ([]blob.Digest, error) {
+	d, err := g.Content.Put(ctx, emailID, accountID, parts...)
+	g.leave()
+	return d, err
+}
+
+// A send whose client went away while its content was stored queues
+// nothing, and so keeps none of its content: no event would name it.
+func TestASendItsClientLeftBeforeItWasQueuedLeavesNothingInBlobStorage(t *testing.T) {
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	var h *harness
+	h = newHarness(t, func(d *commands.Deps) {
+		d.Content = goneAfterStoring{Content: contentOnUse(func() *datakeys.Blobs { return h.content() }), leave: leave}
+	})
+	acct := h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	h.appended(t)
+	req, body := sendRequest(t)
+
+	if _, err := h.svc.SendEmail(ctx, acct, req, "", body, meta); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a send whose client left: %v, want context.Canceled", err)
+	}
+	h.nothingAppended(t, "a send whose client left")
+	if left := storedBlobs(t, h); len(left) != 0 {
+		t.Fatalf("a send that queued nothing left %d blobs stored: %q", len(left), left)
+	}
+}
+
+// storedBlobs lists the blobs in the harness's blob storage.
+func storedBlobs(t *testing.T, h *harness) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(h.blobDir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			out = append(out, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

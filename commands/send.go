@@ -130,17 +130,31 @@ func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail
 		return Accepted{}, errKeyErased
 	}
 	if err != nil {
+		return Accepted{}, err // stage stored all of its content or none
+	}
+	if err := ctx.Err(); err != nil {
+		// The client went away while its content was stored: nothing
+		// is queued, for sure, so what was staged belongs to no email.
+		s.discard(ctx, q)
 		return Accepted{}, err
 	}
 	a, stored, err := s.queue(ctx, q, meta)
 	if !stored || errors.Is(err, eventstore.ErrTooLarge) {
 		// A concurrent first request under the same key was recorded
 		// instead, or the store refused the record outright: what this one
-		// staged belongs to no email. Should the delete fail, the blobs
-		// stay, sealed under that email's key.
-		_ = s.content.Delete(context.WithoutCancel(ctx), contentOf(q)...)
+		// staged belongs to no email. Any other failure to queue may have
+		// recorded the email all the same (an answer lost), so its
+		// content stays.
+		s.discard(ctx, q)
 	}
 	return a, err
+}
+
+// discard deletes what q's content was staged in, for a send that queued
+// nothing, even when its request was cancelled. Should the delete fail,
+// the blobs stay, sealed under q's email's key.
+func (s *Service) discard(ctx context.Context, q email.Queued) {
+	_ = s.content.Delete(context.WithoutCancel(ctx), contentOf(q)...)
 }
 
 // checkedSend is what checking a send request found out.

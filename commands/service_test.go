@@ -60,6 +60,8 @@ type harness struct {
 	clock *clock
 	box   *secretbox.Box
 	blobs *blob.FS
+	// blobDir is where blobs holds what it stores.
+	blobDir string
 	// content seals emails' content into blobs, with data keys kept in
 	// a test database made on first use: most tests send nothing.
 	content func() *datakeys.Blobs
@@ -85,7 +87,8 @@ func newHarness(t *testing.T, change ...func(*commands.Deps)) *harness {
 	if h.box, err = secretbox.New(make([]byte, 32)); err != nil {
 		t.Fatal(err)
 	}
-	if h.blobs, err = blob.NewFS(t.TempDir()); err != nil {
+	h.blobDir = t.TempDir()
+	if h.blobs, err = blob.NewFS(h.blobDir); err != nil {
 		t.Fatal(err)
 	}
 	h.content = sync.OnceValue(func() *datakeys.Blobs {

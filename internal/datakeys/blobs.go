@@ -36,6 +36,11 @@ func bindBlob(emailID string) string { return "blob:" + emailID }
 // when the email has none yet, and stores them side by side: each write
 // waits for the disk, and an email's parts need not wait for each other.
 // The digests name the sealed bytes, one for one with parts.
+//
+// Put stores all of the parts or none: when one fails, the others are
+// deleted again, since the caller, given no digests, could not name them
+// in any event, and content no event names is out of reach of retention
+// and erasure.
 func (b *Blobs) Put(ctx context.Context, emailID, accountID string, parts ...[]byte) ([]blob.Digest, error) {
 	if len(parts) == 0 {
 		return nil, nil
@@ -52,14 +57,32 @@ func (b *Blobs) Put(ctx context.Context, emailID, accountID string, parts ...[]b
 			if err != nil {
 				return err
 			}
-			digests[i], err = b.store.Put(gctx, append(bytes.Clone(sealedMagic), sealed...))
+			sealed = append(bytes.Clone(sealedMagic), sealed...)
+			// Named before it is written: a write that fails may have
+			// stored it all the same (a reply lost, a cancelled request).
+			digests[i] = blob.DigestOf(sealed)
+			_, err = b.store.Put(gctx, sealed)
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
+		b.forget(ctx, digests)
 		return nil, err
 	}
 	return digests, nil
+}
+
+// forget deletes what a failed Put may have stored, even when its request
+// was cancelled (a client that went away). A sealed blob is this email's
+// alone, so no other email loses content. Should a delete fail, the blob
+// stays, sealed under the email's key.
+func (b *Blobs) forget(ctx context.Context, digests []blob.Digest) {
+	ctx = context.WithoutCancel(ctx)
+	for _, d := range digests {
+		if d != "" {
+			_ = b.store.Delete(ctx, d)
+		}
+	}
 }
 
 // Get returns the email's content stored under d, opened with the email's

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -168,5 +170,63 @@ func TestConcurrentPutsOfOneEmail(t *testing.T) {
 				t.Fatalf("email %s, blob %d: %q, %v", id, i, got, err)
 			}
 		}
+	}
+}
+
+// failsLarge is a blob store whose writes of more than a kilobyte fail,
+// once a smaller write has been stored: a disk that fills up part-way
+// through an email's parts.
+type failsLarge struct {
+	blob.Store
+	stored chan struct{}
+	once   sync.Once
+}
+
+func (f *failsLarge) Put(ctx context.Context, data []byte) (blob.Digest, error) {
+	if len(data) > 1024 {
+		<-f.stored
+		return "", errors.New("no space left on device")
+	}
+	d, err := f.Store.Put(ctx, data)
+	f.once.Do(func() { close(f.stored) })
+	return d, err
+}
+
+// storedFiles lists the blobs stored under dir.
+func storedFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			out = append(out, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// An email whose parts could not all be stored keeps none of them: the
+// caller records no digest, so a part left behind would be content that no
+// event names, out of reach of retention and erasure.
+func TestAPutThatFailsPartWayLeavesNothingStored(t *testing.T) {
+	ctx := context.Background()
+	box, err := secretbox.New(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	fsStore, err := blob.NewFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs := datakeys.NewBlobs(&failsLarge{Store: fsStore, stored: make(chan struct{})}, datakeys.New(pgtest.NewPool(t), box))
+	if _, err := blobs.Put(ctx, "e1", "acct-1", []byte("<p>Dear Ada</p>"), bytes.Repeat([]byte("%PDF"), 1024)); err == nil {
+		t.Fatal("Put succeeded on a full disk")
+	}
+	if left := storedFiles(t, dir); len(left) != 0 {
+		t.Fatalf("a failed Put left %d blobs stored: %q", len(left), left)
 	}
 }
