@@ -42,9 +42,12 @@ const (
 	defaultPollInterval = 250 * time.Millisecond
 	// subscriptionBatch is how many events a subscription reads per query.
 	subscriptionBatch = 256
-	// recentEvents is how much of the head of $all a store keeps for its
-	// readers (see recentLog): a few seconds of a busy log, some megabytes.
+	// recentEvents and recentBytes bound how much of the head of $all a
+	// store keeps for its readers (see recentLog), each give or take half as
+	// much again: a few seconds of a busy log of ordinary events, and at
+	// most 24 MiB however large they are, well within a process's 200 MB.
 	recentEvents = 20000
+	recentBytes  = 16 << 20
 	// knownHeads is how many streams' heads a store remembers (see heads).
 	knownHeads = 10000
 )
@@ -75,7 +78,7 @@ var _ eventstore.Store = (*Store)(nil)
 // (database.Migrate). The pool stays owned by the caller.
 func New(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool, pollInterval: defaultPollInterval, subs: map[*subscription]struct{}{},
-		recent: newRecentLog(recentEvents), heads: newHeads(knownHeads)}
+		recent: newRecentLog(recentEvents, recentBytes), heads: newHeads(knownHeads)}
 }
 
 // Close closes the store's open subscriptions; SubscribeAll fails after it.

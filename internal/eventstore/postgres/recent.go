@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"reflect"
 	"sort"
 	"sync"
 
@@ -25,14 +26,20 @@ import (
 // the window) waits for a query that started after it asked, so it can never
 // miss an event committed before its call. Readers behind the window (a
 // rebuild, a projector catching up) and readers ahead of it query directly.
+//
+// The window is bounded in events and in bytes, each give or take half as
+// much again: events are as large as clients make them, and every process
+// that follows the head keeps its own window.
 type recentLog struct {
-	limit int // events kept, give or take half as many again
+	limit    int // events kept
+	maxBytes int // bytes kept, as eventSize counts them
 
 	mu      sync.Mutex
 	live    bool   // the window holds the head of the log as of its last read
 	epoch   uint64 // counts resets, which void a query in flight
 	base    eventstore.Position
 	evs     []eventstore.RecordedEvent
+	bytes   int           // the eventSize of evs
 	reading bool          // a query from the window's end is in flight
 	done    chan struct{} // closed when that query ends
 	started uint64        // queries started from the window's end
@@ -40,11 +47,21 @@ type recentLog struct {
 	more    bool          // that query filled its page: more may be there already
 }
 
-// recentChunk is the page of the shared query from the window's end.
+// recentChunk is the largest page of the shared query from the window's end.
 const recentChunk = 1000
 
-func newRecentLog(limit int) *recentLog {
-	return &recentLog{limit: limit, done: make(chan struct{})}
+// eventOverhead is what a held event costs besides its data and strings.
+var eventOverhead = int(reflect.TypeFor[eventstore.RecordedEvent]().Size())
+
+// eventSize is what the window counts for holding e.
+func eventSize(e eventstore.RecordedEvent) int {
+	m := e.Metadata
+	return eventOverhead + cap(e.Data) + len(e.StreamID) + len(e.Type) + len(e.Hash) +
+		len(m.CorrelationID) + len(m.CausationID) + len(m.Actor) + len(m.RequestID) + len(m.ClientRequestID)
+}
+
+func newRecentLog(limit, maxBytes int) *recentLog {
+	return &recentLog{limit: limit, maxBytes: maxBytes, done: make(chan struct{})}
 }
 
 // read is ReadAll through the window; query reads the store itself.
@@ -102,9 +119,9 @@ func (w *recentLog) read(ctx context.Context, from eventstore.Position, max int,
 func (w *recentLog) extend(ctx context.Context, query func(context.Context, eventstore.Position, int) ([]eventstore.RecordedEvent, error)) error {
 	w.reading = true
 	w.started++
-	gen, top, epoch := w.started, w.top(), w.epoch
+	gen, top, epoch, page := w.started, w.top(), w.epoch, w.page()
 	w.mu.Unlock()
-	evs, err := query(ctx, top, recentChunk)
+	evs, err := query(ctx, top, page)
 	w.mu.Lock()
 	w.reading = false
 	close(w.done)
@@ -115,17 +132,25 @@ func (w *recentLog) extend(ctx context.Context, query func(context.Context, even
 	if w.epoch != epoch {
 		return nil // reset meanwhile by a reader ahead of the window
 	}
-	w.ended, w.more = gen, len(evs) == recentChunk
-	w.evs = append(w.evs, evs...)
-	// Past half as much again as the limit, the oldest go: copied rather
-	// than resliced, so they can be freed, and seldom, so the copy costs
-	// each event little.
-	if len(w.evs) > w.limit+w.limit/2 {
-		over := len(w.evs) - w.limit
-		w.base = w.evs[over-1].Position
-		w.evs = append(make([]eventstore.RecordedEvent, 0, w.limit+w.limit/2+recentChunk), w.evs[over:]...)
+	w.ended, w.more = gen, len(evs) == page
+	w.add(evs)
+	// Past half as much again as a limit, the oldest go, and seldom, so the
+	// copy costs each event little.
+	if len(w.evs) > w.limit+w.limit/2 || w.bytes > w.maxBytes+w.maxBytes/2 {
+		w.trim()
 	}
 	return nil
+}
+
+// page is how many events the next query from the window's end asks for:
+// recentChunk, or fewer where the window's events are large, so that one
+// query brings at most half the window's bytes and the readers waiting for
+// it still find its events held when it ends.
+func (w *recentLog) page() int {
+	if len(w.evs) == 0 || w.bytes == 0 {
+		return recentChunk
+	}
+	return max(1, min(recentChunk, w.maxBytes/2/(w.bytes/len(w.evs))))
 }
 
 // reset makes the window (from, the end of evs]: a read from from that found
@@ -133,12 +158,38 @@ func (w *recentLog) extend(ctx context.Context, query func(context.Context, even
 func (w *recentLog) reset(from eventstore.Position, evs []eventstore.RecordedEvent) {
 	w.live, w.base, w.more = true, from, false
 	w.epoch++
-	w.evs = append(make([]eventstore.RecordedEvent, 0, len(evs)+recentChunk), evs...)
-	if over := len(w.evs) - w.limit; over > 0 {
-		w.base = w.evs[over-1].Position
-		w.evs = w.evs[over:]
+	w.evs, w.bytes = make([]eventstore.RecordedEvent, 0, len(evs)+recentChunk), 0
+	w.add(evs)
+	if len(w.evs) > w.limit || w.bytes > w.maxBytes {
+		w.trim()
 	}
 	w.ended = w.started // no query before this one counts as news for a waiter
+}
+
+// add appends evs to the window and counts their bytes.
+func (w *recentLog) add(evs []eventstore.RecordedEvent) {
+	for _, e := range evs {
+		w.bytes += eventSize(e)
+	}
+	w.evs = append(w.evs, evs...)
+}
+
+// trim drops the oldest events until the window is within both limits.
+// The rest are copied rather than resliced, so the dropped ones can be
+// freed. A single event larger than the byte limit leaves the window empty
+// at its position: still the head, for the readers that follow.
+func (w *recentLog) trim() {
+	over := 0
+	for over < len(w.evs) && (len(w.evs)-over > w.limit || w.bytes > w.maxBytes) {
+		w.bytes -= eventSize(w.evs[over])
+		over++
+	}
+	if over == 0 {
+		return
+	}
+	w.base = w.evs[over-1].Position
+	kept := len(w.evs) - over
+	w.evs = append(make([]eventstore.RecordedEvent, 0, kept+kept/2+recentChunk), w.evs[over:]...)
 }
 
 // top is the position of the window's last event, or its base.

@@ -2,11 +2,15 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/pgtest"
@@ -105,7 +109,7 @@ func TestReadersFollowingTheHeadSeeTheWholeLog(t *testing.T) {
 func TestReaderBehindTheWindowReadsTheStore(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	s := newStore(t, pool)
-	s.recent = newRecentLog(5)
+	s.recent = newRecentLog(5, recentBytes)
 	ctx := context.Background()
 	for i := range 20 {
 		mustAppend(t, s, fmt.Sprintf("email-%d", i), eventstore.NoStream, testEvent("E"))
@@ -133,4 +137,125 @@ func TestReaderBehindTheWindowReadsTheStore(t *testing.T) {
 	if n := len(s.recent.evs); n > 5+5/2 {
 		t.Fatalf("the window holds %d events, more than its limit of 5 and half as many again", n)
 	}
+}
+
+// TestTheWindowKeepsLargeEventsWithinItsBytes: a reader following the head
+// through a burst of large events (long recipient lists, sealed) leaves the
+// window holding at most its byte bound and half as much again, not the
+// last 20,000 events whatever their size, so every process stays within its
+// memory goal. It still holds the newest events for the readers near the head.
+func TestTheWindowKeepsLargeEventsWithinItsBytes(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	s := newStore(t, pool)
+	ctx := context.Background()
+	if _, err := s.ReadAll(ctx, eventstore.Start, 256); err != nil { // a reader at the head opens the window
+		t.Fatal(err)
+	}
+	const n = 600 // 37.5 MiB in all
+	appendLarge(t, s, "big", n)
+	pos := followTheHead(t, s, eventstore.Start, n)
+
+	w := s.recent
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	held := 0
+	for _, e := range w.evs {
+		held += eventSize(e)
+	}
+	if held != w.bytes {
+		t.Errorf("the window counts %d bytes for events of %d", w.bytes, held)
+	}
+	if limit := recentBytes + recentBytes/2; held > limit {
+		t.Errorf("the window holds %d events of %d MiB, more than its %d MiB and half as much again", len(w.evs), held>>20, recentBytes>>20)
+	}
+	if !w.live || w.top() != pos || held < recentBytes/2 {
+		t.Errorf("the window (live %v, %d MiB up to %s) does not hold the newest events up to %s", w.live, held>>20, w.top(), pos)
+	}
+}
+
+// TestReadersAtTheHeadShareOneReadOfLargeEvents: where the window holds
+// large events, the query from its end asks for no more than half its
+// bytes, so a burst larger than the window does not push its events out
+// before the readers waiting for them are served: the second reader at the
+// head is answered from memory.
+func TestReadersAtTheHeadShareOneReadOfLargeEvents(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	s := newStore(t, pool)
+	ctx := context.Background()
+	if _, err := s.ReadAll(ctx, eventstore.Start, 256); err != nil { // a reader at the head opens the window
+		t.Fatal(err)
+	}
+	appendLarge(t, s, "before", 200)
+	pos := followTheHead(t, s, eventstore.Start, 200)
+	appendLarge(t, s, "burst", 300) // 18.75 MiB, more than the window keeps
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		evs, err := s.readAll(ctx, pos, 301) // the store itself, not the window
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 300 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the burst's 300 events are readable", len(evs))
+		}
+	}
+
+	var queries int
+	query := func(ctx context.Context, from eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
+		queries++
+		return s.readAll(ctx, from, max)
+	}
+	first, err := s.recent.read(ctx, pos, 100, query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := queries
+	second, err := s.recent.read(ctx, pos, 100, query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 100 || len(second) != 100 || first[0].ID != second[0].ID || first[99].ID != second[99].ID {
+		t.Fatalf("two readers at the same position read %d and %d events, not the same ones", len(first), len(second))
+	}
+	if queries != before {
+		t.Errorf("the second reader at the head queried the store (%d queries): the window had already dropped what the first one read", queries-before)
+	}
+}
+
+// appendLarge appends n events of 64 KiB each, ten to a stream, as a burst
+// of large emails does.
+func appendLarge(t *testing.T, s *Store, prefix string, n int) {
+	t.Helper()
+	big := json.RawMessage(`{"pad":"` + strings.Repeat("x", 64<<10) + `"}`)
+	for i := 0; i < n; i += 10 {
+		evs := make([]eventstore.EventData, 10)
+		for j := range evs {
+			evs[j] = eventstore.EventData{ID: uuid.New(), Type: "Big", SchemaVersion: 1, Data: big}
+		}
+		mustAppend(t, s, fmt.Sprintf("%s-%d", prefix, i), eventstore.NoStream, evs...)
+	}
+}
+
+// followTheHead reads n events after from in pages of 256, as a
+// subscription does, and returns the position of the last.
+func followTheHead(t *testing.T, s *Store, from eventstore.Position, n int) eventstore.Position {
+	t.Helper()
+	seen := 0
+	for deadline := time.Now().Add(60 * time.Second); seen < n; {
+		evs, err := s.ReadAll(context.Background(), from, 256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 && time.Now().After(deadline) {
+			t.Fatalf("read %d of %d events", seen, n)
+		}
+		if len(evs) == 0 {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		seen += len(evs)
+		from = evs[len(evs)-1].Position
+	}
+	return from
 }
