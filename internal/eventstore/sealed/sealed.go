@@ -17,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
+
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/eventstore"
@@ -109,18 +111,27 @@ func (s *Store) Inner() eventstore.Store { return s.Store }
 
 type subscription struct {
 	eventstore.Subscription
-	store *Store
+	store   *Store
+	pending *eventstore.RecordedEvent // taken from the wrapped subscription, not yet opened
 }
 
+// Next returns the next event, opened. An event it could not open (its
+// keys could not be looked up) has left the wrapped subscription already,
+// so it is kept and comes again on the next call: as with the stores'
+// own subscriptions, Next may be called again after an error.
 func (s *subscription) Next(ctx context.Context) (eventstore.RecordedEvent, error) {
-	ev, err := s.Subscription.Next(ctx)
-	if err != nil {
-		return ev, err
+	if s.pending == nil {
+		ev, err := s.Subscription.Next(ctx)
+		if err != nil {
+			return ev, err
+		}
+		s.pending = &ev
 	}
-	evs := []eventstore.RecordedEvent{ev}
+	evs := []eventstore.RecordedEvent{*s.pending}
 	if err := s.store.openAll(ctx, evs); err != nil {
 		return eventstore.RecordedEvent{}, err
 	}
+	s.pending = nil
 	return evs[0], nil
 }
 
@@ -130,6 +141,11 @@ func (s *Store) sealAll(ctx context.Context, events []eventstore.EventData) ([]e
 		p, ok := codec.PersonalOf(ev.Type)
 		if !ok {
 			continue
+		}
+		if ev.ID == uuid.Nil {
+			// The sealed data is bound to the event's ID, so it gets the one
+			// the store would otherwise give it.
+			ev.ID = uuid.New()
 		}
 		data, err := s.seal(ctx, ev, p)
 		if err != nil {
@@ -141,7 +157,7 @@ func (s *Store) sealAll(ctx context.Context, events []eventstore.EventData) ([]e
 		if out == nil {
 			out = append([]eventstore.EventData(nil), events...)
 		}
-		out[i].Data = data
+		out[i].ID, out[i].Data = ev.ID, data
 	}
 	if out == nil {
 		return events, nil

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/domain"
@@ -254,5 +255,76 @@ func TestPingGoesToTheWrappedStore(t *testing.T) {
 	}
 	if err := eventstore.Ping(context.Background(), w.store); err != nil {
 		t.Fatalf("ping of a store without its own: %v", err)
+	}
+}
+
+// TestASubscriptionThatCannotOpenAnEventGivesItAgain: when the keys of an
+// event cannot be looked up (a cancelled call, a database blip), Next
+// fails, and the next Next returns that same event rather than the one
+// after it, so a caller that retries loses nothing.
+func TestASubscriptionThatCannotOpenAnEventGivesItAgain(t *testing.T) {
+	w := newWorld(t)
+	w.append(t, email.Stream("a"), queued("a"))
+	w.append(t, email.Stream("b"), queued("b"))
+	w.append(t, email.Stream("c"), queued("c"))
+	readAll(t, w.raw, 3)
+
+	// Another process's keyring has none of the keys yet.
+	box, _ := secretbox.New(bytes.Repeat([]byte{7}, 32))
+	s := sealed.New(w.raw, datakeys.New(w.pool, box))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sub, err := s.SubscribeAll(ctx, eventstore.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if ev, err := sub.Next(ctx); err != nil || ev.StreamID != email.Stream("a") {
+		t.Fatalf("first event: %s, %v", ev.StreamID, err)
+	}
+	cancelled, stop := context.WithCancel(ctx)
+	stop()
+	if _, err := sub.Next(cancelled); err == nil {
+		t.Fatal("Next opened an event with a cancelled context, whose key it had to look up")
+	}
+	for _, want := range []string{"b", "c"} {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.StreamID != email.Stream(want) {
+			t.Fatalf("after a failed Next the subscription returned %s, want %s", ev.StreamID, email.Stream(want))
+		}
+		if q := decode(t, ev).(*email.Queued); q.Subject != "Your order 4711" {
+			t.Errorf("%s read back as %+v", ev.StreamID, q)
+		}
+	}
+}
+
+// TestAnEventAppendedWithoutAnIDCanBeReadBack: the store gives an event with
+// a nil ID a random one; its personal fields are sealed to that ID, so
+// the event opens again.
+func TestAnEventAppendedWithoutAnIDCanBeReadBack(t *testing.T) {
+	w := newWorld(t)
+	data, err := codec.EncodeAll([]domain.Event{queued("n1")}, eventstore.Metadata{Actor: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[0].ID = uuid.Nil
+	if _, err := w.store.Append(context.Background(), email.Stream("n1"), eventstore.NoStream, data...); err != nil {
+		t.Fatal(err)
+	}
+	if data[0].ID != uuid.Nil {
+		t.Errorf("the caller's event was given the ID %s", data[0].ID)
+	}
+	evs, err := w.store.ReadStream(context.Background(), email.Stream("n1"), 0, 10)
+	if err != nil {
+		t.Fatalf("the event cannot be read back: %v", err)
+	}
+	if evs[0].ID == uuid.Nil {
+		t.Error("the event was stored without an ID")
+	}
+	if q := decode(t, evs[0]).(*email.Queued); q.Erased || q.Subject != "Your order 4711" {
+		t.Errorf("read back as %+v", q)
 	}
 }
