@@ -35,10 +35,14 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 			}
 			defer a.Close()
 			w := bufio.NewWriter(cmd.OutOrStdout())
-			if _, err := eventstore.Export(cmd.Context(), a.Ledger, pos, stream, w); err != nil {
-				return err
+			_, foreign, err := eventstore.Export(cmd.Context(), a.Ledger, pos, stream, w)
+			if ferr := w.Flush(); err == nil {
+				err = ferr
 			}
-			return w.Flush()
+			if foreign > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "skipped %d event(s) of other applications\n", foreign)
+			}
+			return err
 		},
 	}
 	export.Flags().StringVar(&stream, "stream", "", "only this stream, e.g. apikey-<id>")
@@ -67,14 +71,18 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 				return verifyExport(cmd, file, partial, report, &breaks)
 			}
 			return withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, _ []string) error {
-				checked, err := eventstore.Verify(cmd.Context(), a.Ledger, report)
+				checked, foreign, err := eventstore.Verify(cmd.Context(), a.Ledger, report)
 				if err != nil {
 					return err
 				}
-				if breaks > 0 {
-					return fmt.Errorf("%d break(s) in the hash chains of %d events", breaks, checked)
+				skipped := ""
+				if foreign > 0 {
+					skipped = fmt.Sprintf(" (%d event(s) of other applications skipped)", foreign)
 				}
-				fmt.Fprintf(out, "ok: %d events, every hash chain intact\n", checked)
+				if breaks > 0 {
+					return fmt.Errorf("%d break(s) in the hash chains of %d events%s", breaks, checked, skipped)
+				}
+				fmt.Fprintf(out, "ok: %d events, every hash chain intact%s\n", checked, skipped)
 				return nil
 			})(cmd, args)
 		},

@@ -20,7 +20,7 @@ import (
 func exportedMetadata(t *testing.T, s *apptest.Server, stream string) []map[string]string {
 	t.Helper()
 	var buf bytes.Buffer
-	if _, err := eventstore.Export(context.Background(), s.Ledger, eventstore.Start, stream, &buf); err != nil {
+	if _, _, err := eventstore.Export(context.Background(), s.Ledger, eventstore.Start, stream, &buf); err != nil {
 		t.Fatal(err)
 	}
 	var out []map[string]string
@@ -86,7 +86,7 @@ func TestClientRequestIDMarkedInEvents(t *testing.T) {
 
 	// The hash chains hold over events with and without the new field.
 	var breaks []eventstore.Break
-	n, err := eventstore.Verify(context.Background(), s.Ledger, func(b eventstore.Break) { breaks = append(breaks, b) })
+	n, _, err := eventstore.Verify(context.Background(), s.Ledger, func(b eventstore.Break) { breaks = append(breaks, b) })
 	if err != nil || len(breaks) > 0 || n == 0 {
 		t.Fatalf("verify: %d events checked, breaks %v, err %v", n, breaks, err)
 	}
@@ -174,7 +174,7 @@ func exportUntil(t *testing.T, s *apptest.Server, attempts int) []exportedEvent 
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var buf bytes.Buffer
-		if _, err := eventstore.Export(context.Background(), s.Ledger, eventstore.Start, "", &buf); err != nil {
+		if _, _, err := eventstore.Export(context.Background(), s.Ledger, eventstore.Start, "", &buf); err != nil {
 			t.Fatal(err)
 		}
 		var all []exportedEvent

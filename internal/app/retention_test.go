@@ -53,7 +53,7 @@ func (w *sendWorld) sendPersonal(t *testing.T, p personal) string {
 func export(t *testing.T, s *apptest.Server) string {
 	t.Helper()
 	var buf bytes.Buffer
-	if _, err := eventstore.Export(context.Background(), s.Ledger, eventstore.Start, "", &buf); err != nil {
+	if _, _, err := eventstore.Export(context.Background(), s.Ledger, eventstore.Start, "", &buf); err != nil {
 		t.Fatal(err)
 	}
 	return buf.String()
@@ -63,7 +63,7 @@ func export(t *testing.T, s *apptest.Server) string {
 func verify(t *testing.T, s *apptest.Server) {
 	t.Helper()
 	var breaks []eventstore.Break
-	if _, err := eventstore.Verify(context.Background(), s.Ledger, func(b eventstore.Break) { breaks = append(breaks, b) }); err != nil || len(breaks) > 0 {
+	if _, _, err := eventstore.Verify(context.Background(), s.Ledger, func(b eventstore.Break) { breaks = append(breaks, b) }); err != nil || len(breaks) > 0 {
 		t.Fatalf("events verify: %v %v", err, breaks)
 	}
 }

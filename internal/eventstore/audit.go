@@ -41,7 +41,9 @@ func (b Break) String() string {
 // ReadAll does, so events committed while it runs may or may not be
 // included; give it a store of its own (as `mailroom events verify` does),
 // since a store may serve the head of the log from what it read before.
-func Verify(ctx context.Context, s Store, report func(Break)) (checked int, err error) {
+// Other applications' events on a shared store (Foreign) have no chain to
+// check: foreign counts those skipped.
+func Verify(ctx context.Context, s Store, report func(Break)) (checked, foreign int, err error) {
 	type head struct {
 		next uint64
 		hash string
@@ -53,14 +55,14 @@ func Verify(ctx context.Context, s Store, report func(Break)) (checked int, err 
 	var recorded map[string]StreamHead
 	if hr, ok := s.(HeadRecorder); ok {
 		if recorded, err = hr.RecordedHeads(ctx); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	pos := Start
 	for {
 		evs, err := s.ReadAll(ctx, pos, auditBatch)
 		if err != nil {
-			return checked, err
+			return checked, foreign, err
 		}
 		if len(evs) == 0 {
 			// A head the scan did not reach may be an append the global
@@ -69,7 +71,7 @@ func Verify(ctx context.Context, s Store, report func(Break)) (checked int, err 
 			for stream, r := range recorded {
 				got, err := s.ReadStream(ctx, stream, r.Revision, 1)
 				if err != nil && !errors.Is(err, ErrStreamNotFound) {
-					return checked, err
+					return checked, foreign, err
 				}
 				if len(got) == 1 && got[0].StreamRevision == r.Revision && got[0].Hash == r.Hash {
 					continue
@@ -77,9 +79,14 @@ func Verify(ctx context.Context, s Store, report func(Break)) (checked int, err 
 				report(Break{stream, r.Revision, uuid.Nil,
 					fmt.Sprintf("the stream's recorded head is revision %d, which the log does not reach: events removed from its end", r.Revision)})
 			}
-			return checked, nil
+			return checked, foreign, nil
 		}
 		for _, e := range evs {
+			pos = e.Position
+			if e.Foreign {
+				foreign++
+				continue
+			}
 			if r, ok := recorded[e.StreamID]; ok && r.Revision == e.StreamRevision {
 				if r.Hash != e.Hash {
 					report(Break{e.StreamID, e.StreamRevision, e.ID,
@@ -102,7 +109,6 @@ func Verify(ctx context.Context, s Store, report func(Break)) (checked int, err 
 			}
 			h.next, h.hash = e.StreamRevision+1, e.Hash
 			checked++
-			pos = e.Position
 		}
 	}
 }
@@ -199,19 +205,30 @@ type exportHead struct {
 // With stream set, only that stream's events are written, in revision order.
 // Data is written byte for byte, so an auditor can recompute the hashes from
 // the export, except that data containing raw line breaks is compacted to
-// keep one event per line. It returns the number of events written.
-func Export(ctx context.Context, s Store, from Position, stream string, w io.Writer) (int, error) {
+// keep one event per line. Other applications' events on a shared store
+// (Foreign) are not Mailroom's to export: foreign counts those skipped.
+// It returns the number of events written, and has written them to w even
+// when it fails part way.
+func Export(ctx context.Context, s Store, from Position, stream string, w io.Writer) (written, foreign int, err error) {
 	bw := bufio.NewWriter(w)
-	n := 0
+	defer func() {
+		if ferr := bw.Flush(); err == nil {
+			err = ferr
+		}
+	}()
 	write := func(evs []RecordedEvent) error {
 		for _, e := range evs {
 			if !from.Less(e.Position) {
 				continue
 			}
+			if e.Foreign {
+				foreign++
+				continue
+			}
 			if err := writeExportLine(bw, e); err != nil {
 				return err
 			}
-			n++
+			written++
 		}
 		return nil
 	}
@@ -220,32 +237,30 @@ func Export(ctx context.Context, s Store, from Position, stream string, w io.Wri
 		for {
 			evs, err := s.ReadAll(ctx, pos, auditBatch)
 			if err != nil {
-				return n, err
+				return written, foreign, err
 			}
 			if len(evs) == 0 {
-				break
+				return written, foreign, nil
 			}
 			if err := write(evs); err != nil {
-				return n, err
+				return written, foreign, err
 			}
 			pos = evs[len(evs)-1].Position
 		}
-	} else {
-		for rev := uint64(0); ; {
-			evs, err := s.ReadStream(ctx, stream, rev, auditBatch)
-			if err != nil {
-				return n, err
-			}
-			if len(evs) == 0 {
-				break
-			}
-			if err := write(evs); err != nil {
-				return n, err
-			}
-			rev = evs[len(evs)-1].StreamRevision + 1
-		}
 	}
-	return n, bw.Flush()
+	for rev := uint64(0); ; {
+		evs, err := s.ReadStream(ctx, stream, rev, auditBatch)
+		if err != nil {
+			return written, foreign, err
+		}
+		if len(evs) == 0 {
+			return written, foreign, nil
+		}
+		if err := write(evs); err != nil {
+			return written, foreign, err
+		}
+		rev = evs[len(evs)-1].StreamRevision + 1
+	}
 }
 
 func writeExportLine(w *bufio.Writer, e RecordedEvent) error {

@@ -219,6 +219,10 @@ type RecordedEvent struct {
 	RecordedAt     time.Time
 	// Hash chains the event to the previous event of its stream; see ChainHash.
 	Hash string
+	// Foreign marks another application's event on a shared store
+	// (EventStoreDB): it carries none of Mailroom's metadata and no hash,
+	// so auditing skips it, as readers skip types they do not know.
+	Foreign bool
 }
 
 // CheckParts refuses an AppendMany that no store could write whole: a part

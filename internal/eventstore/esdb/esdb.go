@@ -254,7 +254,9 @@ func position(p esdb.Position) eventstore.Position {
 }
 
 // recorded converts an event read from the server. Custom metadata that is
-// not ours (an event written by another tool) leaves our fields empty.
+// not ours (an event written by another application) leaves our fields
+// empty, and the event is marked Foreign: every event the adapter writes
+// carries a hash.
 func recorded(e *esdb.RecordedEvent) eventstore.RecordedEvent {
 	var m meta
 	_ = json.Unmarshal(e.UserMetadata, &m)
@@ -275,6 +277,7 @@ func recorded(e *esdb.RecordedEvent) eventstore.RecordedEvent {
 		},
 		RecordedAt: e.CreatedDate,
 		Hash:       m.Hash,
+		Foreign:    m.Hash == "",
 	}
 }
 

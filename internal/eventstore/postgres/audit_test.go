@@ -37,7 +37,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 	verify := func(wantChecked int) []eventstore.Break {
 		t.Helper()
 		var breaks []eventstore.Break
-		n, err := eventstore.Verify(ctx, newStore(t, pool), func(b eventstore.Break) { breaks = append(breaks, b) })
+		n, _, err := eventstore.Verify(ctx, newStore(t, pool), func(b eventstore.Break) { breaks = append(breaks, b) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ func TestExport(t *testing.T) {
 	waitVisible(t, s, len(data))
 
 	var buf bytes.Buffer
-	n, err := eventstore.Export(ctx, s, eventstore.Start, "", &buf)
+	n, _, err := eventstore.Export(ctx, s, eventstore.Start, "", &buf)
 	if err != nil || n != len(data) {
 		t.Fatalf("export: %d events, err %v", n, err)
 	}
@@ -209,7 +209,7 @@ func TestExport(t *testing.T) {
 
 	// One stream only, in revision order.
 	buf.Reset()
-	if n, err := eventstore.Export(ctx, s, eventstore.Start, "email-2", &buf); err != nil || n != 2 {
+	if n, _, err := eventstore.Export(ctx, s, eventstore.Start, "email-2", &buf); err != nil || n != 2 {
 		t.Fatalf("export email-2: %d events, err %v", n, err)
 	}
 	for i, l := range parseExport(t, buf.Bytes()) {
@@ -220,17 +220,17 @@ func TestExport(t *testing.T) {
 	// From a position: only later events.
 	from, _ := eventstore.ParsePosition(lines[2].Position)
 	buf.Reset()
-	if n, err := eventstore.Export(ctx, s, from, "", &buf); err != nil || n != 2 {
+	if n, _, err := eventstore.Export(ctx, s, from, "", &buf); err != nil || n != 2 {
 		t.Fatalf("export from %s: %d events, err %v", from, n, err)
 	}
 	if got := parseExport(t, buf.Bytes()); got[0].EventID != lines[3].EventID {
 		t.Fatalf("export from %s starts at %s", from, got[0].EventID)
 	}
 	buf.Reset()
-	if n, err := eventstore.Export(ctx, s, from, "email-1", &buf); err != nil || n != 1 {
+	if n, _, err := eventstore.Export(ctx, s, from, "email-1", &buf); err != nil || n != 1 {
 		t.Fatalf("export email-1 from %s: %d events, err %v", from, n, err)
 	}
-	if _, err := eventstore.Export(ctx, s, eventstore.Start, "email-missing", &buf); !errors.Is(err, eventstore.ErrStreamNotFound) {
+	if _, _, err := eventstore.Export(ctx, s, eventstore.Start, "email-missing", &buf); !errors.Is(err, eventstore.ErrStreamNotFound) {
 		t.Fatalf("export of a missing stream: %v", err)
 	}
 }
@@ -256,7 +256,7 @@ func TestVerifyBesideAnOpenTransaction(t *testing.T) {
 	mustAppend(t, s, "email-b", eventstore.NoStream, testEvent("E"))
 
 	var breaks []eventstore.Break
-	n, err := eventstore.Verify(ctx, newStore(t, pool), func(b eventstore.Break) { breaks = append(breaks, b) })
+	n, _, err := eventstore.Verify(ctx, newStore(t, pool), func(b eventstore.Break) { breaks = append(breaks, b) })
 	if err != nil || n != 1 || len(breaks) != 0 {
 		t.Fatalf("verify beside an open transaction: %d events, breaks %v, err %v; want the one visible event and no break", n, breaks, err)
 	}

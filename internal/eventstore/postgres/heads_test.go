@@ -52,7 +52,7 @@ func TestAppendAtARememberedHead(t *testing.T) {
 	}
 	waitVisible(t, a, 5)
 	var breaks []eventstore.Break
-	if _, err := eventstore.Verify(ctx, newStore(t, pool), func(br eventstore.Break) { breaks = append(breaks, br) }); err != nil {
+	if _, _, err := eventstore.Verify(ctx, newStore(t, pool), func(br eventstore.Break) { breaks = append(breaks, br) }); err != nil {
 		t.Fatal(err)
 	}
 	if len(breaks) != 0 {

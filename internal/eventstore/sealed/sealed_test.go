@@ -169,7 +169,7 @@ func TestDestroyedKeyReadsAsErasedAndTheChainStillVerifies(t *testing.T) {
 	}
 
 	var breaks []eventstore.Break
-	n, err := eventstore.Verify(ctx, w.raw, func(b eventstore.Break) { breaks = append(breaks, b) })
+	n, _, err := eventstore.Verify(ctx, w.raw, func(b eventstore.Break) { breaks = append(breaks, b) })
 	if err != nil || len(breaks) > 0 || n != 3 {
 		t.Errorf("verify after erasure: %d checked, breaks %v, err %v", n, breaks, err)
 	}
