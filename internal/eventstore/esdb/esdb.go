@@ -2,9 +2,9 @@
 // port, on EventStore-Client-Go v4.
 //
 // Each event is written with content type JSON; our metadata (correlation,
-// causation, actor, request id, schema version and the hash chaining the
-// event to the previous one of its stream) travels as the event's custom
-// metadata, a JSON object. System events (types or streams starting with
+// causation, actor, request id, client request id, schema version and the
+// hash chaining the event to the previous one of its stream) travels as the
+// event's custom metadata, a JSON object. System events (types or streams starting with
 // "$") are never returned by ReadAll or SubscribeAll.
 //
 // To compute an event's hash the adapter reads the stream's last event first

@@ -93,8 +93,8 @@ func (s *Store) SubscribeAll(ctx context.Context, from eventstore.Position) (eve
 }
 
 // CountAfter passes counting through to a store that can count; for one
-// that cannot (EventStoreDB) it is errors.ErrUnsupported, which callers
-// take as "no count", as if the wrapper were not there.
+// that cannot it is errors.ErrUnsupported, which callers take as "no
+// count", as if the wrapper were not there.
 func (s *Store) CountAfter(ctx context.Context, from eventstore.Position, limit int64) (int64, error) {
 	c, ok := s.Store.(eventstore.Counter)
 	if !ok {
