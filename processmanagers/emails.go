@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mailroom/mailroom/commands"
@@ -49,7 +48,7 @@ type Pipeline struct {
 	// Pace, when set, waits until the provider's send rate allows one
 	// more message (the shared rate limit).
 	Pace     func(ctx context.Context) error
-	MaxAge   time.Duration // transient provider failures are retried this long
+	MaxAge   time.Duration // transient failures, the provider's and others, are retried this long
 	Download time.Duration // attachment download time-out
 	Prepare  time.Duration // preparation deadline; zero means PrepareDeadline
 	Now      func() time.Time
@@ -60,16 +59,10 @@ type Pipeline struct {
 	// Log receives what failure details keep from customers: provider
 	// answers, rendering and download errors.
 	Log *slog.Logger
-
-	// unrecorded holds, by email id, the unrecordedSend of emails the
-	// provider accepted but whose EmailSent could not be recorded yet (the
-	// database refusing writes): their next try records, and neither
-	// checks nor hands the message over again.
-	unrecorded sync.Map
 }
 
-// unrecordedSend is what recording an accepted message needs.
-type unrecordedSend struct {
+// acceptedSend is what recording a message the provider accepted needs.
+type acceptedSend struct {
 	msgID string
 	at    time.Time // when the provider accepted it
 	atts  []email.Attachment
@@ -107,15 +100,7 @@ func (p *Pipeline) Process(ctx context.Context, id string, pos eventstore.Positi
 // event that asked for the work.
 func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position, room *Lease, meta commands.Meta) error {
 	if !st.Exists() || st.Sent != nil || st.Failed != nil || st.Held || st.Erased != nil || st.Queued.Erased {
-		if st.Exists() {
-			p.unrecorded.Delete(st.Queued.EmailID)
-		}
 		return nil // done already, waiting for its release, or erased
-	}
-	// Accepted by the provider on an earlier try: only the record is left,
-	// whatever the checks would say now.
-	if u, ok := p.unrecorded.Load(st.Queued.EmailID); ok {
-		return p.recordSent(ctx, st, ver, u.(unrecordedSend), meta)
 	}
 	// An email that does not leave stops before the work that costs
 	// others: downloads, and a turn of the provider's shared rate. The
@@ -135,8 +120,11 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 		if errors.Is(err, datakeys.ErrErased) {
 			return nil // erased meanwhile: nothing happens to it any more
 		}
+		if errors.Is(err, errContentLost) {
+			return p.failLost(ctx, meta, st.Queued.EmailID, err)
+		}
 		if err != nil {
-			return Transient(err)
+			return p.retryOrExpire(ctx, st, meta, err)
 		}
 		if reason != "" {
 			return p.fail(ctx, meta, st.Queued.EmailID, reason, detail)
@@ -182,6 +170,40 @@ func (p *Pipeline) fail(ctx context.Context, meta commands.Meta, id, reason, det
 	return nil
 }
 
+// retryOrExpire answers an error that may pass (a store, the read models,
+// the content scanner or a signing key failing for now): the email is
+// tried again until it has been going for MaxAge, counted as for the
+// provider's errors, and then fails, so that no email stays queued for
+// ever, whatever keeps failing. A try cut off by a shutdown is not
+// counted against the email.
+func (p *Pipeline) retryOrExpire(ctx context.Context, st email.State, meta commands.Meta, err error) error {
+	if ctx.Err() != nil || errors.Is(err, datakeys.ErrErased) || p.Now().Sub(st.GoingSince) <= p.MaxAge {
+		return Transient(err)
+	}
+	p.logFailure(meta, st.Queued.EmailID, "email could not be sent in time", err)
+	return p.fail(ctx, meta, st.Queued.EmailID, email.ReasonInternalError, fmt.Sprintf("the email could not be sent within %s", p.MaxAge))
+}
+
+// errContentLost marks an email whose own stored content (a body or an
+// attachment) is missing or damaged: no try can send it.
+var errContentLost = errors.New("the email's stored content is lost")
+
+// getContent reads the email's blob d; its loss is errContentLost.
+func (p *Pipeline) getContent(ctx context.Context, emailID, d string) ([]byte, error) {
+	b, err := p.Content.Get(ctx, emailID, blob.Digest(d))
+	if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt) {
+		return nil, fmt.Errorf("%w: %w", errContentLost, err)
+	}
+	return b, err
+}
+
+// failLost fails an email whose stored content is lost, the blob named in
+// the log for operators.
+func (p *Pipeline) failLost(ctx context.Context, meta commands.Meta, emailID string, err error) error {
+	p.logFailure(meta, emailID, "email's stored content could not be read", err)
+	return p.fail(ctx, meta, emailID, email.ReasonInternalError, "the email's stored content could not be read")
+}
+
 // prepare runs the gateway within the preparation deadline: an email that
 // cannot be prepared in time fails rather than holding a worker for good.
 func (p *Pipeline) prepare(ctx context.Context, st email.State, room *Lease, meta commands.Meta) (reason, detail string, atts []email.Attachment, err error) {
@@ -216,7 +238,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, room *Lease, met
 		if d == "" {
 			continue
 		}
-		body, err := p.Content.Get(ctx, q.EmailID, blob.Digest(d))
+		body, err := p.getContent(ctx, q.EmailID, d)
 		if err != nil {
 			return "", "", nil, err
 		}
@@ -280,7 +302,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, room *Lease, met
 			}
 			downloaded = append(downloaded, d[0])
 			a.Digest, a.SizeBytes = string(d[0]), int64(len(content))
-		} else if content, err = p.Content.Get(ctx, q.EmailID, blob.Digest(a.Digest)); err != nil {
+		} else if content, err = p.getContent(ctx, q.EmailID, a.Digest); err != nil {
 			return "", "", nil, err
 		}
 		v, err := p.Scanner.ScanAttachment(ctx, a.Filename, content)
@@ -308,8 +330,11 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, room *Lease, met
 func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position, atts []email.Attachment, meta commands.Meta) (left bool, err error) {
 	q := st.Queued
 	raw, err := p.render(ctx, st, atts)
+	if errors.Is(err, errContentLost) {
+		return false, p.failLost(ctx, meta, q.EmailID, err)
+	}
 	if IsTransient(err) {
-		return false, err
+		return false, p.retryOrExpire(ctx, st, meta, err)
 	}
 	if err != nil { // the message cannot be rendered: it never leaves
 		p.logFailure(meta, q.EmailID, "rendering failed", err)
@@ -318,7 +343,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 	recipients := mailmsg.Addresses(st.Recipients())
 	if p.Pace != nil {
 		if err := p.Pace(ctx); err != nil {
-			return false, Transient(err)
+			return false, p.retryOrExpire(ctx, st, meta, err)
 		}
 	}
 	// The checks come last, right before the provider call, whatever the
@@ -332,7 +357,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 	var key *provider.DKIMKey
 	if p.SigningKey != nil {
 		if key, err = p.SigningKey(ctx, q.AccountID, domainOf(q.FromEmail)); err != nil {
-			return false, Transient(err)
+			return false, p.retryOrExpire(ctx, st, meta, err)
 		}
 	}
 	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: mailmsg.WireAddress(q.FromEmail), Recipients: recipients, Raw: raw, Tags: q.Tags, DKIM: key})
@@ -375,7 +400,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		return false, Transient(err)
 	}
 	p.Outcomes.Send("sent", nil, accepted)
-	return true, p.recordSent(ctx, st, ver, unrecordedSend{msgID: msgID, at: accepted, atts: atts}, meta)
+	return true, p.recordSent(ctx, st, ver, acceptedSend{msgID: msgID, at: accepted, atts: atts}, meta)
 }
 
 // mayNotLeave reads what the read models say of the email now, in one
@@ -393,7 +418,7 @@ func (p *Pipeline) mayNotLeave(ctx context.Context, st email.State, pos eventsto
 	}
 	checks, err := p.Checks(ctx, q.AccountID, q.DomainID, domainOf(q.FromEmail), mailmsg.Addresses(st.Recipients()))
 	if err != nil {
-		return true, Transient(err)
+		return true, p.retryOrExpire(ctx, st, meta, err)
 	}
 	if !checks.Suspended && checks.CanSend && len(checks.Suppressed) == 0 {
 		return false, nil
@@ -409,17 +434,17 @@ func (p *Pipeline) mayNotLeave(ctx context.Context, st email.State, pos eventsto
 	}
 }
 
-// recordSent records that the provider accepted the email as msgID. The
-// message has left: while the database refuses the write it is tried
-// again here, and if the job must end first, the message id is kept for
-// its next try in this process, which records rather than sends again.
-func (p *Pipeline) recordSent(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, sent unrecordedSend, meta commands.Meta) error {
+// recordSent records that the provider accepted the email. The message
+// has left: while the database refuses the write it is tried again here,
+// and if the send job must end first, the provider's answer is kept with
+// the job (keepAccepted), so that its next try, in whichever process,
+// records it rather than sends again.
+func (p *Pipeline) recordSent(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, sent acceptedSend, meta commands.Meta) error {
 	wait := jobs.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	acceptance := commands.Acceptance{MessageID: sent.msgID, At: sent.at, Attachments: sent.atts, Feedback: p.Feedback}
 	for try := 1; ; try++ {
 		err := p.Commands.RecordEmailSentAt(ctx, st, ver, acceptance, meta)
 		if err == nil || errors.Is(err, datakeys.ErrErased) {
-			p.unrecorded.Delete(st.Queued.EmailID)
 			return err
 		}
 		if try == 1 {
@@ -427,7 +452,7 @@ func (p *Pipeline) recordSent(ctx context.Context, st email.State, ver eventstor
 		}
 		select {
 		case <-ctx.Done():
-			p.unrecorded.Store(st.Queued.EmailID, sent)
+			keepAccepted(ctx, st, sent)
 			return Transient(err)
 		case <-time.After(wait.Delay(try)):
 		}
@@ -473,23 +498,32 @@ func (p *Pipeline) render(ctx context.Context, st email.State, atts []email.Atta
 		if d == "" {
 			return "", nil
 		}
-		b, err := p.Content.Get(ctx, q.EmailID, blob.Digest(d))
+		b, err := p.getContent(ctx, q.EmailID, d)
 		return string(b), err
 	}
 	if m.HTML, err = get(q.HTMLDigest); err != nil {
-		return nil, Transient(err)
+		return nil, orLost(err)
 	}
 	if m.Text, err = get(q.TextDigest); err != nil {
-		return nil, Transient(err)
+		return nil, orLost(err)
 	}
 	for _, a := range atts {
-		b, err := p.Content.Get(ctx, q.EmailID, blob.Digest(a.Digest))
+		b, err := p.getContent(ctx, q.EmailID, a.Digest)
 		if err != nil {
-			return nil, Transient(err)
+			return nil, orLost(err)
 		}
 		m.Attachments = append(m.Attachments, mailmsg.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: a.ContentID, Content: b})
 	}
 	return mailmsg.Build(m)
+}
+
+// orLost marks a content read's error transient, unless the content is
+// lost, which no try mends.
+func orLost(err error) error {
+	if errors.Is(err, errContentLost) {
+		return err
+	}
+	return Transient(err)
 }
 
 func domainOf(addr string) string {

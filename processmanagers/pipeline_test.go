@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -52,6 +53,7 @@ type pipelineRig struct {
 	keys     *datakeys.Keyring
 	content  *datakeys.Blobs
 	outbox   *sandbox.Outbox
+	pool     *pgxpool.Pool // the data keys' database, which also has River's tables
 
 	checks   processmanagers.Checks
 	sender   provider.Sender // nil: the outbox
@@ -71,7 +73,8 @@ func newPipelineRig(t *testing.T) *pipelineRig {
 	if r.blobs, err = blob.NewFS(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	r.keys = datakeys.New(pgtest.NewPool(t), box)
+	r.pool = pgtest.NewPool(t)
+	r.keys = datakeys.New(r.pool, box)
 	r.content = datakeys.NewBlobs(r.blobs, r.keys)
 	if r.outbox, err = sandbox.NewOutbox(t.TempDir(), 0); err != nil {
 		t.Fatal(err)
@@ -461,40 +464,75 @@ func (s *refusingAppends) Append(ctx context.Context, stream string, expected ev
 	return s.Store.Append(ctx, stream, expected, events...)
 }
 
-// A message the provider accepted is handed over once, however long the
-// database refuses to record it: the pipeline keeps trying to record it,
-// and a later try of the job records instead of sending again.
-func TestAcceptedMessageIsNotSentAgainWhileItCannotBeRecorded(t *testing.T) {
-	r := newPipelineRig(t)
-	store := &refusingAppends{Store: r.store}
-	now := func() time.Time { return r.now }
-	box, _ := secretbox.New(make([]byte, 32))
-	r.pipeline.Commands = commands.New(commands.Deps{Store: store, Now: now, Box: box, Content: r.content})
-	var sends atomic.Int32
-	r.sender = sendFunc(func(ctx context.Context, m provider.Outbound) (string, error) {
-		sends.Add(1)
-		return "msg-1", nil
-	})
-	id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
-	store.refuse.Store(true)
-	for range 3 { // three tries of the job, each cut off by its deadline
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		err := r.pipeline.Process(ctx, id, eventstore.Start)
-		cancel()
-		if !processmanagers.IsTransient(err) {
-			t.Fatalf("a try while appends fail: %v, want a transient error", err)
-		}
+// An email whose stored body or attachment is gone can never be sent: it
+// fails at once (email.failed, with internal_error) rather than being
+// retried for ever. The log names the missing blob for operators.
+func TestPipelineFailsAnEmailWhoseStoredContentIsLost(t *testing.T) {
+	for name, lose := range map[string]func(q *email.Queued) string{
+		"body":       func(q *email.Queued) string { return q.HTMLDigest },
+		"attachment": func(q *email.Queued) string { return q.Attachments[0].Digest },
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := newPipelineRig(t)
+			id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"}, "report.pdf")
+			lost := lose(r.events(t, id)[0].(*email.Queued))
+			if err := r.blobs.Delete(context.Background(), blob.Digest(lost)); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.process(id); err != nil {
+				t.Fatalf("processing an email whose %s is lost: %v, want it failed", name, err)
+			}
+			f := r.failure(t, id)
+			if f == nil || f.Reason != email.ReasonInternalError || f.Detail != "the email's stored content could not be read" {
+				t.Fatalf("email stream %q, failure %+v", r.types(t, id), f)
+			}
+			if !strings.Contains(r.logs.String(), lost) {
+				t.Errorf("the log does not name the lost blob:\n%s", r.logs.String())
+			}
+		})
 	}
-	// What changed meanwhile does not matter: the message has left.
-	r.checks = processmanagers.Checks{Suppressed: []string{"ann@example.org"}}
-	store.refuse.Store(false)
-	if err := r.process(id); err != nil {
-		t.Fatal(err)
-	}
-	if n := sends.Load(); n != 1 {
-		t.Fatalf("the provider was handed the message %d times, want once", n)
-	}
-	if got := r.types(t, id); !slices.Contains(got, "EmailSent") || slices.Contains(got, "EmailFailed") {
-		t.Fatalf("email stream %q: want the send recorded, and no failure", got)
+}
+
+// Whatever keeps an email from leaving, not only the provider, is retried
+// for MAILROOM_SEND_MAX_AGE and then fails the email: no email stays
+// queued for ever behind a signing key that cannot be read, read models
+// that keep failing or a content scanner that is down.
+func TestPipelineFailsAnEmailThatCannotLeaveWithinMaxAge(t *testing.T) {
+	broken := errors.New("connection refused")
+	for name, breakIt := range map[string]func(r *pipelineRig){
+		"signing key": func(r *pipelineRig) {
+			r.pipeline.SigningKey = func(context.Context, string, string) (*provider.DKIMKey, error) { return nil, broken }
+		},
+		"read models": func(r *pipelineRig) {
+			r.pipeline.Checks = func(context.Context, string, string, string, []string) (processmanagers.Checks, error) {
+				return processmanagers.Checks{}, broken
+			}
+		},
+		"content scanner": func(r *pipelineRig) {
+			r.pipeline.Scanner = scan.New("unix:"+t.TempDir()+"/clamd.sock", time.Second)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := newPipelineRig(t)
+			breakIt(r)
+			id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
+			if err := r.process(id); !processmanagers.IsTransient(err) {
+				t.Fatalf("first try: %v, want a transient error", err)
+			}
+			if f := r.failure(t, id); f != nil {
+				t.Fatalf("failed at its first try: %+v", f)
+			}
+			r.now = queuedAt.Add(r.pipeline.MaxAge + time.Second)
+			if err := r.process(id); err != nil {
+				t.Fatalf("try after MaxAge: %v, want the email failed", err)
+			}
+			f := r.failure(t, id)
+			if f == nil || f.Reason != email.ReasonInternalError || f.Detail != "the email could not be sent within 1h0m0s" {
+				t.Fatalf("email stream %q after MaxAge, failure %+v", r.types(t, id), f)
+			}
+			if !strings.Contains(r.logs.String(), "connection refused") && name != "content scanner" {
+				t.Errorf("the log does not keep the error:\n%s", r.logs.String())
+			}
+		})
 	}
 }

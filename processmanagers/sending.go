@@ -15,6 +15,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/logs"
@@ -93,7 +94,7 @@ type SendWorker struct {
 	// (downloaded, sealed, rendered in base64), so a burst of large
 	// emails would otherwise take gigabytes.
 	Memory      *Room
-	SmallMemory *semaphore.Weighted
+	SmallMemory *SmallRoom
 	// Retry is the wait before a transient failure is tried again.
 	Retry jobs.Backoff
 	Log   *slog.Logger
@@ -101,6 +102,13 @@ type SendWorker struct {
 
 // Work implements river.Worker.
 func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
+	meta := pipelineMeta.Following(job.Args.EventID, job.Args.CorrelationID)
+	// Accepted by the provider on an earlier try, in this process or
+	// another: only the record is left, whatever the checks would say now,
+	// and it takes neither a slot nor memory.
+	if k, ok := acceptedEarlier(job.Metadata); ok {
+		return w.outcome(ctx, job, w.Pipeline.recordAccepted(ctx, job.Args.EmailID, k, meta))
+	}
 	pos, err := eventstore.ParsePosition(job.Args.Position)
 	if err != nil {
 		return err
@@ -133,12 +141,120 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 		}
 		defer lease.Release()
 	} else if w.SmallMemory != nil {
-		if !w.SmallMemory.TryAcquire(n) {
+		release, ok := w.SmallMemory.TryTake(n)
+		if !ok {
 			return river.JobSnooze(overCapWait())
 		}
-		defer w.SmallMemory.Release(n)
+		defer release()
 	}
-	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, ver, pos, lease, pipelineMeta.Following(job.Args.EventID, job.Args.CorrelationID)))
+	return w.outcome(ctx, job, w.Pipeline.process(ctx, st, ver, pos, lease, meta))
+}
+
+// SmallRoom is the part of SendWorker's memory bound kept for emails with
+// small attachments or none, which take it without waiting in turn. An
+// email that weighs more than all of it takes all of it, as Room does a
+// large one, rather than waiting for room that can never be.
+type SmallRoom struct {
+	sem  *semaphore.Weighted
+	size int64
+}
+
+// NewSmallRoom returns a SmallRoom of size bytes.
+func NewSmallRoom(size int64) *SmallRoom {
+	return &SmallRoom{sem: semaphore.NewWeighted(size), size: size}
+}
+
+// TryTake takes room for an email of weight n, or reports false while
+// others hold it; release gives it back.
+func (r *SmallRoom) TryTake(n int64) (release func(), ok bool) {
+	n = min(n, r.size)
+	if !r.sem.TryAcquire(n) {
+		return nil, false
+	}
+	return func() { r.sem.Release(n) }, true
+}
+
+// acceptedKey names, in a send job's metadata, the provider's acceptance
+// of a message whose EmailSent could not be recorded yet. River keeps the
+// job's metadata with its snooze, so whichever process takes the job next
+// records the message instead of handing it over again.
+const acceptedKey = "accepted"
+
+// keptAcceptance is an acceptance as a send job keeps it. The job is not
+// sealed and outlives an erasure a while, so it keeps no names or
+// addresses: of the attachments, only what the content gateway made of
+// the email's own, one for one (a download's digest and size, and the
+// server's type where it was taken).
+type keptAcceptance struct {
+	MessageID   string           `json:"message_id"`
+	At          time.Time        `json:"at"`
+	Attachments []keptAttachment `json:"attachments,omitempty"`
+}
+
+type keptAttachment struct {
+	Digest      string `json:"digest"`
+	SizeBytes   int64  `json:"size_bytes"`
+	ContentType string `json:"content_type,omitempty"` // when it is not the email's own
+}
+
+// keepAccepted keeps sent with the send job working the email st, for
+// its next try. Outside a send job there is nothing to keep it with.
+func keepAccepted(ctx context.Context, st email.State, sent acceptedSend) {
+	own := st.Attachments()
+	k := keptAcceptance{MessageID: sent.msgID, At: sent.at}
+	for i, a := range sent.atts {
+		ka := keptAttachment{Digest: a.Digest, SizeBytes: a.SizeBytes}
+		if i >= len(own) || a.ContentType != own[i].ContentType {
+			ka.ContentType = a.ContentType
+		}
+		k.Attachments = append(k.Attachments, ka)
+	}
+	_ = river.MetadataSet(ctx, acceptedKey, k)
+}
+
+// acceptedEarlier reads back what keepAccepted kept in a job's metadata.
+func acceptedEarlier(metadata []byte) (keptAcceptance, bool) {
+	var m struct {
+		Accepted *keptAcceptance `json:"accepted"`
+	}
+	if json.Unmarshal(metadata, &m) != nil || m.Accepted == nil {
+		return keptAcceptance{}, false
+	}
+	return *m.Accepted, true
+}
+
+// send is the acceptance k again, its attachments the email st's own as
+// the content gateway passed them.
+func (k keptAcceptance) send(st email.State) acceptedSend {
+	own := st.Attachments()
+	atts := make([]email.Attachment, len(k.Attachments))
+	for i, ka := range k.Attachments {
+		if i < len(own) {
+			atts[i] = own[i]
+		}
+		atts[i].Digest, atts[i].SizeBytes = ka.Digest, ka.SizeBytes
+		if ka.ContentType != "" {
+			atts[i].ContentType = ka.ContentType
+		}
+	}
+	return acceptedSend{msgID: k.MessageID, at: k.At, atts: atts}
+}
+
+// recordAccepted records the message the provider accepted for the
+// email on an earlier try of its job (k): the message has left, so
+// nothing is checked or sent again.
+func (p *Pipeline) recordAccepted(ctx context.Context, id string, k keptAcceptance, meta commands.Meta) error {
+	st, ver, err := p.Commands.EmailAt(ctx, id)
+	if err != nil {
+		return Transient(err)
+	}
+	if !st.Exists() || st.Sent != nil || st.Failed != nil || st.Erased != nil || st.Queued.Erased {
+		return nil // recorded meanwhile, or erased
+	}
+	if err := p.recordSent(ctx, st, ver, k.send(st), meta); !errors.Is(err, datakeys.ErrErased) {
+		return err
+	}
+	return nil
 }
 
 // smallAttachments is the weight below which an email counts against

@@ -41,11 +41,16 @@ const (
 	ReasonProviderUnavailable = "provider_unavailable"
 	ReasonRenderingFailed     = "rendering_failed"
 	ReasonAttachmentsTooLarge = "attachments_too_large"
+	// ReasonInternalError is the service's own failure: the email's stored
+	// content is lost, or what it needs besides the provider (its stores,
+	// the content scanner, its signing key) kept failing for the send's
+	// maximum age.
+	ReasonInternalError = "internal_error"
 )
 
 // Reasons lists every failure reason.
 var Reasons = []string{ReasonBlockedAttachment, ReasonMalware, ReasonAttachmentDownload, ReasonSuppressed, ReasonDomainRemoved,
-	ReasonProviderRejected, ReasonProviderUnavailable, ReasonRenderingFailed, ReasonAttachmentsTooLarge}
+	ReasonProviderRejected, ReasonProviderUnavailable, ReasonRenderingFailed, ReasonAttachmentsTooLarge, ReasonInternalError}
 
 // IDTag is the tag that carries an email's id to a provider beside the
 // message (an SES message tag), so that its feedback finds the email: no

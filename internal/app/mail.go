@@ -8,8 +8,6 @@ import (
 	"net"
 	"time"
 
-	"golang.org/x/sync/semaphore"
-
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/dkimkey"
@@ -101,7 +99,7 @@ func (a *App) sendWorker(limit *ratelimit.Limiter) *processmanagers.SendWorker {
 		// A quarter for emails under 1 MiB of attachments, which then
 		// never wait behind a large one; the rest for the large ones.
 		small := n / 4
-		w.Memory, w.SmallMemory = processmanagers.NewRoom(n-small), semaphore.NewWeighted(small)
+		w.Memory, w.SmallMemory = processmanagers.NewRoom(n-small), processmanagers.NewSmallRoom(small)
 	}
 	return w
 }

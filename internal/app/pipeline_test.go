@@ -334,6 +334,21 @@ func TestLastingThrottleFailsTheEmail(t *testing.T) {
 	}
 }
 
+// An email that cannot leave for a reason of the service's own (here the
+// content scanner is down) is retried for MAILROOM_SEND_MAX_AGE like a
+// provider outage, and then fails: its timeline says internal_error.
+func TestEmailFailsWhenTheScannerStaysDown(t *testing.T) {
+	w := newSendWorld(t, func(c *config.Config) {
+		c.ClamdAddr = "unix:" + t.TempDir() + "/clamd.sock" // nothing listens
+		c.SendMaxAge = 2 * time.Second
+	})
+	id := w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})["id"].(string)
+	e := w.waitFor(t, id, status("failed"))
+	if r := e["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)["reason"]; r != "internal_error" {
+		t.Fatalf("reason %v", r)
+	}
+}
+
 // One account's emails whose attachments trickle in a byte a second take
 // no more than that account's share of the workers: another account's
 // emails are sent while they are still downloading.

@@ -149,12 +149,12 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.SESEndpoint, "ses-endpoint", "MAILROOM_SES_ENDPOINT", "", "endpoint override for SES and SQS (emulators)")
 	str(fs, &c.EgressResolver, "egress-resolver", "MAILROOM_EGRESS_RESOLVER", "", "development only: DNS server (host:port) that webhook and attachment host names are resolved with instead of the system's")
 	c.boolean(fs, &c.WebhookAllowHTTP, "webhook-allow-http", "MAILROOM_WEBHOOK_ALLOW_HTTP", false, "development only: allow plain http webhook and attachment URLs")
-	c.duration(fs, &c.SendMaxAge, "send-max-age", "MAILROOM_SEND_MAX_AGE", 24*time.Hour, "how long transient provider failures and throttling are retried before an email fails with provider_unavailable")
+	c.duration(fs, &c.SendMaxAge, "send-max-age", "MAILROOM_SEND_MAX_AGE", 24*time.Hour, "how long transient provider failures and throttling are retried before an email fails with provider_unavailable (other transient failures: internal_error)")
 	c.integer(fs, &c.SendConcurrency, "send-concurrency", "MAILROOM_SEND_CONCURRENCY", 8, "deprecated and ignored: sending and webhooks run on the job queue (see provider-concurrency and webhook-concurrency)")
 	c.integer(fs, &c.ProviderConcurrency, "provider-concurrency", "MAILROOM_PROVIDER_CONCURRENCY", 128, "messages in flight to the provider per worker process (emails being prepared or sent)")
 	c.float(fs, &c.ProviderMaxRate, "provider-max-rate", "MAILROOM_PROVIDER_MAX_RATE", 0, "messages per second sent by all worker processes together; 0: the provider's own (SES: the account's maximum send rate; sandbox and smtp: unlimited)")
 	c.integer(fs, &c.AccountConcurrency, "account-concurrency", "MAILROOM_ACCOUNT_CONCURRENCY", 96, "emails of one account being prepared or sent at once per worker process, so one account cannot take every slot (0: no cap); at or above provider-concurrency it caps nothing")
-	c.int64Flag(fs, &c.MaxSendingBytes, "max-sending-bytes", "MAILROOM_MAX_SENDING_BYTES", 64<<20, "attachment bytes of the emails one worker process prepares and sends at once, each held about six times over (each email counts its attachments, a download still to come at its most; emails with under 1 MiB of attachments do not count); 0 disables")
+	c.int64Flag(fs, &c.MaxSendingBytes, "max-sending-bytes", "MAILROOM_MAX_SENDING_BYTES", 64<<20, "attachment bytes of the emails one worker process prepares and sends at once, each held about six times over (each email counts its attachments, a download still to come at its most; a quarter of it is kept for emails with under 1 MiB of attachments, which never wait behind larger ones); at least 4 MiB, or 0 to disable")
 	str(fs, &c.WebhookRetries, "webhook-retry-schedule", "MAILROOM_WEBHOOK_RETRY_SCHEDULE", "30s,2m,10m,30m,1h30m,3h", "waits before each webhook retry (comma-separated Go durations)")
 	c.integer(fs, &c.WebhookConcurrency, "webhook-concurrency", "MAILROOM_WEBHOOK_CONCURRENCY", 128, "webhook attempts in flight per worker process")
 	c.integer(fs, &c.WebhookAccountConcurrency, "webhook-account-concurrency", "MAILROOM_WEBHOOK_ACCOUNT_CONCURRENCY", 16, "webhook attempts of one account in flight per worker process, so one account's slow endpoints cannot hold the others' up")
@@ -256,6 +256,9 @@ func (c *Config) Validate() error {
 	if c.MaxInflightBytes != 0 && c.MaxInflightBytes < maxBodyBytes {
 		return invalid("max-inflight-bytes", "must be 0 (no cap) or at least 47185920 (45 MiB, the largest request body)")
 	}
+	if c.MaxSendingBytes != 0 && c.MaxSendingBytes < minSendingBytes {
+		return invalid("max-sending-bytes", "must be 0 (no bound) or at least 4194304 (4 MiB: a quarter of it holds one email with under 1 MiB of attachments)")
+	}
 	if c.RetentionDays < 1 || c.RetentionDays > 365 {
 		return invalid("retention-days", "must be between 1 and 365")
 	}
@@ -307,6 +310,12 @@ func clamdAddrValid(addr string) bool {
 // maxBodyBytes is the API's request body limit (httpserver.MaxBodyBytes): a
 // smaller cap on bytes in flight would refuse every large request.
 const maxBodyBytes = 45 << 20
+
+// minSendingBytes is the least bound on a worker's attachment bytes that
+// is of use: its quarter, kept for emails with under 1 MiB of attachments,
+// holds one of them. Smaller, every email would go out alone, which is
+// rather a unit mistaken (KiB for MiB) than a wish.
+const minSendingBytes = 4 << 20
 
 // MasterKeyFile is the file a development master key is read from (and
 // generated into when missing); "" when the key is given or required.

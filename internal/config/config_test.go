@@ -86,11 +86,20 @@ func TestValuesThatCannotWorkAreRefusedByName(t *testing.T) {
 		"region (MAILROOM_REGION)":                                 func(c *Config) { c.Region = "not a region!" },
 		"dkim-rotation-days (MAILROOM_DKIM_ROTATION_DAYS)":         func(c *Config) { c.DKIMRotationDays = 0 },
 		"webhook-retry-schedule (MAILROOM_WEBHOOK_RETRY_SCHEDULE)": func(c *Config) { c.WebhookRetries = "1m,soon" },
+		"max-sending-bytes (MAILROOM_MAX_SENDING_BYTES)":           func(c *Config) { c.MaxSendingBytes = 200 << 10 },
 	} {
 		cfg := defaults(t)
 		set(&cfg)
 		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), want+": ") {
 			t.Errorf("%s: %v", want, err)
+		}
+	}
+	// A bound whose quarter holds one small email works; none works too.
+	for _, n := range []int64{0, 4 << 20} {
+		cfg := defaults(t)
+		cfg.MaxSendingBytes = n
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("max-sending-bytes %d: %v", n, err)
 		}
 	}
 	for _, region := range []string{"us-east-1", "ap-southeast-2", "us-gov-west-1", "eu-central-1"} {

@@ -53,6 +53,7 @@ mailroom_emails_failed_total{reason="attachment_download_failed"} 0
 mailroom_emails_failed_total{reason="attachments_too_large"} 0
 mailroom_emails_failed_total{reason="blocked_attachment_type"} 0
 mailroom_emails_failed_total{reason="domain_removed"} 0
+mailroom_emails_failed_total{reason="internal_error"} 0
 mailroom_emails_failed_total{reason="malware_detected"} 0
 mailroom_emails_failed_total{reason="provider_rejected"} 0
 mailroom_emails_failed_total{reason="provider_unavailable"} 0
