@@ -2,13 +2,18 @@ package processmanagers
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
+	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/pgtest"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // A release that queues an attempt whose job is still running hears of it,
@@ -66,5 +71,81 @@ func TestInsertDueReportsRunningAttempts(t *testing.T) {
 	}
 	if count("held", "available") != 1 || count("fresh", "available") != 1 {
 		t.Fatalf("after the second look: held %d available, fresh %d available; want one each", count("held", "available"), count("fresh", "available"))
+	}
+}
+
+// A resume or a reinstatement whose attempts keep running (a busy
+// receiver working off its backlog) looks again at most releaseLooks
+// times, and then leaves what is left to the sweep: it does not page
+// through every pending delivery of the endpoint twice a second for as
+// long as the receiver is busy. River does not count a snooze as an
+// attempt, so the release counts its looks itself. (The job starts with
+// all but two of its looks taken, so the test waits about a second.)
+func TestAReleaseBehindABusyReceiverStopsLookingAgain(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	if err := jobs.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	for _, ddl := range []string{projections.Accounts{}.Schema(), projections.Webhooks{}.Schema()} {
+		if _, err := pool.Exec(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_endpoints (id, account_id, url, description, event_types, sealed_secret, is_active, created_at, updated_at)
+		VALUES ('ep', 'acct', 'https://example.invalid/', '', '{email.sent}', 'x', true, now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_deliveries (id, endpoint_id, account_id, email_id, event_type, status, attempts, created_at, next_attempt_at)
+		VALUES ('d1', 'ep', 'acct', 'e1', 'email.sent', 'pending', 0, now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	w := &Webhooks{Pool: pool, Now: time.Now,
+		Settle: func(context.Context, eventstore.Position, ...projections.Name) error { return nil }}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &releaseWorker{w: w})
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[AttemptArgs]) error { return nil }))
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{WebhookQueue: {MaxWorkers: 2}},
+		Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The delivery's attempt is running, and stays so.
+	res, err := client.Insert(ctx, AttemptArgs{DeliveryID: "d1", Attempt: 1, AccountID: "acct", EndpointID: "ep"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`, res.Job.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer client.Stop(context.Background())
+	rel, err := client.Insert(ctx, ReleaseArgs{EndpointID: "ep"},
+		&river.InsertOpts{Metadata: []byte(fmt.Sprintf(`{"release_looks": %d}`, releaseLooks-2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var state rivertype.JobState
+		var looks int
+		if err := pool.QueryRow(ctx, `SELECT state, coalesce((metadata->>'release_looks')::int, 0) FROM river_job WHERE id = $1`,
+			rel.Job.ID).Scan(&state, &looks); err != nil {
+			t.Fatal(err)
+		}
+		if state == rivertype.JobStateCompleted {
+			if looks != releaseLooks {
+				t.Fatalf("the release ended after %d looks again, want %d", looks, releaseLooks)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the release still looks again (state %s, %d looks counted), its attempt still running", state, looks)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

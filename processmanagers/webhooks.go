@@ -991,13 +991,25 @@ func (rw *releaseWorker) Work(ctx context.Context, job *river.Job[ReleaseArgs]) 
 		}
 		again = again || running
 	}
-	if again && job.Attempt < releaseLooks {
+	if looks := releaseLooksOf(job.Metadata); again && looks < releaseLooks {
 		// An attempt that saw the endpoint or account still held may be
 		// ending without sending: look again once it has. Attempts that
 		// keep running are a busy receiver's; the sweep covers any left.
+		_ = river.MetadataSet(ctx, "release_looks", looks+1)
 		return river.JobSnooze(releaseAgainAfter)
 	}
 	return nil
+}
+
+// releaseLooksOf is how often the release's job looked again so far,
+// counted in its metadata: River does not count a snooze as an attempt,
+// so job.Attempt stays where it was.
+func releaseLooksOf(metadata []byte) int {
+	var m struct {
+		Looks int `json:"release_looks"`
+	}
+	_ = json.Unmarshal(metadata, &m)
+	return m.Looks
 }
 
 // A release looks again every releaseAgainAfter, releaseLooks times at
