@@ -373,7 +373,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		// An answer to slow down that lasts this long is no longer about
 		// the pace (a full mailbox answers 452 for days): the email
 		// fails as on any transient error, so none waits for ever.
-		p.Outcomes.Send("failed", err, p.Now())
+		p.Outcomes.GaveUp(err, p.Now())
 		p.logFailure(meta, q.EmailID, "provider kept throttling the message", err)
 		return false, p.fail(ctx, meta, q.EmailID, email.ReasonProviderUnavailable,
 			fmt.Sprintf("the provider did not accept the message within %s", p.MaxAge))
@@ -391,7 +391,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 		}
 		return false, p.fail(ctx, meta, q.EmailID, email.ReasonProviderRejected, detail)
 	case err != nil && tooOld:
-		p.Outcomes.Send("failed", err, p.Now())
+		p.Outcomes.GaveUp(err, p.Now()) // the provider is no less down
 		p.logFailure(meta, q.EmailID, "provider unavailable", err)
 		return false, p.fail(ctx, meta, q.EmailID, email.ReasonProviderUnavailable,
 			fmt.Sprintf("the provider did not accept the message within %s", p.MaxAge))

@@ -450,6 +450,47 @@ func TestPipelineOnProviderErrors(t *testing.T) {
 	})
 }
 
+// An email that gives up on a provider still down (provider_unavailable
+// past MAILROOM_SEND_MAX_AGE) does not make /readyz report the provider
+// healthy again: only a send that goes out, or a provider's rejection,
+// ends the run of failures.
+func TestAProviderStillDownStaysFailingWhileOldEmailsGiveUp(t *testing.T) {
+	r := newPipelineRig(t)
+	down := errors.New("connection refused")
+	r.sender = sendFunc(func(context.Context, provider.Outbound) (string, error) { return "", down })
+	old := r.queue(t, "<p>old</p>", []string{"ann@example.org"})
+	for range 5 {
+		if err := r.process(old); !processmanagers.IsTransient(err) {
+			t.Fatalf("provider down: %v, want a transient error", err)
+		}
+	}
+	if err := r.outcomes.ProviderFailing(); err == nil {
+		t.Fatal("five failed sends in a row, and the provider is not reported failing")
+	}
+	r.now = queuedAt.Add(r.pipeline.MaxAge + time.Second)
+	if err := r.process(old); err != nil {
+		t.Fatal(err)
+	}
+	if f := r.failure(t, old); f == nil || f.Reason != email.ReasonProviderUnavailable {
+		t.Fatalf("the old email: %q", r.types(t, old))
+	}
+	err := r.outcomes.ProviderFailing()
+	if err == nil || !strings.Contains(err.Error(), "6 sends in a row") {
+		t.Fatalf("the provider is still down after an email gave up on it: %v", err)
+	}
+
+	// A rejection is an answer from a provider that works.
+	r.sender = sendFunc(func(context.Context, provider.Outbound) (string, error) {
+		return "", &provider.RejectedError{Reason: "MessageRejected", Code: "MessageRejected"}
+	})
+	if err := r.process(r.queue(t, "<p>new</p>", []string{"bob@example.org"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.outcomes.ProviderFailing(); err != nil {
+		t.Fatalf("the provider answered with a rejection, and is still reported failing: %v", err)
+	}
+}
+
 // refusingAppends is an event store whose appends fail while refuse is
 // set, as a database does when its disk is full or it is read-only.
 type refusingAppends struct {

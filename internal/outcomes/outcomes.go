@@ -11,6 +11,7 @@ import (
 
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/logs"
+	"github.com/mailroom/mailroom/internal/provider"
 )
 
 // Recorder counts sends, failed emails and webhook attempts by outcome, and
@@ -63,6 +64,31 @@ func (o *Recorder) Send(outcome string, err error, now time.Time) {
 		o.failing = 0
 		return
 	}
+	o.failed(err, now)
+}
+
+// GaveUp records an email failed because the provider did not accept it
+// within its maximum age, err being the provider's last answer. It counts
+// as failed, but unlike a rejection it is no answer from a provider that
+// works: it never ends a run of failures, so /readyz keeps reporting a
+// provider that is still down while the oldest emails give up on it. A
+// transient failure counts as one more in the run; a throttle, which is
+// slowing down and not failing, does not.
+func (o *Recorder) GaveUp(err error, now time.Time) {
+	if o == nil {
+		return
+	}
+	o.Sends.WithLabelValues("failed").Inc()
+	if provider.IsThrottled(err) {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.failed(err, now)
+}
+
+// failed counts a transient provider failure in the run; o.mu is held.
+func (o *Recorder) failed(err error, now time.Time) {
 	if o.failing == 0 {
 		o.since = now
 	}

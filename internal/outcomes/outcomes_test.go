@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/mailroom/mailroom/internal/outcomes"
+	"github.com/mailroom/mailroom/internal/provider"
 )
 
 func TestFiveFailuresInARowMakeTheProviderFailingUntilASendGoesOut(t *testing.T) {
@@ -35,10 +36,37 @@ func TestFiveFailuresInARowMakeTheProviderFailingUntilASendGoesOut(t *testing.T)
 	}
 }
 
+// An email that gives up on the provider is a failed send, but no sign
+// that the provider works again: the run of failures goes on, one longer
+// for a transient failure, as long for a throttle (which never counts).
+func TestAnEmailGivingUpDoesNotEndTheProvidersRunOfFailures(t *testing.T) {
+	r := outcomes.New(prometheus.NewRegistry())
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for i := range 4 {
+		r.Send("retrying", errors.New("connection refused"), at.Add(time.Duration(i)*time.Second))
+	}
+	r.GaveUp(&provider.ThrottledError{Reason: "452 mailbox full"}, at.Add(4*time.Second))
+	if err := r.ProviderFailing(); err != nil {
+		t.Fatalf("four failures and a throttle: %v", err)
+	}
+	r.GaveUp(errors.New("connection refused"), at.Add(5*time.Second))
+	if err := r.ProviderFailing(); err == nil || !strings.Contains(err.Error(), "5 sends in a row since 2026-05-01T12:00:00Z") {
+		t.Fatalf("four failures and an email giving up after a fifth: %v", err)
+	}
+	if got := testutil.ToFloat64(r.Sends.WithLabelValues("failed")); got != 2 {
+		t.Fatalf("failed counted %v, want 2", got)
+	}
+	r.Send("failed", &provider.RejectedError{Reason: "550 no such user"}, at.Add(6*time.Second))
+	if err := r.ProviderFailing(); err != nil {
+		t.Fatalf("after a rejection, an answer from a provider that works: %v", err)
+	}
+}
+
 func TestANilRecorderRecordsNothing(t *testing.T) {
 	var r *outcomes.Recorder
 	r.Send("sent", nil, time.Now())
 	r.Fail("suppressed")
+	r.GaveUp(errors.New("connection refused"), time.Now())
 	r.Attempt(true)
 }
 
