@@ -2,7 +2,6 @@ package processmanagers
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -33,7 +32,7 @@ func (p *DomainPoller) Run(ctx context.Context) error {
 	t := time.NewTicker(p.Interval)
 	defer t.Stop()
 	for {
-		if _, err := p.Tick(ctx); err != nil && ctx.Err() == nil {
+		if _, err := p.OnTimer(ctx); err != nil && ctx.Err() == nil {
 			p.Log.Error("domain poll", "err", err)
 		}
 		select {
@@ -44,18 +43,22 @@ func (p *DomainPoller) Run(ctx context.Context) error {
 	}
 }
 
-// Tick runs one pass over the domains that have something pending, unless
-// another instance is running one: then it reports that it did not run.
+// OnTimer is one tick of this instance's timer: a pass, unless another
+// instance is running one or began one within the interval, so the
+// instances run about one pass per interval between them. It reports
+// whether it ran one.
+func (p *DomainPoller) OnTimer(ctx context.Context) (ran bool, err error) {
+	return timedPass(ctx, p.Pool, pglock.DomainPoll, "domain-poll", p.Now(), p.Interval, p.poll)
+}
+
+// Tick runs one pass now, unless another instance is running one: then it
+// reports that it did not run.
 func (p *DomainPoller) Tick(ctx context.Context) (ran bool, err error) {
-	err = pglock.Hold(ctx, p.Pool.Config().ConnConfig, pglock.DomainPoll, pglock.Options{Wait: pglock.Try}, p.poll)
-	if errors.Is(err, pglock.ErrHeld) {
-		return false, nil
-	}
-	return err == nil, err
+	return timedPass(ctx, p.Pool, pglock.DomainPoll, "domain-poll", p.Now(), 0, p.poll)
 }
 
 // poll runs one pass; the caller holds the poll lock.
-func (p *DomainPoller) poll(ctx context.Context, _ *pglock.Conn) error {
+func (p *DomainPoller) poll(ctx context.Context) error {
 	work, err := readapi.DomainsToPoll(ctx, p.Pool)
 	if err != nil {
 		return err

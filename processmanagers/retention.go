@@ -2,7 +2,6 @@ package processmanagers
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -37,7 +36,7 @@ func (r *Retention) Run(ctx context.Context) error {
 	t := time.NewTicker(r.Interval)
 	defer t.Stop()
 	for {
-		if _, _, err := r.Tick(ctx); err != nil && ctx.Err() == nil {
+		if _, _, err := r.OnTimer(ctx); err != nil && ctx.Err() == nil {
 			r.Log.Error("retention", "err", err)
 		}
 		select {
@@ -48,18 +47,26 @@ func (r *Retention) Run(ctx context.Context) error {
 	}
 }
 
-// Tick runs one pass, unless another process is running one: then it
+// OnTimer is one tick of this process's timer: a pass, unless another
+// process is running one or began one within the interval, so the
+// instances run about one pass per interval between them. erased counts
+// the emails this pass erased.
+func (r *Retention) OnTimer(ctx context.Context) (ran bool, erased int, err error) {
+	return r.tick(ctx, r.Interval)
+}
+
+// Tick runs one pass now, unless another process is running one: then it
 // reports that it did not run. erased counts the emails this pass erased.
 func (r *Retention) Tick(ctx context.Context) (ran bool, erased int, err error) {
-	err = pglock.Hold(ctx, r.Pool.Config().ConnConfig, pglock.Retention, pglock.Options{Wait: pglock.Try},
-		func(ctx context.Context, _ *pglock.Conn) error {
-			erased, err = r.pass(ctx)
-			return err
-		})
-	if errors.Is(err, pglock.ErrHeld) {
-		return false, 0, nil
-	}
-	return err == nil, erased, err
+	return r.tick(ctx, 0)
+}
+
+func (r *Retention) tick(ctx context.Context, every time.Duration) (ran bool, erased int, err error) {
+	ran, err = timedPass(ctx, r.Pool, pglock.Retention, "retention", r.Now(), every, func(ctx context.Context) (perr error) {
+		erased, perr = r.pass(ctx)
+		return perr
+	})
+	return ran, erased, err
 }
 
 // retentionConcurrency is how many emails a pass erases at once.
