@@ -2,7 +2,9 @@ package processmanagers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,9 +18,10 @@ import (
 )
 
 // Retention erases the emails past their account's retention, one process
-// at a time (the retention lock), oldest first. It keeps no state of its
-// own: an email stays in the read model until its EmailErased, the last
-// step of an erasure, so a pass cut off half-way is finished by the next.
+// at a time (the retention lock), oldest first. It keeps no record of its
+// progress: an email stays in the read model until its EmailErased, the
+// last step of an erasure, so a pass cut off half-way, or an email that
+// failed, is finished by the next.
 type Retention struct {
 	Pool        *pgxpool.Pool
 	Commands    *commands.Service
@@ -72,38 +75,71 @@ func (r *Retention) tick(ctx context.Context, every time.Duration) (ran bool, er
 // retentionConcurrency is how many emails a pass erases at once.
 const retentionConcurrency = 8
 
-// pass erases every email past retention; the caller holds the lock.
+// pass erases every email past retention; the caller holds the lock. An
+// email that cannot be erased is logged and the pass goes on with the
+// others; it then reports how many failed, which the next pass tries
+// again.
 func (r *Retention) pass(ctx context.Context) (int, error) {
 	meta := commands.Started("system:retention") // one run per pass
 	erased := 0
+	failed := map[string]bool{}
 	for {
 		due, err := readapi.New(r.Pool, r.Now).EmailsPastRetention(ctx, r.DefaultDays, r.Now(), retentionBatch)
 		if err != nil {
 			return erased, err
 		}
-		// Several at a time: each erasure is a few round trips (blobs,
-		// key, event), and one at a time fell behind a steady send rate.
-		var newly atomic.Int64
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(retentionConcurrency)
-		for _, e := range due {
-			g.Go(func() error {
-				done, err := r.Commands.EraseEmail(gctx, e.EmailID, email.ErasedByRetention, "", meta)
-				if done {
-					newly.Add(1)
-				}
-				return err
-			})
-		}
-		err = g.Wait()
-		erased += int(newly.Load())
-		if err != nil {
+		newly := r.erase(ctx, due, failed, meta)
+		erased += newly
+		if err := ctx.Err(); err != nil {
 			return erased, err
 		}
-		// A full batch of emails erased already is the read model catching
-		// up; the next pass finds what is left.
-		if len(due) < retentionBatch || newly.Load() == 0 {
-			return erased, nil
+		// A full batch of emails erased already (or that failed in this
+		// pass) is the read model catching up; the next pass finds what
+		// is left.
+		if len(due) < retentionBatch || newly == 0 {
+			break
 		}
 	}
+	if len(failed) > 0 {
+		return erased, fmt.Errorf("%d email(s) past retention could not be erased (each is logged); the next pass tries again", len(failed))
+	}
+	return erased, nil
+}
+
+// erase erases the emails of due that have not failed in this pass
+// already, several at once, and answers how many it erased. One that
+// fails is logged and added to failed; it does not stop the others.
+func (r *Retention) erase(ctx context.Context, due []readapi.ExpiredEmail, failed map[string]bool, meta commands.Meta) int {
+	// Several at a time: each erasure is a few round trips (blobs, key,
+	// event), and one at a time fell behind a steady send rate.
+	var (
+		newly   atomic.Int64
+		mu      sync.Mutex
+		refused []string
+		g       errgroup.Group
+	)
+	g.SetLimit(retentionConcurrency)
+	for _, e := range due {
+		if failed[e.EmailID] {
+			continue
+		}
+		g.Go(func() error {
+			done, err := r.Commands.EraseEmail(ctx, e.EmailID, email.ErasedByRetention, "", meta)
+			if done {
+				newly.Add(1)
+			}
+			if err != nil && ctx.Err() == nil {
+				r.Log.Error("retention could not erase an email", "email_id", e.EmailID, "account_id", e.AccountID, "err", err)
+				mu.Lock()
+				refused = append(refused, e.EmailID)
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	g.Wait()
+	for _, id := range refused {
+		failed[id] = true
+	}
+	return int(newly.Load())
 }
