@@ -149,3 +149,52 @@ func TestAReleaseBehindABusyReceiverStopsLookingAgain(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A delivery whose job was lost is queued again by the sweep even behind
+// a backlog of more than a sweep's batch of overdue deliveries (a slow
+// receiver's, waiting for their share): each sweep goes on from where
+// the last stopped, rather than looking at the most overdue batch again.
+func TestTheSweepFindsALostJobBehindABusyEndpointsBacklog(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	if err := jobs.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	for _, ddl := range []string{projections.Accounts{}.Schema(), projections.Webhooks{}.Schema()} {
+		if _, err := pool.Exec(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_endpoints (id, account_id, url, description, event_types, sealed_secret, is_active, created_at, updated_at)
+		VALUES ('busy', 'acct', 'https://slow.example/', '', '{email.sent}', 'x', true, now(), now()),
+		       ('other', 'acct2', 'https://fine.example/', '', '{email.sent}', 'x', true, now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_deliveries (id, endpoint_id, account_id, email_id, event_type, status, attempts, created_at, next_attempt_at)
+		SELECT 'backlog-' || i, 'busy', 'acct', 'e' || i, 'email.sent', 'pending', 0, now() - interval '10 minutes', now() - interval '10 minutes'
+		FROM generate_series(1, $1::int) AS i`, sweepBatch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_deliveries (id, endpoint_id, account_id, email_id, event_type, status, attempts, created_at, next_attempt_at)
+		VALUES ('lost', 'other', 'acct2', 'e-lost', 'email.sent', 'pending', 2, now() - interval '1 hour', now() - interval '2 minutes')`); err != nil {
+		t.Fatal(err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &Webhooks{Pool: pool, Now: time.Now}
+	for range 2 {
+		if err := w.requeue(ctx, client); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'delivery_id' = 'lost'`,
+		AttemptArgs{}.Kind()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("after two sweeps the lost delivery has %d attempt jobs, want 1", n)
+	}
+}

@@ -85,11 +85,12 @@ type Webhooks struct {
 	listed *endpointSet // what Prepare read for the batch; nil: nothing
 
 	mu        sync.Mutex
-	accounts  map[string]*share // attempts in flight by account
-	endpoints map[string]*share // and by endpoint
-	waiting   map[string]int    // attempts waiting for a place, by account
-	freed     chan struct{}     // closed when a place is freed
-	lastSweep time.Time         // of held deliveries, by Now
+	accounts  map[string]*share       // attempts in flight by account
+	endpoints map[string]*share       // and by endpoint
+	waiting   map[string]int          // attempts waiting for a place, by account
+	freed     chan struct{}           // closed when a place is freed
+	lastSweep time.Time               // of held deliveries, by Now
+	sweptTo   readapi.OverdueDelivery // where the last sweep of overdue deliveries stopped
 }
 
 // Target is an endpoint an event goes to.
@@ -1110,16 +1111,34 @@ func (w *Webhooks) RunSweep(ctx context.Context, client *river.Client[pgx.Tx]) {
 // its own job is normally under way.
 const overdue = time.Minute
 
+// sweepBatch is how many overdue deliveries one sweep looks at.
+const sweepBatch = 500
+
 // requeue queues deliveries that are due for longer than overdue and may
 // be attempted: their job was lost (a crash between recording and
 // queueing). A job still waiting is the same job (unique while pending).
+// Each sweep looks at sweepBatch of them, from where the last stopped, and
+// starts over once it has reached the end: a backlog larger than a batch
+// (a slow receiver's deliveries waiting for their share) does not hide
+// another delivery's lost job behind it.
 func (w *Webhooks) requeue(ctx context.Context, client *river.Client[pgx.Tx]) error {
-	list, err := readapi.Overdue(ctx, w.Pool, w.Now().Add(-overdue), 500)
-	if err != nil || len(list) == 0 {
+	list, err := readapi.Overdue(ctx, w.Pool, w.Now().Add(-overdue), w.sweptTo, sweepBatch)
+	if err != nil {
 		return err
 	}
+	w.sweptTo = readapi.OverdueDelivery{}
+	if len(list) == sweepBatch {
+		w.sweptTo = list[len(list)-1]
+	}
+	if len(list) == 0 {
+		return nil
+	}
+	due := make([]readapi.DueDelivery, len(list))
+	for i, d := range list {
+		due[i] = d.DueDelivery
+	}
 	// A running job is the delivery's own, under way: nothing to add.
-	_, err = insertDue(ctx, client, nextAttempts(list))
+	_, err = insertDue(ctx, client, nextAttempts(due))
 	return err
 }
 

@@ -128,7 +128,7 @@ func appender(t *testing.T, store eventstore.Store) (put func(stream string, eve
 // dueIDs are the deliveries a worker would pick, however late.
 func dueIDs(t *testing.T, pool readapi.Querier) map[string]bool {
 	t.Helper()
-	list, err := readapi.Overdue(context.Background(), pool, time.Now().Add(24*365*time.Hour), 100)
+	list, err := readapi.Overdue(context.Background(), pool, time.Now().Add(24*365*time.Hour), readapi.OverdueDelivery{}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

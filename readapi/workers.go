@@ -194,18 +194,27 @@ func PendingOf(ctx context.Context, q Querier, endpointID, accountID string, aft
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[PendingDelivery])
 }
 
+// OverdueDelivery is a delivery Overdue lists, with its place in its order.
+type OverdueDelivery struct {
+	DueDelivery
+	NextAttemptAt time.Time
+}
+
 // Overdue lists the deliveries due before before that may be attempted
-// (not held, endpoint active, account not suspended), earliest first.
-func Overdue(ctx context.Context, q Querier, before time.Time, limit int) ([]DueDelivery, error) {
-	rows, err := q.Query(ctx, `SELECT d.id, d.account_id, d.endpoint_id, d.attempts
+// (not held, endpoint active, account not suspended), earliest first (then
+// by id), after the delivery after (the zero value: from the start), limit
+// at a time.
+func Overdue(ctx context.Context, q Querier, before time.Time, after OverdueDelivery, limit int) ([]OverdueDelivery, error) {
+	rows, err := q.Query(ctx, `SELECT d.id, d.account_id, d.endpoint_id, d.attempts, d.next_attempt_at
 		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
 		WHERE d.status = 'pending' AND NOT d.held AND d.next_attempt_at <= $1 AND e.is_active
+		AND d.next_attempt_at >= $2 AND (d.next_attempt_at, d.id) > ($2, $3)
 		AND NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id AND a.status = 'suspended')
-		ORDER BY d.next_attempt_at LIMIT $2`, before, limit)
+		ORDER BY d.next_attempt_at, d.id LIMIT $4`, before, after.NextAttemptAt, after.ID, limit)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[DueDelivery])
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[OverdueDelivery])
 }
 
 // HeldDelivery is a delivery waiting for its paused or disabled endpoint.
