@@ -49,8 +49,9 @@ type Record struct {
 type Checker struct {
 	// Resolvers are "host:port" addresses, queried in this order.
 	Resolvers []string
-	// Timeout bounds each exchange with a resolver (the UDP query and, if
-	// the answer was truncated, the TCP retry each get this much).
+	// Timeout bounds each exchange with a resolver (the UDP query, the TCP
+	// retry of a truncated answer and the query without EDNS to a server
+	// that does not implement it each get this much).
 	Timeout time.Duration
 }
 
@@ -179,33 +180,59 @@ func canonicalName(s string) string {
 	return dns.Fqdn(strings.TrimSuffix(s, "."))
 }
 
-// checkOne asks server for one record: UDP first, TCP when the UDP answer is
-// truncated. If the TCP retry fails, the partial UDP answer is still judged.
+// checkOne asks server for one record and judges its answer. A server that
+// does not implement EDNS (it answers a query with OPT by FORMERR or
+// NOTIMP and no OPT of its own, RFC 6891 7) is asked again without it.
 func (c *Checker) checkOne(ctx context.Context, server string, rec Record) (bool, string) {
 	want, bad := normalise(rec)
 	if bad != "" {
 		return false, bad
 	}
+	resp, reason := c.ask(ctx, server, query(want, true))
+	if reason == "" && lacksEDNS(resp) {
+		resp, reason = c.ask(ctx, server, query(want, false))
+	}
+	if reason != "" {
+		return false, reason
+	}
+	return judge(want, resp)
+}
+
+// query builds the question for want, with an OPT record when edns.
+func query(want expected, edns bool) *dns.Msg {
 	q := new(dns.Msg)
 	q.SetQuestion(want.name, want.qtype)
 	q.RecursionDesired = true
-	q.SetEdns0(ednsUDPSize, false)
+	if edns {
+		q.SetEdns0(ednsUDPSize, false)
+	}
+	return q
+}
 
+// lacksEDNS reports whether resp is how a server that does not implement
+// EDNS answers a query carrying OPT.
+func lacksEDNS(resp *dns.Msg) bool {
+	return (resp.Rcode == dns.RcodeFormatError || resp.Rcode == dns.RcodeNotImplemented) && resp.IsEdns0() == nil
+}
+
+// ask sends q over UDP, and over TCP when the UDP answer is truncated. An
+// answer is whole or none: when the TCP retry fails, the truncated part is
+// not one (RFC 2181 9), as it may lack the very record that makes another
+// not count (a second SPF record, an old DKIM key), and the reason says
+// the resolver could not be asked.
+func (c *Checker) ask(ctx context.Context, server string, q *dns.Msg) (*dns.Msg, string) {
 	resp, err := c.exchange(ctx, "udp", server, q)
 	if err != nil {
-		return false, errReason(err)
+		return nil, errReason(err)
 	}
 	if !resp.Truncated {
-		return judge(want, resp)
+		return resp, ""
 	}
-	tcpResp, err := c.exchange(ctx, "tcp", server, q)
-	if err == nil {
-		return judge(want, tcpResp)
+	resp, err = c.exchange(ctx, "tcp", server, q)
+	if err != nil {
+		return nil, "truncated, TCP retry failed: " + errReason(err)
 	}
-	if seen, _ := judge(want, resp); seen {
-		return true, ""
-	}
-	return false, "truncated, TCP retry failed: " + errReason(err)
+	return resp, ""
 }
 
 func (c *Checker) timeout() time.Duration {

@@ -415,6 +415,85 @@ func TestTruncatedUDPFallsBackToTCP(t *testing.T) {
 	}
 }
 
+// Receivers that get a truncated answer ask again over TCP and read every
+// record. The part that fitted in UDP may lack the one that makes a record
+// not count (a second SPF record, an old DKIM key beside the new one), so a
+// resolver whose TCP retry fails has not answered, whatever that part holds.
+func TestATruncatedAnswerThatTCPCannotCompleteIsNoAnswer(t *testing.T) {
+	s := dnstest.Start(t)
+	s.SetMaxUDPSize(512)
+	s.DropTCP(true)
+	recs := domainRecords()
+	dkim, mx, spf := recs[0], recs[1], recs[2]
+	s.Set(recs...)
+	s.Add(
+		dnscheck.Record{Type: "TXT", Name: dkim.Name, Value: "v=DKIM1; k=rsa; p=" + strings.Repeat("Q", len(dkimKey))},
+		dnscheck.Record{Type: "TXT", Name: spf.Name, Value: "v=spf1 include:_spf.google.com " + strings.Repeat("a", 450) + " -all"},
+	)
+	c := dnscheck.New([]string{s.Addr()}, 2*time.Second)
+
+	res := c.Check(context.Background(), []dnscheck.Record{dkim, spf, mx})
+	got := res.Servers[0].Records
+	for _, r := range got[:2] {
+		if r.Seen || !strings.HasPrefix(r.Reason, "truncated, TCP retry failed: ") {
+			t.Errorf("%s %s: seen=%v reason=%q, want unseen, truncated with the TCP retry failed", r.Record.Type, r.Record.Name, r.Seen, r.Reason)
+		}
+	}
+	if !got[2].Seen {
+		t.Errorf("MX, whose answer fits in UDP, unseen: %q", got[2].Reason)
+	}
+	if _, tcp := s.Queries(); tcp == 0 {
+		t.Error("no TCP retry after a truncated answer")
+	}
+
+	// Once TCP answers, the whole answer shows why neither counts.
+	s.DropTCP(false)
+	res = c.Check(context.Background(), []dnscheck.Record{dkim, spf})
+	why := reasons(res.Servers[0])
+	if got := why["TXT "+dkim.Name]; got != "more than one TXT record at the DKIM key's name" {
+		t.Errorf("DKIM over TCP: reason %q", got)
+	}
+	if got := why["TXT "+spf.Name]; got != "more than one SPF record" {
+		t.Errorf("SPF over TCP: reason %q", got)
+	}
+}
+
+// Servers that do not implement EDNS answer a query carrying OPT with
+// FORMERR (some with NOTIMP) and no OPT; asked again without it, they answer
+// (RFC 6891 7), over TCP when the answer outgrows 512 bytes.
+func TestAResolverWithoutEDNSIsAskedAgainWithoutIt(t *testing.T) {
+	big := dnscheck.Record{Type: "TXT", Name: "big.example.com", Value: strings.Repeat("a", 600)}
+	recs := append(domainRecords(), big)
+	for _, rcode := range []int{dns.RcodeFormatError, dns.RcodeNotImplemented} {
+		t.Run(dns.RcodeToString[rcode], func(t *testing.T) {
+			s := dnstest.Start(t)
+			s.Set(recs...)
+			s.RejectEDNS(rcode)
+			res := dnscheck.New([]string{s.Addr()}, 2*time.Second).Check(context.Background(), recs)
+			for _, r := range res.Servers[0].Records {
+				if !r.Seen {
+					t.Errorf("%s %s unseen: %q", r.Record.Type, r.Record.Name, r.Reason)
+				}
+			}
+			if _, tcp := s.Queries(); tcp == 0 {
+				t.Error("no TCP query for an answer over 512 bytes")
+			}
+		})
+	}
+
+	// A server that speaks EDNS (its FORMERR carries OPT) means what it says.
+	s := dnstest.Start(t)
+	s.Set(recs...)
+	s.FailWith(dns.RcodeFormatError)
+	res := dnscheck.New([]string{s.Addr()}, 2*time.Second).Check(context.Background(), recs[:1])
+	if r := res.Servers[0].Records[0]; r.Seen || r.Reason != "FORMERR" {
+		t.Errorf("seen=%v reason=%q, want unseen FORMERR", r.Seen, r.Reason)
+	}
+	if udp, tcp := s.Queries(); udp+tcp != 1 {
+		t.Errorf("%d queries for one FORMERR from a server that speaks EDNS, want 1", udp+tcp)
+	}
+}
+
 func TestSlowResolverTimesOut(t *testing.T) {
 	a, b := dnstest.Start(t), dnstest.Start(t)
 	recs := domainRecords()

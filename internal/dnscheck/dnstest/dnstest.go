@@ -39,6 +39,8 @@ type Server struct {
 	delay      time.Duration
 	maxUDP     int
 	failRcode  int
+	ednsRcode  int  // answer to queries with OPT; 0: EDNS is understood
+	dropTCP    bool // close TCP connections unanswered
 	udpQueries int
 	tcpQueries int
 	inFlight   int
@@ -212,6 +214,26 @@ func (s *Server) FailWith(rcode int) {
 	s.failRcode = rcode
 }
 
+// RejectEDNS makes the server act as one that does not implement EDNS
+// (RFC 6891 7): a query carrying an OPT record gets rcode
+// (dns.RcodeFormatError, or dns.RcodeNotImplemented as some old servers
+// send) with no records and no OPT; queries without OPT are answered as
+// usual. dns.RcodeSuccess makes it understand EDNS again.
+func (s *Server) RejectEDNS(rcode int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ednsRcode = rcode
+}
+
+// DropTCP(true) makes every TCP query fail (the connection is closed
+// unanswered), as with a resolver whose TCP port a firewall blocks; UDP
+// goes on working. DropTCP(false) answers over TCP again.
+func (s *Server) DropTCP(drop bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropTCP = drop
+}
+
 // Queries reports how many queries arrived over UDP and over TCP.
 func (s *Server) Queries() (udp, tcp int) {
 	s.mu.Lock()
@@ -241,7 +263,7 @@ func (s *Server) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 	} else {
 		s.tcpQueries++
 	}
-	delay, maxUDP, failRcode := s.delay, s.maxUDP, s.failRcode
+	delay, maxUDP, failRcode, ednsRcode, dropTCP := s.delay, s.maxUDP, s.failRcode, s.ednsRcode, s.dropTCP
 	s.inFlight++
 	s.peak = max(s.peak, s.inFlight)
 	s.mu.Unlock()
@@ -251,6 +273,10 @@ func (s *Server) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 		s.mu.Unlock()
 	}()
 
+	if !isUDP && dropTCP {
+		w.Close()
+		return
+	}
 	if delay > 0 {
 		t := time.NewTimer(delay)
 		select {
@@ -264,6 +290,11 @@ func (s *Server) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 	resp := new(dns.Msg)
 	if len(req.Question) != 1 {
 		resp.SetRcode(req, dns.RcodeFormatError)
+		w.WriteMsg(resp)
+		return
+	}
+	if ednsRcode != dns.RcodeSuccess && req.IsEdns0() != nil {
+		resp.SetRcode(req, ednsRcode)
 		w.WriteMsg(resp)
 		return
 	}

@@ -82,3 +82,31 @@ func TestStandalone(t *testing.T) {
 		t.Error("server still answers after Close")
 	}
 }
+
+// RejectEDNS and DropTCP stand in for an old server without EDNS and for a
+// resolver whose TCP port is blocked.
+func TestOldServersAndBlockedTCP(t *testing.T) {
+	s := dnstest.Start(t)
+	s.Set(dnscheck.Record{Type: "TXT", Name: "a.example.com", Value: "one"})
+	s.RejectEDNS(dns.RcodeFormatError)
+	q := new(dns.Msg).SetQuestion("a.example.com.", dns.TypeTXT)
+	q.SetEdns0(1232, false)
+	in, _, err := new(dns.Client).Exchange(q, s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Rcode != dns.RcodeFormatError || in.IsEdns0() != nil || len(in.Answer) != 0 {
+		t.Errorf("query with OPT: rcode %d, OPT %v, %d answers; want FORMERR, no OPT, empty", in.Rcode, in.IsEdns0(), len(in.Answer))
+	}
+	if in := query(t, "udp", s.Addr(), "a.example.com", dns.TypeTXT); in.Rcode != dns.RcodeSuccess || len(in.Answer) != 1 {
+		t.Errorf("query without OPT: rcode %d, %d answers; want NOERROR with 1", in.Rcode, len(in.Answer))
+	}
+
+	s.DropTCP(true)
+	if _, _, err := (&dns.Client{Net: "tcp"}).Exchange(new(dns.Msg).SetQuestion("a.example.com.", dns.TypeTXT), s.Addr()); err == nil {
+		t.Error("TCP query answered with TCP dropped")
+	}
+	query(t, "udp", s.Addr(), "a.example.com", dns.TypeTXT)
+	s.DropTCP(false)
+	query(t, "tcp", s.Addr(), "a.example.com", dns.TypeTXT)
+}
