@@ -4,7 +4,7 @@
 // or standard input.
 //
 //	curl -s localhost:8080/api/domains/$ID -H "Authorization: Bearer $TOKEN" | go run ./cmd/devdns
-//	MAILROOM_DNS_RESOLVERS=127.0.0.1:5353 make run
+//	MAILROOM_DNS_RESOLVERS=127.0.0.1:5300 make run
 package main
 
 import (
@@ -20,6 +20,11 @@ import (
 	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
 )
 
+// defaultAddr keeps clear of 5353, where mDNS responders (avahi,
+// mDNSResponder, Chrome) listen on many development machines and a plain
+// bind fails, and of 5355 (LLMNR, systemd-resolved).
+const defaultAddr = "127.0.0.1:5300"
+
 type domainJSON struct {
 	Domain     string `json:"domain"`
 	DNSRecords []struct {
@@ -31,7 +36,7 @@ type domainJSON struct {
 }
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:5353", "address to serve DNS on (UDP and TCP)")
+	addr := flag.String("addr", defaultAddr, "address to serve DNS on (UDP and TCP)")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: devdns [-addr host:port] [FILE ...]   (no FILE or - reads standard input)")
 		flag.PrintDefaults()

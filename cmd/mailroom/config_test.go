@@ -98,7 +98,7 @@ func TestSettingsFromEnvironment(t *testing.T) {
 	}
 	t.Setenv("MAILROOM_MASTER_KEY", testMasterKey)
 	// The development-only egress settings are refused in production.
-	for name, value := range map[string]string{"MAILROOM_EGRESS_RESOLVER": "127.0.0.1:5353", "MAILROOM_EGRESS_ALLOW_CIDRS": "127.0.0.0/8", "MAILROOM_WEBHOOK_ALLOW_HTTP": "true"} {
+	for name, value := range map[string]string{"MAILROOM_EGRESS_RESOLVER": "127.0.0.1:5300", "MAILROOM_EGRESS_ALLOW_CIDRS": "127.0.0.0/8", "MAILROOM_WEBHOOK_ALLOW_HTTP": "true"} {
 		t.Setenv(name, value)
 		if _, _, err := run(t, "accounts", "create", "--name", "Dev egress"); err == nil || !strings.Contains(err.Error(), "development only") {
 			t.Fatalf("production with %s: %v", name, err)

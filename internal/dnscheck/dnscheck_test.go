@@ -606,10 +606,10 @@ func TestParseResolvers(t *testing.T) {
 		want []string
 	}{
 		{"1.1.1.1:53,8.8.8.8:53", []string{"1.1.1.1:53", "8.8.8.8:53"}},
-		{" 1.1.1.1:53 , 127.0.0.1:5353 ", []string{"1.1.1.1:53", "127.0.0.1:5353"}},
+		{" 1.1.1.1:53 , 127.0.0.1:5300 ", []string{"1.1.1.1:53", "127.0.0.1:5300"}},
 		{"1.1.1.1", []string{"1.1.1.1:53"}},
 		{"[::1]:53", []string{"[::1]:53"}},
-		{"[2606:4700:4700::1111]:5353", []string{"[2606:4700:4700::1111]:5353"}},
+		{"[2606:4700:4700::1111]:5300", []string{"[2606:4700:4700::1111]:5300"}},
 		{"::1", []string{"[::1]:53"}},
 		{"[::1]", []string{"[::1]:53"}},
 		{"coredns:53,", []string{"coredns:53"}},
@@ -796,7 +796,7 @@ func TestParseResolversHostAndPortBounds(t *testing.T) {
 		"az.AZ09-x:53":            "az.az09-x:53",
 		label63 + ".example:53":   label63 + ".example:53",
 		name253 + ":53":           name253 + ":53",
-		"resolver.internal.:5353": "resolver.internal.:5353",
+		"resolver.internal.:5300": "resolver.internal.:5300",
 	} {
 		got, err := dnscheck.ParseResolvers(in)
 		if err != nil || len(got) != 1 || got[0] != want {
