@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,13 +21,16 @@ type Limiter struct {
 	name string
 	rate float64 // messages a second, > 0
 
-	mu    sync.Mutex
-	stash int // tokens taken from the bucket and not yet used
+	// turn is held by the one sender of the process drawing from the
+	// bucket or waiting for it to refill; the others wait for it, each
+	// until its own context ends (a mutex could not be given up).
+	turn  chan struct{}
+	stash int // tokens taken from the bucket and not yet used; under turn
 }
 
 // New returns a limiter of rate messages a second on the bucket name.
 func New(pool *pgxpool.Pool, name string, rate float64) *Limiter {
-	return &Limiter{pool: pool, name: name, rate: rate}
+	return &Limiter{pool: pool, name: name, rate: rate, turn: make(chan struct{}, 1)}
 }
 
 // Rate is the limiter's rate in messages a second.
@@ -42,10 +44,15 @@ func (l *Limiter) batch() int { return max(1, int(l.rate/10)) }
 // capacity is the bucket's size: one second's worth.
 func (l *Limiter) capacity() float64 { return max(1, l.rate) }
 
-// Wait blocks until this process may send one message, or ctx ends.
+// Wait blocks until this process may send one message, or ctx ends, also
+// while another sender of the process waits for the next token.
 func (l *Limiter) Wait(ctx context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	select {
+	case l.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-l.turn }()
 	for l.stash == 0 {
 		got, avail, err := l.take(ctx, l.batch())
 		if err != nil {

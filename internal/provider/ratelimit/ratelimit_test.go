@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,5 +47,49 @@ func TestLimitersShareTheRate(t *testing.T) {
 	}
 	if counts[0].Load() == 0 || counts[1].Load() == 0 {
 		t.Errorf("sends per process: %d and %d; want both", counts[0].Load(), counts[1].Load())
+	}
+}
+
+// A sender whose time is up stops waiting for its turn even while another
+// sender of the same process holds the limiter, waiting for the next token:
+// otherwise a job past its time-out would stay blocked until that token
+// came, long after the queue handed the job to another worker.
+func TestAWaitEndsWithItsContextWhileAnotherSenderWaits(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool, "provider", 0.001)          // a token every 1000 s
+	if err := l.Wait(context.Background()); err != nil { // the bucket's one token
+		t.Fatal(err)
+	}
+	drawn := func() time.Time {
+		var at time.Time
+		if err := pool.QueryRow(context.Background(), "SELECT updated_at FROM provider_rate_buckets WHERE name = 'provider'").Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	first := drawn()
+	ctx, stop := context.WithCancel(context.Background())
+	holder := make(chan error, 1)
+	go func() { holder <- l.Wait(ctx) }()
+	t.Cleanup(func() { stop(); <-holder })
+	// The other sender has found the bucket empty once it has drawn from
+	// it; from then on it waits for the next token, holding the limiter.
+	for deadline := time.Now().Add(10 * time.Second); drawn().Equal(first); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the other sender never drew from the bucket")
+		}
+	}
+	timedOut, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(timedOut) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		stop() // lets the blocked Wait return before the pool closes
+		t.Fatalf("a Wait whose context has ended is still waiting behind the other sender: %v", <-done)
 	}
 }
