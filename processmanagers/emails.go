@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -52,6 +53,11 @@ type Pipeline struct {
 	Download time.Duration // attachment download time-out
 	Prepare  time.Duration // preparation deadline; zero means PrepareDeadline
 	Now      func() time.Time
+	// Downloads fetches attachments given by path: one client of Egress
+	// kept for the process, so that connections are reused and none is
+	// left behind. When nil, each email has its own, with the Download
+	// time-out, closed after.
+	Downloads *http.Client
 	// Feedback, when set, gives the provider's feedback at the moment of
 	// sending (the sandbox's simulator); it is recorded with EmailSent.
 	Feedback func(st email.State, at time.Time) []domain.Event
@@ -257,7 +263,11 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, room *Lease, met
 	// attachments: each may take what is left, and is read one at a time.
 	// The room the email holds follows what is known of its size.
 	known, budget, toCome := attachmentsKnown(q.Attachments)
-	client := p.Egress.Client(p.Download)
+	client := p.Downloads
+	if client == nil {
+		client = p.Egress.Client(p.Download)
+		defer client.CloseIdleConnections()
+	}
 	for i, a := range q.Attachments {
 		if scan.BlockedExtension(a.Filename) {
 			return email.ReasonBlockedAttachment, fmt.Sprintf("attachment %q: type not allowed", a.Filename), nil, nil

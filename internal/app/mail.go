@@ -67,14 +67,16 @@ func (a *App) emailChecks(ctx context.Context, accountID, domainID, domainName s
 func (a *App) pipeline() *processmanagers.Pipeline {
 	p := &processmanagers.Pipeline{
 		Commands: a.Commands, Content: a.Content, Scanner: a.Scanner, Egress: a.Egress, Sender: a.Sender,
-		Checks:   a.emailChecks,
-		Settle:   a.settle,
-		MaxAge:   a.Config.SendMaxAge,
-		Download: 30 * time.Second,
-		Now:      a.clock,
-		Feedback: a.provider.feedback,
-		Outcomes: a.Outcomes,
-		Log:      a.Log,
+		Checks: a.emailChecks,
+		Settle: a.settle,
+		MaxAge: a.Config.SendMaxAge,
+		// One client for every email's downloads: its connections are
+		// kept between emails instead of each email leaving its own open.
+		Downloads: a.Egress.Client(30 * time.Second),
+		Now:       a.clock,
+		Feedback:  a.provider.feedback,
+		Outcomes:  a.Outcomes,
+		Log:       a.Log,
 	}
 	if a.provider.unsigned {
 		p.SigningKey = a.signingKey

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/mail"
@@ -488,6 +489,34 @@ func TestDownloadsOfDeclaredLengthGoSideBySide(t *testing.T) {
 			t.Fatalf("%d downloads at once (most %d), want all 4", downloading.Load(), most.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The attachments of one email after another come over one connection to
+// their server, kept between emails: a worker that opened a connection for
+// each email would pay a new handshake each time and leave every one of
+// them open, idle, for a minute and a half.
+func TestSuccessiveEmailsDownloadOverOneConnection(t *testing.T) {
+	var opened atomic.Int32
+	files := httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		_, _ = rw.Write([]byte("%PDF-1.7 the invoice"))
+	}))
+	files.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	files.Start()
+	t.Cleanup(files.Close)
+
+	w := newSendWorld(t)
+	for i := range 3 {
+		id := w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "invoice", "text": "t",
+			"attachments": []map[string]any{{"path": fmt.Sprintf("%s/files/invoice-%d.pdf", files.URL, i)}}})["id"].(string)
+		w.waitFor(t, id, status("delivered"))
+	}
+	if n := opened.Load(); n != 1 {
+		t.Fatalf("three emails' downloads opened %d connections to the file server, want 1", n)
 	}
 }
 

@@ -765,3 +765,30 @@ func TestCheckURLIPv4LiteralParts(t *testing.T) {
 		}
 	}
 }
+
+// A download made without a client of the caller's leaves no connection
+// open behind it: the client made for it is used once, so a connection it
+// kept idle would only wait, open at both ends, for the idle time-out.
+func TestFetchWithoutAClientLeavesNoConnectionOpen(t *testing.T) {
+	var open atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(ok))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	p := Policy{AllowCIDRs: loopback(t), AllowHTTP: true}
+	if _, err := p.Fetch(context.Background(), nil, srv.URL+"/a.pdf", 1<<20, nil); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); open.Load() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still open after the download (the idle time-out is %s)", open.Load(), idleConnTimeout)
+		}
+	}
+}

@@ -47,7 +47,9 @@ func (e *TooLargeError) Error() string { return fmt.Sprintf("larger than %d byte
 const defaultFetchTimeout = 30 * time.Second
 
 // Fetch downloads raw for an attachment `path`: CheckURL, then GET through
-// client (nil means p.Client(30s)), which should come from the same Policy.
+// client (nil means a p.Client(30s) for this download alone), which should
+// come from the same Policy; a caller that downloads often keeps one client
+// for all its downloads, so that their connections are reused.
 // Only 2xx is accepted (a 3xx gives "redirect 302 not followed", since
 // redirects are never followed), and a body over maxBytes gives "larger than
 // N bytes". Errors are for Describe; those that name the URL name it without
@@ -86,7 +88,10 @@ func (p Policy) fetch(ctx context.Context, client *http.Client, raw string, maxB
 		return Download{}, err
 	}
 	if client == nil {
+		// Used for this download only: its connection is closed after,
+		// not kept idle for a request that will never come.
 		client = p.Client(defaultFetchTimeout)
+		defer client.CloseIdleConnections()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
 	if err != nil {
