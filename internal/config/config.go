@@ -146,7 +146,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.SMTPURL, "smtp-url", "MAILROOM_SMTP_URL", "", "relay of the smtp provider: smtp://user:pass@host:587 (STARTTLS) or smtps://user:pass@host:465"+secretNote)
 	str(fs, &c.SESConfigSet, "ses-configuration-set", "MAILROOM_SES_CONFIGURATION_SET", "", "SES configuration set whose event publishing feeds MAILROOM_SES_EVENTS_QUEUE_URL")
 	str(fs, &c.SESEventsQueueURL, "ses-events-queue-url", "MAILROOM_SES_EVENTS_QUEUE_URL", "", "SQS queue (fed by SNS from SES event publishing) that Mailroom long-polls for delivery feedback")
-	str(fs, &c.SESEndpoint, "ses-endpoint", "MAILROOM_SES_ENDPOINT", "", "endpoint override for SES and SQS (emulators)")
+	str(fs, &c.SESEndpoint, "ses-endpoint", "MAILROOM_SES_ENDPOINT", "", "endpoint override for SES, SQS and STS (emulators)")
 	str(fs, &c.EgressResolver, "egress-resolver", "MAILROOM_EGRESS_RESOLVER", "", "development only: DNS server (host:port) that webhook and attachment host names are resolved with instead of the system's")
 	c.boolean(fs, &c.WebhookAllowHTTP, "webhook-allow-http", "MAILROOM_WEBHOOK_ALLOW_HTTP", false, "development only: allow plain http webhook and attachment URLs")
 	c.duration(fs, &c.SendMaxAge, "send-max-age", "MAILROOM_SEND_MAX_AGE", 24*time.Hour, "how long transient provider failures and throttling are retried before an email fails with provider_unavailable (other transient failures: internal_error)")

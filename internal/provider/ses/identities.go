@@ -9,8 +9,10 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/arn"
 	"github.com/aws/aws-sdk-go-v2/service/sesv2"
 	"github.com/aws/aws-sdk-go-v2/service/sesv2/types"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
 
 	"github.com/mailroom/mailroom/internal/provider"
 )
@@ -28,8 +30,9 @@ const OwnerTag = "mailroom_domain_id"
 // created, and for a BYODKIM identity its signing attributes are then set
 // again, so a retry after a partial failure converges on the key Mailroom
 // holds. An existing identity without an owner tag (made before owners were
-// recorded) is adopted the same way; one of another owner is left untouched
-// (provider.ErrNotOwner). The MAIL FROM call is a PUT and may be repeated.
+// recorded) is taken the same way, and tagged with id.DomainID; one of
+// another owner is left untouched (provider.ErrNotOwner). The MAIL FROM
+// call is a PUT and may be repeated.
 func (p *Provider) CreateIdentity(ctx context.Context, id provider.Identity) error {
 	in := &sesv2.CreateEmailIdentityInput{EmailIdentity: aws.String(id.Domain)}
 	if id.DomainID != "" {
@@ -51,7 +54,7 @@ func (p *Provider) CreateIdentity(ctx context.Context, id provider.Identity) err
 			if err := p.SetSigningKey(ctx, id.DomainID, id.Domain, id.Selector, id.PrivateKey); err != nil {
 				return err
 			}
-		} else if _, err := p.checkOwner(ctx, id.DomainID, id.Domain); err != nil {
+		} else if _, err := p.claim(ctx, id.DomainID, id.Domain); err != nil {
 			return err
 		}
 	case err != nil:
@@ -74,25 +77,84 @@ func (p *Provider) CreateIdentity(ctx context.Context, id provider.Identity) err
 // provider.ErrNotOwner when another domain owns it. It reports whether the
 // identity exists.
 func (p *Provider) checkOwner(ctx context.Context, domainID, domain string) (bool, error) {
+	st, err := p.ownerStatus(ctx, domainID, domain)
+	return st.Exists, err
+}
+
+// claim is checkOwner that also takes an existing identity without an
+// owner (made before owners were recorded) for domainID, tagging it
+// (TagResource), so that no other domain of its name may change it after.
+// SES has no conditional tag: two domains of one name claiming the same
+// identity at the same moment could both go on, the later tag standing.
+func (p *Provider) claim(ctx context.Context, domainID, domain string) (bool, error) {
+	st, err := p.ownerStatus(ctx, domainID, domain)
+	if err == nil && st.Exists && st.Owner == "" && domainID != "" {
+		err = p.tagOwner(ctx, domainID, domain)
+	}
+	return st.Exists, err
+}
+
+// ownerStatus is the identity's status, or provider.ErrNotOwner when
+// another domain owns it.
+func (p *Provider) ownerStatus(ctx context.Context, domainID, domain string) (IdentityStatus, error) {
 	st, err := p.GetIdentityStatus(ctx, domain)
 	if err != nil {
-		return false, err
+		return st, err
 	}
 	if st.Owner != "" && st.Owner != domainID {
-		return st.Exists, fmt.Errorf("ses: identity %s is owned by domain %s, not %s: %w", domain, st.Owner, domainID, provider.ErrNotOwner)
+		return st, fmt.Errorf("ses: identity %s is owned by domain %s, not %s: %w", domain, st.Owner, domainID, provider.ErrNotOwner)
 	}
-	return st.Exists, nil
+	return st, nil
+}
+
+// tagOwner tags the identity with its owner's domain id.
+func (p *Provider) tagOwner(ctx context.Context, domainID, domain string) error {
+	resource, err := p.identityARN(ctx, domain)
+	if err != nil {
+		return err
+	}
+	_, err = p.ses.TagResource(ctx, &sesv2.TagResourceInput{
+		ResourceArn: aws.String(resource),
+		Tags:        []types.Tag{{Key: aws.String(OwnerTag), Value: aws.String(domainID)}},
+	})
+	if err != nil {
+		return fmt.Errorf("ses: tag identity %s with its owner: %w", domain, err)
+	}
+	return nil
+}
+
+// identityARN is the ARN of the account's identity domain, which
+// TagResource needs and no SES answer gives: the partition and account come
+// from STS GetCallerIdentity (allowed to every caller, no IAM permission
+// needed), asked once, and the region is the SES client's.
+func (p *Provider) identityARN(ctx context.Context, domain string) (string, error) {
+	p.arnMu.Lock()
+	defer p.arnMu.Unlock()
+	if p.arnPrefix == "" {
+		out, err := p.sts.GetCallerIdentity(ctx, &sts.GetCallerIdentityInput{})
+		if err != nil {
+			return "", fmt.Errorf("ses: read the account that holds identity %s: %w", domain, err)
+		}
+		caller, err := arn.Parse(aws.ToString(out.Arn))
+		if err != nil {
+			return "", fmt.Errorf("ses: read the account that holds identity %s: %w", domain, err)
+		}
+		p.arnPrefix = arn.ARN{Partition: caller.Partition, Service: "ses", Region: p.ses.Options().Region,
+			AccountID: aws.ToString(out.Account), Resource: "identity/"}.String()
+	}
+	return p.arnPrefix + domain, nil
 }
 
 // SetSigningKey makes SES sign the domain's mail with selector and key
-// (BYODKIM, origin EXTERNAL), when domainID owns the identity. Used at
-// rotation/upgrade cutover; repeating it with the same key is harmless.
+// (BYODKIM, origin EXTERNAL), when domainID owns the identity, or no one
+// does: domainID then takes it (claim). Used at rotation/upgrade cutover;
+// repeating it with the same key is harmless.
 func (p *Provider) SetSigningKey(ctx context.Context, domainID, domain, selector string, key *rsa.PrivateKey) error {
 	attrs, err := signingAttributes(selector, key)
 	if err != nil {
 		return err
 	}
-	exists, err := p.checkOwner(ctx, domainID, domain)
+	exists, err := p.claim(ctx, domainID, domain)
 	if err != nil {
 		return err
 	}

@@ -4,18 +4,21 @@
 //
 // Credentials come from the AWS default chain (environment, shared config,
 // SSO, web identity, container or instance role). Config.Endpoint overrides
-// the service endpoints, for emulators and test fakes.
+// the service endpoints (SES, SQS and the STS call that names the account),
+// for emulators and test fakes.
 package ses
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sesv2"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
 
 	"github.com/mailroom/mailroom/internal/provider"
 
@@ -44,8 +47,16 @@ type Config struct {
 type Provider struct {
 	ses    *sesv2.Client
 	sqs    *sqs.Client
+	sts    *sts.Client
 	cfg    Config
 	logger *slog.Logger
+
+	// arnMu guards arnPrefix, the start of the account's identity ARNs
+	// (arn:aws:ses:<region>:<account>:identity/), learnt from STS the first
+	// time an identity without an owner is tagged: no SES answer names the
+	// account.
+	arnMu     sync.Mutex
+	arnPrefix string
 }
 
 var (
@@ -75,9 +86,14 @@ func newProvider(ctx context.Context, cfg Config, extra ...func(*config.LoadOpti
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
 	})
+	stsClient := sts.NewFromConfig(awsCfg, func(o *sts.Options) {
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+	})
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Provider{ses: sesClient, sqs: sqsClient, cfg: cfg, logger: logger}, nil
+	return &Provider{ses: sesClient, sqs: sqsClient, sts: stsClient, cfg: cfg, logger: logger}, nil
 }

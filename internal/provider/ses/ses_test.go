@@ -365,6 +365,56 @@ func TestIdentityOwnership(t *testing.T) {
 	}
 }
 
+// An identity made before owners were recorded is taken by the first
+// domain of its name that creates it or sets its key: SES tags it with that
+// domain's id, so another domain of the same name (an installation from
+// before names were claimed can have one in several accounts) can then
+// neither swap its key nor delete it.
+func TestAnIdentityWithoutOwnerBelongsToTheFirstDomainThatActsOnIt(t *testing.T) {
+	ctx := context.Background()
+	key := rsaKey(t)
+	other, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, act := range map[string]func(*Provider) error{
+		"BYODKIM create": func(p *Provider) error {
+			return p.CreateIdentity(ctx, provider.Identity{DomainID: "d3", Domain: "old.example", MailFromDomain: "send.old.example", Selector: "mrnew333", PrivateKey: key})
+		},
+		"legacy create": func(p *Provider) error {
+			return p.CreateIdentity(ctx, provider.Identity{DomainID: "d3", Domain: "old.example", MailFromDomain: "send.old.example"})
+		},
+		"key change": func(p *Provider) error { return p.SetSigningKey(ctx, "d3", "old.example", "mrnew333", key) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeAWS(t)
+			p := f.provider("")
+			f.PutIdentity("old.example", sesfake.Identity{Selector: "mrold000", PrivateKey: "OLD"})
+			if err := act(p); err != nil {
+				t.Fatalf("d3 acting on the identity without owner: %v", err)
+			}
+			if id, _ := f.Identity("old.example"); id.Tags[OwnerTag] != "d3" {
+				t.Fatalf("tags after d3 acted: %v, want %s=d3", id.Tags, OwnerTag)
+			}
+			for _, r := range f.recorded() {
+				if r.Path == "/v2/email/tags" && r.Body["ResourceArn"] != "arn:aws:ses:us-east-1:"+sesfake.Account+":identity/old.example" {
+					t.Errorf("tagged %v, want the identity's ARN in the provider's region", r.Body["ResourceArn"])
+				}
+			}
+			before, _ := f.Identity("old.example")
+			if err := p.SetSigningKey(ctx, "d4", "old.example", "mrd44444", other); !errors.Is(err, provider.ErrNotOwner) {
+				t.Errorf("another domain swapping the key: %v, want ErrNotOwner", err)
+			}
+			if err := p.DeleteIdentity(ctx, "d4", "old.example"); !errors.Is(err, provider.ErrNotOwner) {
+				t.Errorf("another domain deleting the identity: %v, want ErrNotOwner", err)
+			}
+			if after, ok := f.Identity("old.example"); !ok || after.Selector != before.Selector || after.PrivateKey != before.PrivateKey {
+				t.Errorf("another domain changed the identity: %+v, was %+v", after, before)
+			}
+		})
+	}
+}
+
 func TestGetIdentityStatus(t *testing.T) {
 	f := newFakeAWS(t)
 	p := f.provider("")

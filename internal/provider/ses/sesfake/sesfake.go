@@ -8,9 +8,11 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,11 +33,14 @@ func (f *Server) Close() { f.srv.Close() }
 //   - SES v2 (REST-JSON: method + /v2/email/... path, JSON bodies, errors as
 //     an HTTP status with an X-Amzn-ErrorType header and {"message": ...});
 //   - SQS (AWS JSON 1.0: POST /, X-Amz-Target AmazonSQS.ReceiveMessage or
-//     AmazonSQS.DeleteMessage, Content-Type application/x-amz-json-1.0).
+//     AmazonSQS.DeleteMessage, Content-Type application/x-amz-json-1.0);
+//   - STS GetCallerIdentity (AWS Query: POST / with a form body, an XML
+//     answer naming Account), which a client pointed at the same endpoint
+//     asks to learn the account its identities' ARNs name.
 //
 // It is not AWS: it records every request and answers from canned
 // responses, an in-memory queue and in-memory email identities (create,
-// get, signing key, MAIL FROM, delete, with their tags). It checks no
+// get, signing key, MAIL FROM, tag, delete, with their tags). It checks no
 // signatures and verifies no DNS.
 type Server struct {
 	t   testing.TB
@@ -54,7 +59,7 @@ type Server struct {
 
 	// SES identity state.
 	identities     map[string]*Identity
-	identityLog    []string // "create <name>", "set_signing_key <name>", "mail_from <name>", "delete <name>"
+	identityLog    []string // "create <name>", "set_signing_key <name>", "mail_from <name>", "tag <name>", "delete <name>"
 	dkimStatus     string   // what GetEmailIdentity reports for every identity
 	mailFromStatus string
 	maxSendRate    float64 // GetAccount's SendQuota.MaxSendRate
@@ -84,6 +89,11 @@ func (f *Server) SetStatuses(dkim, mailFrom string) {
 	defer f.mu.Unlock()
 	f.dkimStatus, f.mailFromStatus = dkim, mailFrom
 }
+
+// Account is the AWS account the fake answers for: STS names it, and the
+// identity ARNs TagResource takes must name it
+// (arn:aws:ses:<region>:<Account>:identity/<name>).
+const Account = "123456789012"
 
 type Request struct {
 	Method string
@@ -186,6 +196,10 @@ func (f *Server) IdentityLog() []string {
 
 func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		f.serveQuery(w, r, raw)
+		return
+	}
 	var body map[string]any
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &body); err != nil {
@@ -237,6 +251,8 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 		})
 	case r.Method == http.MethodPost && r.URL.Path == "/v2/email/identities":
 		f.createIdentity(w, body)
+	case r.Method == http.MethodPost && r.URL.Path == "/v2/email/tags":
+		f.tagResource(w, body)
 	case strings.HasPrefix(r.URL.Path, "/v2/email/identities/"):
 		name, sub, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v2/email/identities/"), "/")
 		f.serveIdentity(w, r.Method, name, sub, body)
@@ -275,6 +291,67 @@ func (f *Server) createIdentity(w http.ResponseWriter, body map[string]any) {
 	f.identities[name] = id
 	f.identityLog = append(f.identityLog, "create "+name)
 	_ = json.NewEncoder(w).Encode(map[string]any{"IdentityType": "DOMAIN", "VerifiedForSendingStatus": false})
+}
+
+// tagResource is TagResource on an email identity, named by its ARN.
+func (f *Server) tagResource(w http.ResponseWriter, body map[string]any) {
+	arn, _ := body["ResourceArn"].(string)
+	parts := strings.SplitN(arn, ":", 6)
+	if len(parts) != 6 || parts[0] != "arn" || parts[1] != "aws" || parts[2] != "ses" || parts[4] != Account || !strings.HasPrefix(parts[5], "identity/") {
+		writeError(w, http.StatusBadRequest, "BadRequestException", "fake: not an email identity ARN of account "+Account+": "+arn)
+		return
+	}
+	name := strings.TrimPrefix(parts[5], "identity/")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, ok := f.identities[name]
+	if !ok {
+		writeError(w, http.StatusNotFound, "NotFoundException", "Resource "+arn+" does not exist.")
+		return
+	}
+	tags, _ := body["Tags"].([]any)
+	for _, t := range tags {
+		m, _ := t.(map[string]any)
+		k, _ := m["Key"].(string)
+		v, _ := m["Value"].(string)
+		id.Tags[k] = v
+	}
+	f.identityLog = append(f.identityLog, "tag "+name)
+	_, _ = w.Write([]byte("{}"))
+}
+
+// serveQuery answers the AWS Query protocol, of which the fake knows STS
+// GetCallerIdentity; a canned error is keyed "STS.<Action>".
+func (f *Server) serveQuery(w http.ResponseWriter, r *http.Request, raw []byte) {
+	form, err := url.ParseQuery(string(raw))
+	if err != nil {
+		f.t.Errorf("fake: query body is not a form: %v: %q", err, raw)
+	}
+	action := form.Get("Action")
+	body := map[string]any{}
+	for k := range form {
+		body[k] = form.Get(k)
+	}
+	target := "STS." + action
+	f.mu.Lock()
+	f.requests = append(f.requests, Request{Method: r.Method, Path: r.URL.EscapedPath(), Target: target, Body: body})
+	var canned *Error
+	if q := f.errors[target]; len(q) > 0 {
+		canned = &q[0]
+		f.errors[target] = q[1:]
+	}
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "text/xml")
+	switch {
+	case canned != nil:
+		w.WriteHeader(canned.Status)
+		fmt.Fprintf(w, `<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error><Type>Sender</Type><Code>%s</Code><Message>%s</Message></Error><RequestId>fake</RequestId></ErrorResponse>`, canned.Code, canned.Msg)
+	case action == "GetCallerIdentity":
+		fmt.Fprintf(w, `<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><GetCallerIdentityResult><Arn>arn:aws:iam::%[1]s:user/mailroom</Arn><UserId>AIDAFAKE</UserId><Account>%[1]s</Account></GetCallerIdentityResult><ResponseMetadata><RequestId>fake</RequestId></ResponseMetadata></GetCallerIdentityResponse>`, Account)
+	default:
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `<ErrorResponse><Error><Type>Sender</Type><Code>InvalidAction</Code><Message>fake: no such action %s</Message></Error><RequestId>fake</RequestId></ErrorResponse>`, action)
+	}
 }
 
 // serveIdentity is GetEmailIdentity, DeleteEmailIdentity and the PUTs of
