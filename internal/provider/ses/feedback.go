@@ -37,8 +37,8 @@ type Feedback struct {
 	// not deliver the message, and the caller fails the email with it.
 	Reject *string
 	// Ignored marks events that change nothing in Mailroom (Send,
-	// DeliveryDelay, Subscription, SNS subscription messages and unknown
-	// event types).
+	// DeliveryDelay, Subscription, SNS subscription messages, SES's setup
+	// notices and unknown event types).
 	Ignored bool
 }
 
@@ -108,6 +108,9 @@ type recipient struct {
 // parsed (redelivery won't help); its text never quotes the body, so it
 // may be logged.
 func ParseFeedback(body []byte) ([]Feedback, error) {
+	if topicValidation(body) {
+		return []Feedback{{EventType: topicValidationType, Ignored: true}}, nil
+	}
 	var probe struct {
 		snsEnvelope
 		EventType        string `json:"eventType"`
@@ -120,6 +123,8 @@ func ParseFeedback(body []byte) ([]Feedback, error) {
 	switch {
 	case probe.EventType != "" || probe.NotificationType != "":
 		// A raw SES event (raw message delivery).
+	case probe.Type == "Notification" && topicValidation([]byte(probe.Message)):
+		return []Feedback{{EventType: topicValidationType, Ignored: true}}, nil
 	case probe.Type == "Notification":
 		body, published = []byte(probe.Message), probe.Timestamp
 	case probe.Type == "SubscriptionConfirmation" || probe.Type == "UnsubscribeConfirmation":
@@ -136,6 +141,22 @@ func ParseFeedback(body []byte) ([]Feedback, error) {
 		return nil, err
 	}
 	return []Feedback{f}, nil
+}
+
+// SES's setup notices, which reach the events queue but are no events:
+// SNS publishes topicValidationText (plain text) when a configuration set's
+// event destination is created on its topic, and an identity notification
+// topic receives subscriptionSucceeded (a notification without mail).
+const (
+	topicValidationText   = "Successfully validated SNS topic for Amazon SES event publishing"
+	topicValidationType   = "SNS topic validation"
+	subscriptionSucceeded = "AmazonSnsSubscriptionSucceeded"
+)
+
+// topicValidation reports whether message is SES's notice that it
+// validated the topic, wrapped by SNS or (raw message delivery) alone.
+func topicValidation(message []byte) bool {
+	return strings.HasPrefix(strings.TrimSpace(string(message)), topicValidationText)
 }
 
 // notJSON says why what could not be decoded by the kind of error and its
@@ -162,6 +183,9 @@ func mapEvent(ev *sesEvent, published string) (Feedback, error) {
 	}
 	if typ == "" {
 		return Feedback{}, errors.New("ses: SES event without eventType")
+	}
+	if typ == subscriptionSucceeded {
+		return Feedback{EventType: typ, Ignored: true}, nil
 	}
 	f := Feedback{EventType: typ, MessageID: ev.Mail.MessageID}
 	if tags := ev.Mail.Tags[EmailIDTag]; len(tags) > 0 {

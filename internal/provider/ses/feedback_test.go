@@ -433,3 +433,70 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// What SES sends while it is set up, on the queue of events: the notice
+// that validates the SNS topic when the configuration set's event
+// destination is created (plain text, not an event), and an identity
+// topic's AmazonSnsSubscriptionSucceeded. Each is taken as feedback that
+// changes nothing and deleted, not logged at error as unparseable: every
+// installation that follows docs/ses.md receives them.
+func TestSESSetupNoticesAreIgnoredNotRefused(t *testing.T) {
+	f := newFakeAWS(t)
+	p := f.provider("https://sqs.us-east-1.amazonaws.com/123456789012/mailroom-events")
+	var logs lockedBuffer
+	p.logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	const validated = "Successfully validated SNS topic for Amazon SES event publishing."
+	subscribed, err := json.Marshal(map[string]string{"notificationType": "AmazonSnsSubscriptionSucceeded",
+		"message": "You have successfully subscribed your Amazon SNS topic 'arn:aws:sns:us-east-1:123456789012:mailroom-events' to receive 'Bounce' notifications from Amazon SES for identity 'example.com'."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[string]string{
+		"topic validation":            string(snsWrap(t, []byte(validated))),
+		"topic validation, raw":       validated,
+		"subscription succeeded":      string(snsWrap(t, subscribed)),
+		"subscription succeeded, raw": string(subscribed),
+	}
+	ids := map[string]string{}
+	for name, b := range bodies {
+		ids[f.enqueue(b)] = name
+	}
+	var mu sync.Mutex
+	var handled []Feedback
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- p.PollFeedback(ctx, func(_ context.Context, fbs []Feedback) error {
+			mu.Lock()
+			defer mu.Unlock()
+			handled = append(handled, fbs...)
+			return nil
+		})
+	}()
+	waitFor(t, func() bool {
+		for id := range ids {
+			if !slices.Contains(f.log(), "delete "+id) {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if out := logs.String(); strings.Contains(out, "level=ERROR") {
+		t.Errorf("a setup notice was logged at error:\n%s", out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(handled) != len(bodies) {
+		t.Fatalf("handled %d feedbacks for %d notices: %+v", len(handled), len(bodies), handled)
+	}
+	for _, fb := range handled {
+		if !fb.Ignored || fb.Event != nil || fb.Reject != nil {
+			t.Errorf("a setup notice was taken as %+v, want it ignored", fb)
+		}
+	}
+}

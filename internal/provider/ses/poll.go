@@ -66,6 +66,11 @@ func (p *Provider) process(ctx context.Context, m types.Message, handle func(con
 		p.logger.Warn("ses: handling feedback failed; the message will be redelivered", "sqs_message_id", id, "err", err)
 		return
 	}
+	for _, fb := range fbs {
+		if fb.Ignored { // SES's setup notices among them: nothing to see
+			p.logger.Debug("ses: feedback that changes nothing, deleting it", "sqs_message_id", id, "event_type", fb.EventType)
+		}
+	}
 	// Delete even when ctx was cancelled meanwhile (shutdown): the events
 	// are appended, so the message is done.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
