@@ -126,9 +126,6 @@ func (p *Pipeline) process(ctx context.Context, st email.State, ver eventstore.E
 		if errors.Is(err, datakeys.ErrErased) {
 			return nil // erased meanwhile: nothing happens to it any more
 		}
-		if errors.Is(err, errContentLost) {
-			return p.failLost(ctx, meta, st.Queued.EmailID, err)
-		}
 		if err != nil {
 			return p.retryOrExpire(ctx, st, meta, err)
 		}
@@ -177,7 +174,8 @@ func (p *Pipeline) fail(ctx context.Context, meta commands.Meta, id, reason, det
 }
 
 // retryOrExpire answers an error that may pass (a store, the read models,
-// the content scanner or a signing key failing for now): the email is
+// the content scanner or a signing key failing for now; stored content
+// not found, which an erasure under way also gives): the email is
 // tried again until it has been going for MaxAge, counted as for the
 // provider's errors, and then fails, so that no email stays queued for
 // ever, whatever keeps failing. A try cut off by a shutdown is not
@@ -188,26 +186,6 @@ func (p *Pipeline) retryOrExpire(ctx context.Context, st email.State, meta comma
 	}
 	p.logFailure(meta, st.Queued.EmailID, "email could not be sent in time", err)
 	return p.fail(ctx, meta, st.Queued.EmailID, email.ReasonInternalError, fmt.Sprintf("the email could not be sent within %s", p.MaxAge))
-}
-
-// errContentLost marks an email whose own stored content (a body or an
-// attachment) is missing or damaged: no try can send it.
-var errContentLost = errors.New("the email's stored content is lost")
-
-// getContent reads the email's blob d; its loss is errContentLost.
-func (p *Pipeline) getContent(ctx context.Context, emailID, d string) ([]byte, error) {
-	b, err := p.Content.Get(ctx, emailID, blob.Digest(d))
-	if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt) {
-		return nil, fmt.Errorf("%w: %w", errContentLost, err)
-	}
-	return b, err
-}
-
-// failLost fails an email whose stored content is lost, the blob named in
-// the log for operators.
-func (p *Pipeline) failLost(ctx context.Context, meta commands.Meta, emailID string, err error) error {
-	p.logFailure(meta, emailID, "email's stored content could not be read", err)
-	return p.fail(ctx, meta, emailID, email.ReasonInternalError, "the email's stored content could not be read")
 }
 
 // prepare runs the gateway within the preparation deadline: an email that
@@ -244,7 +222,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, room *Lease, met
 		if d == "" {
 			continue
 		}
-		body, err := p.getContent(ctx, q.EmailID, d)
+		body, err := p.Content.Get(ctx, q.EmailID, blob.Digest(d))
 		if err != nil {
 			return "", "", nil, err
 		}
@@ -312,7 +290,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, room *Lease, met
 			}
 			downloaded = append(downloaded, d[0])
 			a.Digest, a.SizeBytes = string(d[0]), int64(len(content))
-		} else if content, err = p.getContent(ctx, q.EmailID, a.Digest); err != nil {
+		} else if content, err = p.Content.Get(ctx, q.EmailID, blob.Digest(a.Digest)); err != nil {
 			return "", "", nil, err
 		}
 		v, err := p.Scanner.ScanAttachment(ctx, a.Filename, content)
@@ -340,9 +318,6 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, room *Lease, met
 func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.ExpectedVersion, pos eventstore.Position, atts []email.Attachment, meta commands.Meta) (left bool, err error) {
 	q := st.Queued
 	raw, err := p.render(ctx, st, atts)
-	if errors.Is(err, errContentLost) {
-		return false, p.failLost(ctx, meta, q.EmailID, err)
-	}
 	if IsTransient(err) {
 		return false, p.retryOrExpire(ctx, st, meta, err)
 	}
@@ -508,32 +483,23 @@ func (p *Pipeline) render(ctx context.Context, st email.State, atts []email.Atta
 		if d == "" {
 			return "", nil
 		}
-		b, err := p.getContent(ctx, q.EmailID, d)
+		b, err := p.Content.Get(ctx, q.EmailID, blob.Digest(d))
 		return string(b), err
 	}
 	if m.HTML, err = get(q.HTMLDigest); err != nil {
-		return nil, orLost(err)
+		return nil, Transient(err)
 	}
 	if m.Text, err = get(q.TextDigest); err != nil {
-		return nil, orLost(err)
+		return nil, Transient(err)
 	}
 	for _, a := range atts {
-		b, err := p.getContent(ctx, q.EmailID, a.Digest)
+		b, err := p.Content.Get(ctx, q.EmailID, blob.Digest(a.Digest))
 		if err != nil {
-			return nil, orLost(err)
+			return nil, Transient(err)
 		}
 		m.Attachments = append(m.Attachments, mailmsg.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: a.ContentID, Content: b})
 	}
 	return mailmsg.Build(m)
-}
-
-// orLost marks a content read's error transient, unless the content is
-// lost, which no try mends.
-func orLost(err error) error {
-	if errors.Is(err, errContentLost) {
-		return err
-	}
-	return Transient(err)
 }
 
 func domainOf(addr string) string {

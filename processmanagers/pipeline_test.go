@@ -505,9 +505,11 @@ func (s *refusingAppends) Append(ctx context.Context, stream string, expected ev
 	return s.Store.Append(ctx, stream, expected, events...)
 }
 
-// An email whose stored body or attachment is gone can never be sent: it
-// fails at once (email.failed, with internal_error) rather than being
-// retried for ever. The log names the missing blob for operators.
+// An email whose stored body or attachment is missing (a blob directory
+// not shared between instances, an S3 lifecycle rule) is retried, as an
+// erasure under way also removes the content before the email reads as
+// erased, and fails once it has been going for MaxAge, the blob named in
+// the log.
 func TestPipelineFailsAnEmailWhoseStoredContentIsLost(t *testing.T) {
 	for name, lose := range map[string]func(q *email.Queued) string{
 		"body":       func(q *email.Queued) string { return q.HTMLDigest },
@@ -520,17 +522,72 @@ func TestPipelineFailsAnEmailWhoseStoredContentIsLost(t *testing.T) {
 			if err := r.blobs.Delete(context.Background(), blob.Digest(lost)); err != nil {
 				t.Fatal(err)
 			}
+			if err := r.process(id); !processmanagers.IsTransient(err) || !strings.Contains(err.Error(), lost) {
+				t.Fatalf("first try of an email whose %s is lost: %v, want a transient error naming the blob", name, err)
+			}
+			if f := r.failure(t, id); f != nil {
+				t.Fatalf("failed at its first try: %+v", f)
+			}
+			r.now = queuedAt.Add(r.pipeline.MaxAge + time.Second)
 			if err := r.process(id); err != nil {
-				t.Fatalf("processing an email whose %s is lost: %v, want it failed", name, err)
+				t.Fatalf("try after MaxAge: %v, want the email failed", err)
 			}
 			f := r.failure(t, id)
-			if f == nil || f.Reason != email.ReasonInternalError || f.Detail != "the email's stored content could not be read" {
+			if f == nil || f.Reason != email.ReasonInternalError {
 				t.Fatalf("email stream %q, failure %+v", r.types(t, id), f)
 			}
 			if !strings.Contains(r.logs.String(), lost) {
 				t.Errorf("the log does not name the lost blob:\n%s", r.logs.String())
 			}
 		})
+	}
+}
+
+// deleteThen is content whose Delete, once done, runs then.
+type deleteThen struct {
+	commands.Content
+	then func()
+}
+
+func (d deleteThen) Delete(ctx context.Context, ds ...blob.Digest) error {
+	err := d.Content.Delete(ctx, ds...)
+	if d.then != nil {
+		d.then()
+	}
+	return err
+}
+
+// A send try that runs while its email is erased, between the erasure's
+// removal of the content and the destruction of its key, finds the
+// content gone: the email is not failed for it (no false internal_error),
+// and the erasure ends it.
+func TestASendRacingAnErasureDoesNotFailTheEmail(t *testing.T) {
+	r := newPipelineRig(t)
+	id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"}, "report.pdf")
+	box, err := secretbox.New(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tried error
+	eraser := commands.New(commands.Deps{Store: r.store, Now: func() time.Time { return r.now }, Box: box, DataKeys: r.keys,
+		Content: deleteThen{Content: r.content, then: func() { tried = r.process(id) }}})
+	if _, err := eraser.EraseEmail(context.Background(), id, email.ErasedOnRequest, "er-1", commands.Started("operator")); err != nil {
+		t.Fatal(err)
+	}
+	if !processmanagers.IsTransient(tried) {
+		t.Fatalf("the try during the erasure: %v, want a transient error", tried)
+	}
+	if f := r.failure(t, id); f != nil {
+		t.Fatalf("an email erased while its send ran failed with %s (%s)", f.Reason, f.Detail)
+	}
+	if got := testutil.ToFloat64(r.outcomes.Failures.WithLabelValues(email.ReasonInternalError)); got != 0 {
+		t.Errorf("mailroom_emails_failed_total{reason=internal_error} = %v, want 0", got)
+	}
+	if err := r.process(id); err != nil {
+		t.Fatalf("the next try, after the erasure: %v", err)
+	}
+	if types := r.types(t, id); types[len(types)-1] != "EmailErased" {
+		t.Fatalf("email stream %q, want it to end erased", types)
 	}
 }
 
