@@ -39,6 +39,12 @@ func mustRegistry() *Registry {
 	return r
 }
 
+// Known reports whether eventType is one of Mailroom's event types.
+func Known(eventType string) bool {
+	_, err := registry.Version(eventType)
+	return err == nil
+}
+
 // Encode prepares e for appending; its type must be registered.
 func Encode(e domain.Event, meta eventstore.Metadata) (eventstore.EventData, error) {
 	return registry.Encode(e, meta)

@@ -220,8 +220,9 @@ type RecordedEvent struct {
 	// Hash chains the event to the previous event of its stream; see ChainHash.
 	Hash string
 	// Foreign marks another application's event on a shared store
-	// (EventStoreDB): it carries none of Mailroom's metadata and no hash,
-	// so auditing skips it, as readers skip types they do not know.
+	// (EventStoreDB): no hash, and a type that is not Mailroom's. Auditing
+	// skips it, as readers skip types they do not know, unless its stream
+	// holds Mailroom's events.
 	Foreign bool
 }
 
