@@ -83,22 +83,23 @@ func (r *Retention) pass(ctx context.Context) (int, error) {
 	meta := commands.Started("system:retention") // one run per pass
 	erased := 0
 	failed := map[string]bool{}
+	// Batch after batch, each after the last one's oldest-first end: the
+	// emails that failed, and those the read model still shows after
+	// their erasure, are passed over rather than read again.
+	var after *readapi.ExpiredEmail
 	for {
-		due, err := readapi.New(r.Pool, r.Now).EmailsPastRetention(ctx, r.DefaultDays, r.Now(), retentionBatch)
+		due, err := readapi.New(r.Pool, r.Now).EmailsPastRetention(ctx, r.DefaultDays, r.Now(), after, retentionBatch)
 		if err != nil {
 			return erased, err
 		}
-		newly := r.erase(ctx, due, failed, meta)
-		erased += newly
+		erased += r.erase(ctx, due, failed, meta)
 		if err := ctx.Err(); err != nil {
 			return erased, err
 		}
-		// A full batch of emails erased already (or that failed in this
-		// pass) is the read model catching up; the next pass finds what
-		// is left.
-		if len(due) < retentionBatch || newly == 0 {
+		if len(due) < retentionBatch {
 			break
 		}
+		after = &due[len(due)-1]
 	}
 	if len(failed) > 0 {
 		return erased, fmt.Errorf("%d email(s) past retention could not be erased (each is logged); the next pass tries again", len(failed))

@@ -238,16 +238,27 @@ func TestEmailsPastRetention(t *testing.T) {
 		catchUpTo(t, r, p, w.last)
 	}
 	reads := readapi.New(w.pool, time.Now)
-	got, err := reads.EmailsPastRetention(ctx, 30, now, 10)
+	got, err := reads.EmailsPastRetention(ctx, 30, now, nil, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []readapi.ExpiredEmail{{EmailID: defaultOld, AccountID: "other"}, {EmailID: shortOlder, AccountID: "short"}, {EmailID: shortOld, AccountID: "short"}}
-	if !slices.Equal(got, want) {
-		t.Fatalf("past retention %+v, want %+v", got, want)
+	ids := func(es []readapi.ExpiredEmail) (out []string) {
+		for _, e := range es {
+			out = append(out, e.AccountID+"/"+e.EmailID)
+		}
+		return out
 	}
-	if got, _ := reads.EmailsPastRetention(ctx, 30, now, 1); len(got) != 1 || got[0] != want[0] {
-		t.Fatalf("the first past retention %+v, want %+v", got, want[:1])
+	want := []string{"other/" + defaultOld, "short/" + shortOlder, "short/" + shortOld}
+	if !slices.Equal(ids(got), want) {
+		t.Fatalf("past retention %v, want %v", ids(got), want)
+	}
+	first, _ := reads.EmailsPastRetention(ctx, 30, now, nil, 1)
+	if !slices.Equal(ids(first), want[:1]) {
+		t.Fatalf("the first past retention %v, want %v", ids(first), want[:1])
+	}
+	// The next page starts after the last one's end.
+	if rest, _ := reads.EmailsPastRetention(ctx, 30, now, &first[0], 10); !slices.Equal(ids(rest), want[1:]) {
+		t.Fatalf("past retention after the first %v, want %v", ids(rest), want[1:])
 	}
 	acct, err := reads.Account(ctx, "short")
 	if err != nil {

@@ -47,16 +47,24 @@ func (r *Reader) EmailsSentTo(ctx context.Context, accountID, addressKey string)
 type ExpiredEmail struct {
 	EmailID   string
 	AccountID string
+	CreatedAt time.Time
 }
 
 // EmailsPastRetention lists up to limit emails created longer ago than
 // their account's retention (defaultDays for an account without its own)
-// before now, oldest first.
-func (r *Reader) EmailsPastRetention(ctx context.Context, defaultDays int, now time.Time, limit int) ([]ExpiredEmail, error) {
-	rows, err := r.pool.Query(ctx, `SELECT e.id, e.account_id FROM emails e
+// before now, oldest first, after the email after (from the start when
+// it is nil).
+func (r *Reader) EmailsPastRetention(ctx context.Context, defaultDays int, now time.Time, after *ExpiredEmail, limit int) ([]ExpiredEmail, error) {
+	var afterAt *time.Time
+	var afterID string
+	if after != nil {
+		afterAt, afterID = &after.CreatedAt, after.EmailID
+	}
+	rows, err := r.pool.Query(ctx, `SELECT e.id, e.account_id, e.created_at FROM emails e
 		LEFT JOIN accounts a ON a.id = e.account_id
 		WHERE e.created_at < $2::timestamptz - make_interval(days => coalesce(a.retention_days, $1::integer))
-		ORDER BY e.created_at, e.id LIMIT $3`, defaultDays, now, limit)
+			AND ($4::timestamptz IS NULL OR (e.created_at, e.id) > ($4, $5))
+		ORDER BY e.created_at, e.id LIMIT $3`, defaultDays, now, limit, afterAt, afterID)
 	if err != nil {
 		return nil, err
 	}
