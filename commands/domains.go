@@ -54,6 +54,9 @@ func (s *Service) ImportLegacyDomain(ctx context.Context, accountID, rawName str
 func (s *Service) addDomain(ctx context.Context, accountID, rawName string, legacy bool, meta Meta) (sendingdomain.State, error) {
 	name, problem := sendingdomain.NormalizeName(rawName)
 	if problem == "" {
+		problem = sendingdomain.CheckRegistrable(name)
+	}
+	if problem == "" {
 		problem = sendingdomain.CheckOwnable(name)
 	}
 	if problem == "" && legacy && len(name) > sendingdomain.MaxLegacyNameLength {

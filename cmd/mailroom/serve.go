@@ -47,13 +47,14 @@ migrated on start.`,
 				first, err := a.Bootstrap(ctx)
 				if err != nil {
 					ls.Close()
+					// The next start finds the account and creates nothing.
+					const recover = "if the first account was created before this, give it credentials with " +
+						"`mailroom tokens create` and an API key made with that token, or start again on an empty database"
 					if ctx.Err() != nil {
-						log.Info("stop signal received; shutting down")
+						log.Warn("stop signal received during the first start; "+recover, "err", err)
 						return nil
 					}
-					// The next start finds the account and creates nothing.
-					return fmt.Errorf("bootstrap: %w; if the first account was created before this, give it credentials with "+
-						"`mailroom tokens create` and an API key made with that token, or start again on an empty database", err)
+					return fmt.Errorf("bootstrap: %w; %s", err, recover)
 				}
 				if first != nil {
 					printFirstRun(cmd, first, ls.Addr().String())

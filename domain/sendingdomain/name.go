@@ -54,17 +54,16 @@ func NormalizeName(raw string) (string, string) {
 	if p := checkShape(ascii); p != "" {
 		return "", p
 	}
-	if p := checkInternational(ascii); p != "" {
-		return "", p
-	}
 	return ascii, ""
 }
 
-// checkInternational refuses internationalised labels of anything but
-// letters, digits, marks and hyphens, whichever form they were given in:
-// the IDNA mapping lets symbols through (☃, xn--n3h), which no registry
-// registers under IDNA2008 and which the address check of a send refuses.
-func checkInternational(ascii string) string {
+// CheckRegistrable refuses a normalised name whose internationalised
+// labels hold anything but letters, digits, marks, hyphens and the joiners
+// IDNA2008 allows (ZWNJ, ZWJ), whichever form they were given in: the IDNA
+// mapping lets symbols through (☃, xn--n3h), which no registry registers
+// under IDNA2008 and which the address check of a send refuses. It applies
+// to names being added; a domain added before the rule keeps its name.
+func CheckRegistrable(ascii string) string {
 	for l := range strings.SplitSeq(ascii, ".") {
 		if !strings.HasPrefix(l, "xn--") {
 			continue
@@ -74,8 +73,8 @@ func checkInternational(ascii string) string {
 			return "is not a valid domain name"
 		}
 		for _, r := range u {
-			if r != '-' && !unicode.IsLetter(r) && !unicode.IsDigit(r) && !unicode.IsMark(r) {
-				return fmt.Sprintf("may only hold letters, digits and hyphens; %q is not one", r)
+			if r != '-' && r != '\u200c' && r != '\u200d' && !unicode.IsLetter(r) && !unicode.IsDigit(r) && !unicode.IsMark(r) {
+				return fmt.Sprintf("may only hold letters, digits, combining marks and hyphens; %q is not one", r)
 			}
 		}
 	}

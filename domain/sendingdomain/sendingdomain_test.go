@@ -64,12 +64,31 @@ func TestNormalizeName(t *testing.T) {
 		"a..com":            "has an empty label",
 		"localhost":         "must have at least two labels, like example.com",
 		"bü_cher.de":        "is not a valid domain name",
-		"☃.com":             "may only hold letters, digits and hyphens; '☃' is not one",
-		"xn--n3h.com":       "may only hold letters, digits and hyphens; '☃' is not one",
-		"xn--zz-zzz.de":     "may only hold letters, digits and hyphens; '⦌' is not one",
 	} {
 		if _, problem := sd.NormalizeName(in); problem != want {
 			t.Errorf("%q: %q, want %q", in, problem, want)
+		}
+	}
+}
+
+// A name being added holds in its internationalised labels only letters,
+// digits, marks, hyphens and the joiners IDNA2008 allows (Persian and Indic
+// names use them), whichever form it is given in.
+func TestCheckRegistrable(t *testing.T) {
+	for in, want := range map[string]string{
+		"☃.com":         "may only hold letters, digits, combining marks and hyphens; '☃' is not one",
+		"xn--n3h.com":   "may only hold letters, digits, combining marks and hyphens; '☃' is not one",
+		"xn--zz-zzz.de": "may only hold letters, digits, combining marks and hyphens; '⦌' is not one",
+		"bücher.de":     "",
+		"می‌خواهم.ir":   "",
+		"example.com":   "",
+	} {
+		name, problem := sd.NormalizeName(in)
+		if problem != "" {
+			t.Fatalf("%q: %s", in, problem)
+		}
+		if got := sd.CheckRegistrable(name); got != want {
+			t.Errorf("%q (%s): %q, want %q", in, name, got, want)
 		}
 	}
 }

@@ -221,7 +221,7 @@ func TestDomainVerification(t *testing.T) {
 
 	// The same name again: 409. Bad names: 422 naming the field.
 	wantProblem(t, w.Do("POST", "/api/domains", w.admin, map[string]any{"domain": "example.com"}), 409, "domain_exists")
-	for _, bad := range []string{"", "localhost", "10.0.0.1", "[::1]", strings.Repeat("a", 64) + ".com", strings.Repeat("abcdefghi.", 26) + "com", "co.uk"} {
+	for _, bad := range []string{"", "localhost", "10.0.0.1", "[::1]", strings.Repeat("a", 64) + ".com", strings.Repeat("abcdefghi.", 26) + "com", "co.uk", "☃.com"} {
 		r := w.Do("POST", "/api/domains", w.admin, map[string]any{"domain": bad})
 		wantProblem(t, r, 422, "validation_failed")
 		if !strings.Contains(string(r.Body), `"field":"domain"`) {
