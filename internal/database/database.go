@@ -110,7 +110,10 @@ func EnsureExists(ctx context.Context, url string) error {
 	}
 	defer aconn.Close(ctx)
 	_, err = aconn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	if err != nil && !isDuplicateDatabase(err) {
+	switch {
+	case isDuplicateDatabase(err):
+		return nil // created by another process meanwhile
+	case err != nil:
 		return fmt.Errorf("database: create %q: %w", name, err)
 	}
 	slog.Info("created database", "database", name)
@@ -134,7 +137,13 @@ func urlError(err error) error {
 
 func isDuplicateDatabase(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42P04"
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	// duplicate_database when it existed before; two creating it at once
+	// meet on the catalog's unique index instead, and the later one is
+	// told unique_violation.
+	return pgErr.Code == "42P04" || (pgErr.Code == "23505" && pgErr.ConstraintName == "pg_database_datname_index")
 }
 
 // ErrNewerRelease means the database was migrated by a release newer than

@@ -114,3 +114,41 @@ func TestMigratesWhereNoPgTrgmCanBeCreated(t *testing.T) {
 		t.Fatalf("pg_trgm created: %v (%v)", created, err)
 	}
 }
+
+// Processes starting together on a database that does not exist yet (a
+// first install, where every pod and the migrate Job start at once) all
+// find it created: the ones that lose the race to create it take it as
+// created by another, rather than stop with a unique-key violation.
+func TestProcessesStartingTogetherAllFindTheDatabaseCreated(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewURL(t) // dropped at the end, whoever created it
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	admin, err := pgx.Connect(ctx, pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	for round := range 5 {
+		if _, err := admin.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Fatal(err)
+		}
+		start := make(chan struct{})
+		errs := make(chan error, 6)
+		for range cap(errs) {
+			go func() {
+				<-start
+				errs <- database.EnsureExists(ctx, url)
+			}()
+		}
+		close(start)
+		for range cap(errs) {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+}
