@@ -10,7 +10,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 PKGS     := ./...
 
-.PHONY: run build test bench lint fmt vet clean
+.PHONY: run build test bench lint fmt vet clean reset
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mailroom
@@ -40,5 +40,16 @@ vet:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
+# Removes the build only. ./.mailroom holds the development master key, and
+# the mailroom database is sealed under it: without the key `make run`
+# refuses that database. `make reset` removes both.
 clean:
-	rm -rf bin .mailroom
+	rm -rf bin
+
+# Starts development afresh: drops the development database (the default
+# MAILROOM_DATABASE_URL's) and removes ./.mailroom, its master key, outbox
+# and blobs, together.
+DEV_POSTGRES ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+reset: clean
+	psql '$(DEV_POSTGRES)' -qc 'DROP DATABASE IF EXISTS mailroom WITH (FORCE)'
+	rm -rf .mailroom

@@ -892,3 +892,26 @@ func lastOf(s []string) string {
 	}
 	return s[len(s)-1]
 }
+
+// `make clean` keeps ./.mailroom, whose development master key the
+// mailroom database opens only with: without it `make run` refuses that
+// database. `make reset` removes the key and drops the database together.
+func TestMakeCleanKeepsTheDevelopmentKey(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	recipe := func(target string) string {
+		out, err := exec.Command("make", "-n", "-C", "..", target).CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n %s: %v\n%s", target, err, out)
+		}
+		return string(out)
+	}
+	if clean := recipe("clean"); strings.Contains(clean, ".mailroom") {
+		t.Errorf("make clean removes the development key:\n%s", clean)
+	}
+	reset := recipe("reset")
+	if !strings.Contains(reset, "rm -rf .mailroom") || !strings.Contains(reset, "DROP DATABASE IF EXISTS mailroom") {
+		t.Errorf("make reset does not remove the key and the database together:\n%s", reset)
+	}
+}
