@@ -43,7 +43,10 @@ func (a *App) openMail(ctx context.Context) error {
 	}
 	a.Egress = egress.Policy{AllowCIDRs: cidrs, AllowHTTP: cfg.WebhookAllowHTTP, Log: a.Log}
 	if cfg.EgressResolver != "" {
-		server := cfg.EgressResolver
+		server, err := cfg.EgressResolverAddr() // checked by Validate
+		if err != nil {
+			return err
+		}
 		a.Egress.Resolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, network, server)

@@ -21,6 +21,9 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/mailroom/mailroom/internal/dnscheck"
+	"github.com/mailroom/mailroom/internal/egress"
 )
 
 // Config is the whole configuration.
@@ -291,7 +294,37 @@ func (c *Config) Validate() error {
 	if c.ClamdAddr != "" && !clamdAddrValid(c.ClamdAddr) {
 		return invalid("clamd-addr", "%q is neither host:port nor unix:/path", c.ClamdAddr)
 	}
+	return c.validateAddresses()
+}
+
+// validateAddresses checks the settings that list resolvers and address
+// ranges, before anything connects: a typo found only once the database
+// was created and migrated would hide behind any trouble with it.
+func (c *Config) validateAddresses() error {
+	if _, err := dnscheck.ParseResolvers(c.DNSResolvers); err != nil {
+		return invalid("dns-resolvers", "%v", err)
+	}
+	for _, s := range []setting[string]{{"trusted-proxies", c.TrustedProxies}, {"egress-allow-cidrs", c.EgressAllowCIDRs}} {
+		if _, err := egress.ParseCIDRs(s.value); err != nil {
+			return invalid(s.flag, "%v", err)
+		}
+	}
+	if c.EgressResolver != "" {
+		if _, err := c.EgressResolverAddr(); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// EgressResolverAddr is the DNS server of egress-resolver as it is dialled:
+// host:port, a bare IP address meaning port 53.
+func (c *Config) EgressResolverAddr() (string, error) {
+	addrs, err := dnscheck.ParseResolvers(c.EgressResolver)
+	if err != nil || len(addrs) != 1 {
+		return "", invalid("egress-resolver", "%q is not one DNS server as host:port (or an IP address, meaning port 53)", c.EgressResolver)
+	}
+	return addrs[0], nil
 }
 
 // clamdAddrValid accepts the forms the scanner dials: "unix:/path",
@@ -406,14 +439,38 @@ func (c *Config) boolean(fs *pflag.FlagSet, p *bool, name, env string, def bool,
 }
 
 func (c *Config) integer(fs *pflag.FlagSet, p *int, name, env string, def int, text string) {
-	fs.IntVar(p, name, def, usage(env, text))
+	*p = def
+	fs.Var(decimal[int]{p, "int", strconv.IntSize}, name, usage(env, text))
 	bind(fs, name, env)
 }
 
 func (c *Config) int64Flag(fs *pflag.FlagSet, p *int64, name, env string, def int64, text string) {
-	fs.Int64Var(p, name, def, usage(env, text))
+	*p = def
+	fs.Var(decimal[int64]{p, "int64", 64}, name, usage(env, text))
 	bind(fs, name, env)
 }
+
+// decimal is a whole-number flag read in base 10 only. pflag's own reads
+// a leading 0 as octal and 0x as hex: MAILROOM_RETENTION_DAYS=045 would
+// keep emails 37 days.
+type decimal[T int | int64] struct {
+	p        *T
+	typeName string // "int" or "int64", as pflag names them
+	bits     int
+}
+
+func (d decimal[T]) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, d.bits)
+	if err != nil {
+		return err
+	}
+	*d.p = T(v)
+	return nil
+}
+
+func (d decimal[T]) String() string { return strconv.FormatInt(int64(*d.p), 10) }
+
+func (d decimal[T]) Type() string { return d.typeName }
 
 func (c *Config) float(fs *pflag.FlagSet, p *float64, name, env string, def float64, text string) {
 	fs.Float64Var(p, name, def, usage(env, text))

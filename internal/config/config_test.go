@@ -144,3 +144,53 @@ func TestBadMasterKeyIsNamed(t *testing.T) {
 		t.Fatalf("bad master key: %v", err)
 	}
 }
+
+// Whole numbers are read in base 10 only, whether from a variable or a
+// flag: a leading zero does not make "045" days an octal 37, nor "0x10"
+// a hexadecimal 16.
+func TestWholeNumbersAreDecimal(t *testing.T) {
+	t.Setenv("MAILROOM_RETENTION_DAYS", "045")
+	t.Setenv("MAILROOM_MAX_INFLIGHT_BYTES", "0100000000")
+	var cfg Config
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	cfg.Flags(fs)
+	if err := fs.Parse([]string{"--rate-burst", "010"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ApplyEnv(fs)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RetentionDays != 45 || cfg.MaxInflightBytes != 100000000 || cfg.RateBurst != 10 {
+		t.Errorf("retention days %d, max inflight bytes %d, rate burst %d; want 45, 100000000, 10",
+			cfg.RetentionDays, cfg.MaxInflightBytes, cfg.RateBurst)
+	}
+	t.Setenv("MAILROOM_RETENTION_DAYS", "0x10")
+	cfg.ApplyEnv(fs)
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `MAILROOM_RETENTION_DAYS: "0x10" is not a whole number`) {
+		t.Errorf("0x10 days: %v", err)
+	}
+}
+
+// Resolvers and address ranges are checked with the other settings, before
+// anything connects, and the error names the flag and its variable.
+func TestResolversAndAddressRangesAreRefusedByName(t *testing.T) {
+	for want, set := range map[string]func(*Config){
+		"dns-resolvers (MAILROOM_DNS_RESOLVERS)":           func(c *Config) { c.DNSResolvers = "bogus" },
+		"trusted-proxies (MAILROOM_TRUSTED_PROXIES)":       func(c *Config) { c.TrustedProxies = "10.0.0.0/33" },
+		"egress-allow-cidrs (MAILROOM_EGRESS_ALLOW_CIDRS)": func(c *Config) { c.EgressAllowCIDRs = "127.0.0.0/8,nowhere" },
+		// Dialled as it is for every webhook's and attachment's host name.
+		"egress-resolver (MAILROOM_EGRESS_RESOLVER)": func(c *Config) { c.EgressResolver = "bogus" },
+	} {
+		cfg := defaults(t)
+		set(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), want+": ") {
+			t.Errorf("%s: %v", want, err)
+		}
+	}
+	cfg := defaults(t)
+	cfg.EgressResolver = "127.0.0.1"
+	if addr, err := cfg.EgressResolverAddr(); err != nil || addr != "127.0.0.1:53" {
+		t.Errorf("egress resolver 127.0.0.1: %q %v, want 127.0.0.1:53", addr, err)
+	}
+}
