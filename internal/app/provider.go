@@ -52,7 +52,21 @@ func openProvider(ctx context.Context, cfg config.Config, log *slog.Logger) (mai
 		if err != nil {
 			return mailProvider{}, fmt.Errorf("ses: %w", err)
 		}
+		warnNoFeedback(cfg, log)
 		return mailProvider{sender: p, identities: p, ses: p, identityCheck: p.IdentityVerification}, nil
 	}
 	return mailProvider{}, fmt.Errorf("%s: %q is not one of sandbox, ses, smtp", config.Setting("provider"), cfg.Provider)
+}
+
+// warnNoFeedback says, in a worker, that SES without a configuration set
+// or an events queue sends but never learns what became of a message: no
+// delivery, bounce or complaint arrives, emails stay sent and bounced
+// addresses are never suppressed. Nothing else would say so.
+func warnNoFeedback(cfg config.Config, log *slog.Logger) {
+	if !cfg.Has("workers") || (cfg.SESConfigSet != "" && cfg.SESEventsQueueURL != "") {
+		return
+	}
+	log.Warn("SES delivery feedback is off: no delivery, bounce or complaint will be recorded, and bounced addresses "+
+		"will not be suppressed; set both MAILROOM_SES_CONFIGURATION_SET and MAILROOM_SES_EVENTS_QUEUE_URL (see docs/ses.md)",
+		"MAILROOM_SES_CONFIGURATION_SET", cfg.SESConfigSet, "MAILROOM_SES_EVENTS_QUEUE_URL", cfg.SESEventsQueueURL)
 }

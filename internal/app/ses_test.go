@@ -1,9 +1,11 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,8 +14,11 @@ import (
 	"time"
 
 	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/internal/app"
+	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
+	"github.com/mailroom/mailroom/internal/pgtest"
 	"github.com/mailroom/mailroom/internal/provider/ses/sesemulator"
 	"github.com/mailroom/mailroom/internal/provider/ses/sesfake"
 )
@@ -321,4 +326,37 @@ func fakeAWSEnv(t *testing.T) {
 	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
 	t.Setenv("AWS_CA_BUNDLE", "")
+}
+
+// SES without a configuration set or without an events queue sends, but
+// no delivery, bounce or complaint ever comes back: a worker says so when
+// it starts, naming both settings, rather than leave emails sent for ever
+// without a word.
+func TestSESWithoutFeedbackSaysSoAtStart(t *testing.T) {
+	fake := sesfake.Start(t)
+	fakeAWSEnv(t)
+	url := pgtest.NewURL(t)
+	for _, c := range []struct {
+		name             string
+		configSet, queue string
+		warned           bool
+	}{
+		{"neither", "", "", true},
+		{"no queue", "mailroom", "", true},
+		{"no configuration set", "", fake.URL() + "/123456789012/mailroom-events", true},
+		{"both", "mailroom", fake.URL() + "/123456789012/mailroom-events", false},
+	} {
+		cfg := apptest.Config(t, url)
+		cfg.Provider, cfg.SESEndpoint, cfg.SESConfigSet, cfg.SESEventsQueueURL = "ses", fake.URL(), c.configSet, c.queue
+		var logs bytes.Buffer
+		a, err := app.Open(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		said := strings.Contains(logs.String(), "MAILROOM_SES_CONFIGURATION_SET and MAILROOM_SES_EVENTS_QUEUE_URL")
+		if said != c.warned {
+			t.Errorf("%s: warned %t, want %t; logs:\n%s", c.name, said, c.warned, logs.String())
+		}
+	}
 }
