@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -49,7 +51,8 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startServe runs `mailroom serve` and waits until it answers /healthz.
+// startServe runs `mailroom serve` and waits until it serves: /healthz
+// answers "ok", no longer "starting".
 func startServe(t *testing.T, bin, addr, db, dataDir string, extra ...string) *process {
 	t.Helper()
 	args := append([]string{"serve", "--http-addr", addr, "--data-dir", dataDir,
@@ -78,8 +81,12 @@ func startServe(t *testing.T, bin, addr, db, dataDir string, extra ...string) *p
 	for {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			return p
+			if strings.Contains(string(body), `"ok"`) { // not "starting"
+				return p
+			}
+			err = errors.New(string(body))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("mailroom serve did not come up: %v", err)

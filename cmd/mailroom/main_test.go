@@ -457,9 +457,17 @@ func TestFirstStartThatCannotServePrintsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
+	// Both stop before the read models are prepared, so there may be no
+	// accounts table at all.
+	var table *string
+	if err := pool.QueryRow(context.Background(), "SELECT to_regclass('accounts')::text").Scan(&table); err != nil {
+		t.Fatal(err)
+	}
 	var accounts int
-	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM accounts").Scan(&accounts); err != nil || accounts != 0 {
-		t.Fatalf("accounts after the failed start: %d (%v)", accounts, err)
+	if table != nil {
+		if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM accounts").Scan(&accounts); err != nil || accounts != 0 {
+			t.Fatalf("accounts after the failed start: %d (%v)", accounts, err)
+		}
 	}
 }
 

@@ -26,24 +26,31 @@ migrated on start.`,
 			ctx := cmd.Context()
 			log := newLogger(cfg, os.Stderr)
 			slog.SetDefault(log)
-			a, err := app.Open(ctx, *cfg, log)
-			if err != nil && ctx.Err() != nil {
-				// Stopped while it opened (waiting for a rebuild, say): a
-				// stop like any other.
-				log.Info("stop signal received; shutting down")
-				return nil
+			if err := cfg.Validate(); err != nil {
+				return err
 			}
+			// Bound first, and answering /healthz from the start: the
+			// start may take long (a rebuild), and credentials printed by
+			// a process that then cannot serve would be shown once, by no
+			// server.
+			ls, err := app.Listen(*cfg, log)
 			if err != nil {
+				return err
+			}
+			a, err := app.OpenOn(ctx, *cfg, log, ls)
+			if err != nil {
+				ls.Close()
+				if ctx.Err() != nil {
+					// Stopped while it opened (waiting for a rebuild, say):
+					// a stop like any other.
+					log.Info("stop signal received; shutting down")
+					return nil
+				}
 				return err
 			}
 			defer a.Close()
-			// Bound first: credentials printed by a process that then
-			// cannot serve would be shown once, by no server.
-			ls, err := a.Listen()
-			if err != nil {
-				return err
-			}
 			if cfg.Bootstrap {
+				ls.Starting("creating the first account")
 				first, err := a.Bootstrap(ctx)
 				if err != nil {
 					ls.Close()

@@ -132,6 +132,13 @@ func CheckPoolSize(cfg config.Config, conns, routed int) error {
 // Open connects to the database (creating and migrating it) and the event
 // store, and prepares the read-model tables.
 func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error) {
+	return OpenOn(ctx, cfg, log, nil)
+}
+
+// OpenOn is Open for a process that serves on ls (Listen): it also checks
+// that the database pool is large enough for the roles, and says on ls's
+// /readyz what the start is doing.
+func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listeners) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -139,6 +146,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 	if err != nil {
 		return nil, err
 	}
+	ls.Starting("migrating the database")
 	if err := database.Migrate(ctx, pool); err != nil {
 		pool.Close()
 		return nil, err
@@ -211,7 +219,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 	a.Outcomes = outcomes.New(metrics.Registry())
 	a.keysGenerated = newKeyCounter(metrics.Registry())
 	a.readModelLate = newLateCounter(metrics.Registry())
-	if err := a.open(ctx); err != nil {
+	if err := a.open(ctx, ls); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -220,7 +228,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 }
 
 // open builds the rest of the app on its stores.
-func (a *App) open(ctx context.Context) error {
+func (a *App) open(ctx context.Context, ls *Listeners) error {
 	cfg := a.Config
 	resolvers, err := dnscheck.ParseResolvers(cfg.DNSResolvers)
 	if err != nil {
@@ -238,11 +246,20 @@ func (a *App) open(ctx context.Context) error {
 	}
 	a.Sender, a.Identities = a.provider.sender, a.provider.identities
 	a.Commands = a.newCommands(a.settle)
+	if ls != nil {
+		// What would stop Serve is found before the process waits for
+		// read models, or bootstraps.
+		if err := CheckPoolSize(cfg, int(a.Pool.Config().MaxConns), len(a.routed())); err != nil {
+			return err
+		}
+	}
 	if !cfg.Has("projections") {
+		ls.Starting("waiting for a projections process of this release to rebuild read models")
 		if err := a.Runner.AwaitRebuilds(ctx, 2*time.Second); err != nil {
 			return err
 		}
 	}
+	ls.Starting("preparing read models: rebuilding those whose version changed, or waiting for the process that rebuilds them")
 	return a.Runner.Prepare(ctx)
 }
 
@@ -458,54 +475,16 @@ func whyUnreachable(err error) string {
 
 // HTTPServer returns the server for h with the configured timeouts; every
 // listener uses it.
-func (a *App) HTTPServer(h http.Handler) *http.Server {
+func (a *App) HTTPServer(h http.Handler) *http.Server { return newHTTPServer(a.Config, h) }
+
+func newHTTPServer(cfg config.Config, h http.Handler) *http.Server {
 	return httpserver.NewServer(h, httpserver.Timeouts{
-		Read: a.Config.HTTPReadTimeout, Write: a.Config.HTTPWriteTimeout, Idle: a.Config.HTTPIdleTimeout,
+		Read: cfg.HTTPReadTimeout, Write: cfg.HTTPWriteTimeout, Idle: cfg.HTTPIdleTimeout,
 	})
 }
 
-// Listeners are the addresses a process serves on. They are bound before
-// the process bootstraps or serves, so that a taken address stops it before
-// it tells anyone it is ready.
-type Listeners struct {
-	public, ops net.Listener
-}
-
-// Addr is the address the API (or, in a process without the api role,
-// the health endpoints) is served on.
-func (l Listeners) Addr() net.Addr { return l.public.Addr() }
-
-// Close releases listeners that will not be served.
-func (l Listeners) Close() {
-	l.public.Close()
-	if l.ops != nil {
-		l.ops.Close()
-	}
-}
-
-// Listen checks that the database pool is large enough for the roles and
-// binds the configured addresses: what would stop Serve is found before
-// the process bootstraps.
-func (a *App) Listen() (Listeners, error) {
-	if err := CheckPoolSize(a.Config, int(a.Pool.Config().MaxConns), len(a.routed())); err != nil {
-		return Listeners{}, err
-	}
-	ln, err := net.Listen("tcp", a.Config.HTTPAddr)
-	if err != nil {
-		return Listeners{}, fmt.Errorf("%s: %w", config.Setting("http-addr"), err)
-	}
-	l := Listeners{public: ln}
-	if a.Config.OpsAddr != "" {
-		if l.ops, err = net.Listen("tcp", a.Config.OpsAddr); err != nil {
-			ln.Close()
-			return Listeners{}, fmt.Errorf("%s: %w", config.Setting("ops-addr"), err)
-		}
-	}
-	return l, nil
-}
-
 // Serve runs the roles of the configuration on ls (Listen) until ctx ends.
-func (a *App) Serve(ctx context.Context, ls Listeners) error {
+func (a *App) Serve(ctx context.Context, ls *Listeners) error {
 	// Every process listens: the API role serves the API; others serve
 	// /healthz, /readyz and /metrics only, so workers can be probed and
 	// scraped. With an operator listener, /metrics and the detail of /readyz
@@ -516,7 +495,6 @@ func (a *App) Serve(ctx context.Context, ls Listeners) error {
 	} else {
 		public = a.healthServer(a.Config.OpsAddr == "")
 	}
-	ln, opsLn := ls.public, ls.ops
 
 	// The roles outlive the listeners: a request in flight at shutdown may
 	// wait for its write to reach the read models, which needs the
@@ -530,36 +508,25 @@ func (a *App) Serve(ctx context.Context, ls Listeners) error {
 	if a.Config.Has("workers") {
 		g.Go(func() error { return a.RunWorkers(rolesCtx) })
 	}
-	servers := []*http.Server{a.serveOn(g, ln, public)}
-	if opsLn != nil {
-		servers = append(servers, a.serveOn(g, opsLn, a.OpsHandler()))
+	ls.handlers[0].set(public)
+	if len(ls.handlers) > 1 {
+		ls.handlers[1].set(a.OpsHandler())
 	}
+	a.Log.Info("serving", "addr", ls.Addr().String())
+	g.Go(ls.wait)
 	g.Go(func() error {
 		select {
 		case <-ctx.Done():
 			a.Log.Info("stop signal received; shutting down")
-		case <-rolesCtx.Done(): // a role failed
+		case <-rolesCtx.Done(): // a role or a server failed
 		}
-		a.drain(ctx.Err() != nil, servers)
+		a.drain(ctx.Err() != nil, ls.servers)
 		stopRoles()
 		return nil
 	})
 	err := g.Wait()
 	a.Log.Info("stopped")
 	return err
-}
-
-// serveOn serves handler on ln in g until the server is shut down.
-func (a *App) serveOn(g *errgroup.Group, ln net.Listener, handler http.Handler) *http.Server {
-	srv := a.HTTPServer(handler)
-	a.Log.Info("listening", "addr", ln.Addr().String())
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	return srv
 }
 
 // drain stops the HTTP servers. On a stop signal an API process first

@@ -194,11 +194,12 @@ func TestOperatorListener(t *testing.T) {
 	noWorkers(&cfg)
 	cfg.HTTPAddr, cfg.OpsAddr = freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.Open(ctx, cfg, slog.New(slog.DiscardHandler))
+	log := slog.New(slog.DiscardHandler)
+	ls, err := app.Listen(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls, err := a.Listen()
+	a, err := app.OpenOn(ctx, cfg, log, ls)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,8 +219,9 @@ func TestOperatorListener(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			return resp.StatusCode == 200, resp.Status
+			return resp.StatusCode == 200 && strings.Contains(string(body), `"ok"`), string(body)
 		})
 	}
 

@@ -251,7 +251,7 @@ func freeAddr(b *testing.B) string {
 var keyLine = regexp.MustCompile(`API key\s+(mr_[0-9A-Za-z]+)`)
 
 // serve starts `mailroom serve` with the cluster's settings and env, and
-// waits until it answers /healthz. The first process bootstraps the
+// waits until it serves (/healthz answers "ok", not "starting"). The first process bootstraps the
 // account, its API key and the sandbox domain example.test.
 func (c *cluster) serve(name string, env ...string) *proc {
 	b := c.b
@@ -286,8 +286,11 @@ func (c *cluster) serve(name string, env ...string) *proc {
 		default:
 		}
 		if resp, err := http.Get(p.url + "/healthz"); err == nil {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			break
+			if strings.Contains(string(body), `"ok"`) { // not "starting"
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("%s did not answer /healthz in 90 s: %s", name, tail(p.log))

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mailroom/mailroom/internal/app"
+	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/pgtest"
+	"github.com/mailroom/mailroom/projections"
+)
+
+// An API process of a release that changed a read model's version waits,
+// at start, for a projections process of its release to rebuild it, which
+// on a large log takes long. Meanwhile it answers its probes as
+// Kubernetes needs: /healthz alive (else its liveness probe restarts it,
+// and its start never ends) and /readyz not ready, saying why.
+func TestServeWaitingForARebuildAnswersItsProbes(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := pgtest.NewURL(t)
+	opened, err := app.Open(context.Background(), apptest.Config(t, db), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As if this release had raised the emails projection's version.
+	if _, err := opened.Pool.Exec(context.Background(), "UPDATE projection_checkpoints SET schema_version = schema_version - 1 WHERE name = $1",
+		string(projections.EmailsName)); err != nil {
+		t.Fatal(err)
+	}
+	opened.Close()
+
+	addr, ops := freeAddr(t), freeAddr(t)
+	dataDir := t.TempDir()
+	cmd := exec.Command(bin, "serve", "--roles", "api", "--http-addr", addr, "--ops-addr", ops, "--data-dir", dataDir,
+		"--blob-dir", filepath.Join(dataDir, "blobs"), "--dns-resolvers", "127.0.0.1:9", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "MAILROOM_DATABASE_URL="+db, "MAILROOM_MASTER_KEY="+apptest.MasterKey)
+	cmd.Stderr = os.Stderr
+	dieWithTest(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+
+	// As kubelet probes: an answer that does not come in time is a failure.
+	client := http.Client{Timeout: 5 * time.Second}
+	probe := func(url string) (int, string) {
+		resp, err := client.Get(url)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, body := probe("http://" + ops + "/readyz")
+		if code == 503 && strings.Contains(body, "waiting for a projections process of this release to rebuild") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("operator /readyz never said it waits for the rebuild; last: %d %s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, base := range []string{addr, ops} {
+		if code, body := probe("http://" + base + "/healthz"); code != 200 {
+			t.Errorf("%s/healthz while waiting for the rebuild: %d %s", base, code, body)
+		}
+	}
+	if code, body := probe("http://" + addr + "/readyz"); code != 503 {
+		t.Errorf("/readyz while waiting for the rebuild: %d %s", code, body)
+	}
+}
