@@ -55,13 +55,13 @@ migrated on start.`,
 				if err != nil {
 					ls.Close()
 					// The next start finds the account and creates nothing.
-					const recover = "if the first account was created before this, give it credentials with " +
+					const recovery = "if the first account was created before this, give it credentials with " +
 						"`mailroom tokens create` and an API key made with that token, or start again on an empty database"
 					if ctx.Err() != nil {
-						log.Warn("stop signal received during the first start; "+recover, "err", err)
+						log.Warn("stop signal received during the first start; "+recovery, "err", err)
 						return nil
 					}
-					return fmt.Errorf("bootstrap: %w; %s", err, recover)
+					return fmt.Errorf("bootstrap: %w; %s", err, recovery)
 				}
 				if first != nil {
 					printFirstRun(cmd, first, ls.Addr().String())
