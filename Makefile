@@ -51,5 +51,7 @@ clean:
 # and blobs, together.
 DEV_POSTGRES ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 reset: clean
+	@if [ -n "$$MAILROOM_DATABASE_URL$$MAILROOM_DATA_DIR" ]; then \
+		echo "make reset resets the default development setup only; unset MAILROOM_DATABASE_URL and MAILROOM_DATA_DIR" >&2; exit 1; fi
 	psql '$(DEV_POSTGRES)' -qc 'DROP DATABASE IF EXISTS mailroom WITH (FORCE)'
 	rm -rf .mailroom
