@@ -39,10 +39,27 @@ func mustRegistry() *Registry {
 	return r
 }
 
-// Known reports whether eventType is one of Mailroom's event types.
-func Known(eventType string) bool {
-	_, err := registry.Version(eventType)
-	return err == nil
+// Ours reports whether an event of eventType in stream could be one of
+// Mailroom's: one of its types, in a stream named as Mailroom names its
+// streams. Another application sharing the store may well use a type name
+// such as AccountCreated, in streams of its own.
+func Ours(stream, eventType string) bool {
+	if _, err := registry.Version(eventType); err != nil {
+		return false
+	}
+	for _, prefix := range streamPrefixes {
+		if strings.HasPrefix(stream, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// streamPrefixes start the names of Mailroom's streams.
+var streamPrefixes = []string{
+	account.Stream(""), strings.TrimSuffix(account.ErasureStream("", ""), "-"), apikey.Stream(""),
+	sendingdomain.Stream(""), sendingdomain.NameStream(""), email.Stream(""),
+	webhook.Stream(""), webhook.SlotsStream(""), delivery.Stream(""),
 }
 
 // Encode prepares e for appending; its type must be registered.

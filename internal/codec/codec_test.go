@@ -387,3 +387,23 @@ func TestEmailQueuedVersion1ReplyToIsUpcastToAList(t *testing.T) {
 		t.Errorf("encoded as v%d %s", d.SchemaVersion, d.Data)
 	}
 }
+
+// An event could be Mailroom's when its type is one of Mailroom's and its
+// stream is named as Mailroom names its streams; another application's
+// AccountCreated in a stream of its own is not.
+func TestOursNeedsMailroomsTypeAndStreamName(t *testing.T) {
+	for stream, want := range map[string]bool{
+		account.Stream("a1"):                  true,
+		account.ErasureStream("a1", "ak1:00"): true,
+		email.Stream("e1"):                    true,
+		"crm-7":                               false,
+		"accounts":                            false,
+	} {
+		if got := codec.Ours(stream, (&account.Created{}).EventType()); got != want {
+			t.Errorf("Ours(%q, AccountCreated) = %v, want %v", stream, got, want)
+		}
+	}
+	if codec.Ours(account.Stream("a1"), "OrderPlaced") {
+		t.Error("an unknown type in an account stream counted as Mailroom's")
+	}
+}

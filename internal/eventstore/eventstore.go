@@ -220,7 +220,8 @@ type RecordedEvent struct {
 	// Hash chains the event to the previous event of its stream; see ChainHash.
 	Hash string
 	// Foreign marks another application's event on a shared store
-	// (EventStoreDB): no hash, and a type that is not Mailroom's. Auditing
+	// (EventStoreDB): no hash, and not of one of Mailroom's types in a
+	// stream named as Mailroom's are. Auditing
 	// skips it, as readers skip types they do not know, unless its stream
 	// holds Mailroom's events.
 	Foreign bool

@@ -256,8 +256,9 @@ func position(p esdb.Position) eventstore.Position {
 
 // recorded converts an event read from the server. Custom metadata that is
 // not ours (an event written by another application) leaves our fields
-// empty, and an event without a hash whose type is not Mailroom's is
-// marked Foreign: every event the adapter writes carries a hash.
+// empty, and an event without a hash that could not be Mailroom's
+// (codec.Ours) is marked Foreign: every event the adapter writes carries a
+// hash.
 func recorded(e *esdb.RecordedEvent) eventstore.RecordedEvent {
 	var m meta
 	_ = json.Unmarshal(e.UserMetadata, &m)
@@ -278,10 +279,10 @@ func recorded(e *esdb.RecordedEvent) eventstore.RecordedEvent {
 		},
 		RecordedAt: e.CreatedDate,
 		Hash:       m.Hash,
-		// Mailroom writes a hash with every event; one of its types
-		// without one is a break for the audit to report, not another
-		// application's event.
-		Foreign: m.Hash == "" && !codec.Known(e.EventType),
+		// Mailroom writes a hash with every event; one that could be
+		// Mailroom's without one is a break for the audit to report, not
+		// another application's event.
+		Foreign: m.Hash == "" && !codec.Ours(e.StreamID, e.EventType),
 	}
 }
 
