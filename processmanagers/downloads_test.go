@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -50,6 +51,7 @@ func newDownloadRig(t *testing.T) *downloadRig {
 		t.Fatal(err)
 	}
 	r.pipeline.Egress = egress.Policy{AllowCIDRs: local, AllowHTTP: true}
+	r.pipeline.Downloads = r.pipeline.Egress.Client(30 * time.Second)
 	r.pipeline.Pace = func(context.Context) error { r.turns.Add(1); return nil }
 	fsys, err := blob.NewFS(r.dir)
 	if err != nil {

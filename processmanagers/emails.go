@@ -48,15 +48,13 @@ type Pipeline struct {
 	Settle commands.Settle
 	// Pace, when set, waits until the provider's send rate allows one
 	// more message (the shared rate limit).
-	Pace     func(ctx context.Context) error
-	MaxAge   time.Duration // transient failures, the provider's and others, are retried this long
-	Download time.Duration // attachment download time-out
-	Prepare  time.Duration // preparation deadline; zero means PrepareDeadline
-	Now      func() time.Time
+	Pace    func(ctx context.Context) error
+	MaxAge  time.Duration // transient failures, the provider's and others, are retried this long
+	Prepare time.Duration // preparation deadline; zero means PrepareDeadline
+	Now     func() time.Time
 	// Downloads fetches attachments given by path: one client of Egress
 	// kept for the process, so that connections are reused and none is
-	// left behind. When nil, each email has its own, with the Download
-	// time-out, closed after.
+	// left behind.
 	Downloads *http.Client
 	// Feedback, when set, gives the provider's feedback at the moment of
 	// sending (the sandbox's simulator); it is recorded with EmailSent.
@@ -241,11 +239,6 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, room *Lease, met
 	// attachments: each may take what is left, and is read one at a time.
 	// The room the email holds follows what is known of its size.
 	known, budget, toCome := attachmentsKnown(q.Attachments)
-	client := p.Downloads
-	if client == nil {
-		client = p.Egress.Client(p.Download)
-		defer client.CloseIdleConnections()
-	}
 	for i, a := range q.Attachments {
 		if scan.BlockedExtension(a.Filename) {
 			return email.ReasonBlockedAttachment, fmt.Sprintf("attachment %q: type not allowed", a.Filename), nil, nil
@@ -261,7 +254,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, room *Lease, met
 			if err != nil {
 				return "", "", nil, err
 			}
-			dl, err := p.Egress.Fetch(ctx, client, raw, maxBytes, func(n int64) {
+			dl, err := p.Egress.Fetch(ctx, p.Downloads, raw, maxBytes, func(n int64) {
 				room.ShrinkTo(attachmentBound(known+n, budget-email.Base64Size(n), toCome-1))
 			})
 			var tle *egress.TooLargeError
