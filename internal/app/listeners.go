@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -98,9 +99,10 @@ func (l *Listeners) startingHandler(log *slog.Logger, detail bool) http.Handler 
 		}
 		return httpserver.NewProblem(http.StatusServiceUnavailable, "not_ready", "starting: "+*l.phase.Load())
 	})
-	e.RouteNotFound("/*", func(c echo.Context) error {
-		c.Response().Header().Set("Retry-After", "5")
-		return httpserver.NewProblem(http.StatusServiceUnavailable, "not_ready", "the service is starting")
+	e.RouteNotFound("/*", func(echo.Context) error {
+		p := httpserver.NewProblem(http.StatusServiceUnavailable, "not_ready", "the service is starting")
+		p.RetryAfter = 5 * time.Second
+		return p
 	})
 	return e
 }

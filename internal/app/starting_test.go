@@ -72,8 +72,10 @@ func TestAProcessWaitingForARebuildIsAliveAndNotReady(t *testing.T) {
 	if code, body := probe(public + "/readyz"); code != 503 || strings.Contains(body, "rebuild") {
 		t.Errorf("public /readyz while waiting: %d %s, want a 503 without detail", code, body)
 	}
-	if code, _ := probe(public + "/v1/emails"); code != 503 {
-		t.Errorf("an API route while starting: %d, want 503", code)
+	if resp, err := http.Get(public + "/v1/emails"); err != nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "5" {
+		t.Errorf("an API route while starting: %v %v, want 503 with Retry-After: 5", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	select {
 	case err := <-opened:
