@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -82,7 +81,7 @@ const retentionConcurrency = 8
 func (r *Retention) pass(ctx context.Context) (int, error) {
 	meta := commands.Started("system:retention") // one run per pass
 	erased := 0
-	failed := map[string]bool{}
+	failed := 0
 	// Batch after batch, each after the last one's oldest-first end: the
 	// emails that failed, and those the read model still shows after
 	// their erasure, are passed over rather than read again.
@@ -92,7 +91,8 @@ func (r *Retention) pass(ctx context.Context) (int, error) {
 		if err != nil {
 			return erased, err
 		}
-		erased += r.erase(ctx, due, failed, meta)
+		newly, refused := r.erase(ctx, due, meta)
+		erased, failed = erased+newly, failed+refused
 		if err := ctx.Err(); err != nil {
 			return erased, err
 		}
@@ -101,29 +101,24 @@ func (r *Retention) pass(ctx context.Context) (int, error) {
 		}
 		after = &due[len(due)-1]
 	}
-	if len(failed) > 0 {
-		return erased, fmt.Errorf("%d email(s) past retention could not be erased (each is logged); the next pass tries again", len(failed))
+	if failed > 0 {
+		return erased, fmt.Errorf("%d email(s) past retention could not be erased (each is logged); the next pass tries again", failed)
 	}
 	return erased, nil
 }
 
-// erase erases the emails of due that have not failed in this pass
-// already, several at once, and answers how many it erased. One that
-// fails is logged and added to failed; it does not stop the others.
-func (r *Retention) erase(ctx context.Context, due []readapi.ExpiredEmail, failed map[string]bool, meta commands.Meta) int {
+// erase erases the emails of due, several at once, and answers how many it
+// erased and how many it could not. One that fails is logged; it does not
+// stop the others.
+func (r *Retention) erase(ctx context.Context, due []readapi.ExpiredEmail, meta commands.Meta) (erased, failed int) {
 	// Several at a time: each erasure is a few round trips (blobs, key,
 	// event), and one at a time fell behind a steady send rate.
 	var (
-		newly   atomic.Int64
-		mu      sync.Mutex
-		refused []string
-		g       errgroup.Group
+		newly, refused atomic.Int64
+		g              errgroup.Group
 	)
 	g.SetLimit(retentionConcurrency)
 	for _, e := range due {
-		if failed[e.EmailID] {
-			continue
-		}
 		g.Go(func() error {
 			done, err := r.Commands.EraseEmail(ctx, e.EmailID, email.ErasedByRetention, "", meta)
 			if done {
@@ -131,16 +126,11 @@ func (r *Retention) erase(ctx context.Context, due []readapi.ExpiredEmail, faile
 			}
 			if err != nil && ctx.Err() == nil {
 				r.Log.Error("retention could not erase an email", "email_id", e.EmailID, "account_id", e.AccountID, "err", err)
-				mu.Lock()
-				refused = append(refused, e.EmailID)
-				mu.Unlock()
+				refused.Add(1)
 			}
 			return nil
 		})
 	}
 	g.Wait()
-	for _, id := range refused {
-		failed[id] = true
-	}
-	return int(newly.Load())
+	return int(newly.Load()), int(refused.Load())
 }
