@@ -215,6 +215,17 @@ func (s *Server) Do(method, path, credential string, body any) Response {
 // DoHeader is Do with extra request headers.
 func (s *Server) DoHeader(method, path, credential string, header http.Header, body any) Response {
 	s.t.Helper()
+	r, err := s.Try(method, path, credential, header, body)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// Try is DoHeader that returns a failure to get an answer (the server
+// closed the connection, say) for the test to judge.
+func (s *Server) Try(method, path, credential string, header http.Header, body any) (Response, error) {
+	s.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -244,12 +255,12 @@ func (s *Server) DoHeader(method, path, credential string, header http.Header, b
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		return Response{}, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		s.t.Fatal(err)
+		return Response{}, err
 	}
-	return Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
 }
