@@ -111,6 +111,10 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 		if !utf8.Valid(data) {
 			return nil, utf8Problem(data)
 		}
+		// It does the same to a \u escape of half a surrogate pair.
+		if at := loneSurrogate(data); at >= 0 {
+			return nil, utf8ProblemAt(data, at)
+		}
 		return data, nil
 	}
 	var se *json.SyntaxError
@@ -193,12 +197,63 @@ func utf8Problem(data []byte) *Problem {
 		}
 		at += size
 	}
+	return utf8ProblemAt(data, at)
+}
+
+// utf8ProblemAt is utf8Problem for the string holding the byte at offset at.
+func utf8ProblemAt(data []byte, at int) *Problem {
 	const msg = "must be valid UTF-8"
 	path, ok := jsonPathAt(data, int64(at)+1)
 	if !ok || path == "" {
 		return Validation(FieldError{Field: "body", Message: msg})
 	}
 	return Validation(FieldError{Field: path, Message: msg})
+}
+
+// loneSurrogate returns the offset of the first \u escape in data's strings
+// that is half a surrogate pair without its other half, or -1. data is
+// valid JSON.
+func loneSurrogate(data []byte) int {
+	if !bytes.Contains(data, []byte(`\u`)) {
+		return -1
+	}
+	inString, high := false, -1 // high: a high half waiting for its low half
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if !inString {
+			inString = c == '"'
+			continue
+		}
+		if c == '\\' && data[i+1] == 'u' {
+			r, _ := strconv.ParseUint(string(data[i+2:i+6]), 16, 16)
+			switch {
+			case r >= 0xD800 && r < 0xDC00:
+				if high >= 0 {
+					return high
+				}
+				high, i = i, i+5
+				continue
+			case r >= 0xDC00 && r < 0xE000:
+				if high < 0 {
+					return i
+				}
+				high, i = -1, i+5
+				continue
+			}
+		}
+		if high >= 0 {
+			return high
+		}
+		switch {
+		case c == '"':
+			inString = false
+		case c == '\\' && data[i+1] == 'u':
+			i += 5
+		case c == '\\':
+			i++ // the escaped character
+		}
+	}
+	return -1
 }
 
 // typeProblem builds the 400 invalid_type problem for a type mismatch.

@@ -213,6 +213,12 @@ func TestBindJSONInvalidUTF8(t *testing.T) {
 		{"{\"headers\":{\"X-A\":\"v\x80\"}}", "headers.X-A"},
 		{"{\"headers\":{\"X-\xfe\":\"v\"}}", "headers"},
 		{"{\"from\":\"ok\",\"unknown\":[\"\xff\"]}", "unknown.0"},
+		// A surrogate escape outside a pair encodes no character either.
+		{`{"from":"a\ud800b"}`, "from"},
+		{`{"to":["ok@x.dev","\uDC00@x.dev"]}`, "to.1"},
+		{`{"subject":"\ud83d"}`, "subject"},
+		{`{"subject":"\ud83d\u0041"}`, "subject"},
+		{`{"subject":"\\\ud83d\\ud83d"}`, "subject"},
 	}
 	for _, tc := range cases {
 		res := s.post(t, "/bind", tc.body)
@@ -225,9 +231,11 @@ func TestBindJSONInvalidUTF8(t *testing.T) {
 			t.Errorf("%q: errors = %+v, want %s", tc.body, p.Errors, tc.field)
 		}
 	}
-	// Escapes are UTF-8 already; what they decode to is for the handler.
-	if res := s.post(t, "/bind", `{"from":"caf\u00e9 \u0000"}`); res.status != 200 {
-		t.Errorf("escapes: %d %s", res.status, res.body)
+	// Escapes of characters, pairs included, are for the handler to judge.
+	for _, ok := range []string{`{"from":"caf\u00e9 \u0000"}`, `{"subject":"\ud83d\ude00 \uD83D\uDE00"}`, `{"subject":"\\ud800"}`} {
+		if res := s.post(t, "/bind", ok); res.status != 200 {
+			t.Errorf("escapes %s: %d %s", ok, res.status, res.body)
+		}
 	}
 	// Bad bytes outside strings are not JSON at all.
 	if res := s.post(t, "/bind", "{\"from\":\"a\"}\xff"); res.status != 400 {
