@@ -311,13 +311,15 @@ func feedbackID(messageID, eventType string, at time.Time, parts []string) strin
 // one cannot be placed on its email's timeline (its status depends on when
 // things happened) and SES always sends one, so such a document is refused
 // rather than dated at the year 1 or at its arrival (which would differ
-// between redeliveries of the same document).
+// between redeliveries of the same document). A time outside the years 0
+// to 9999 in UTC is no time: an event's JSON cannot carry it, and the
+// document would fail to be recorded on every redelivery.
 func eventTime(typ string, candidates ...string) (time.Time, error) {
 	for _, c := range candidates {
 		if c == "" {
 			continue
 		}
-		if t, err := time.Parse(time.RFC3339Nano, c); err == nil {
+		if t, err := time.Parse(time.RFC3339Nano, c); err == nil && t.UTC().Year() >= 0 && t.UTC().Year() <= 9999 {
 			return t.UTC(), nil
 		}
 	}

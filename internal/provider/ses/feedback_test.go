@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
 // sesDoc loads a developer-guide example from testdata, adds the
@@ -279,6 +281,31 @@ func TestFeedbackWithoutATimestamp(t *testing.T) {
 	d, ok := fbs[0].Event.(*email.Delivered)
 	if !ok || !d.OccurredAt.Equal(time.Date(2017, 8, 5, 0, 41, 3, 0, time.UTC)) {
 		t.Errorf("delivery = %#v, want it at the SNS time 2017-08-05T00:41:03Z", fbs[0].Event)
+	}
+}
+
+// A timestamp whose UTC time falls outside the years 0 to 9999 cannot be
+// recorded (an event's JSON cannot carry it): it is no time for the event,
+// so the document is refused or dated by the next time it has, rather
+// than failing to record on every redelivery.
+func TestFeedbackTimestampThatCannotBeRecorded(t *testing.T) {
+	unrecordable := func(d map[string]any) {
+		d["delivery"].(map[string]any)["timestamp"] = "0000-01-01T00:00:00+01:00"
+		d["mail"].(map[string]any)["timestamp"] = "9999-12-31T23:30:00-01:00"
+	}
+	if fbs, err := ParseFeedback(sesDoc(t, "delivery.json", "em_1", unrecordable)); err == nil {
+		t.Errorf("a raw delivery without a recordable time was parsed: %#v", fbs[0].Event)
+	}
+	fbs, err := ParseFeedback(snsWrap(t, sesDoc(t, "delivery.json", "em_1", unrecordable)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := fbs[0].Event.(*email.Delivered)
+	if !ok || !d.OccurredAt.Equal(time.Date(2017, 8, 5, 0, 41, 3, 0, time.UTC)) {
+		t.Errorf("delivery = %#v, want it at the SNS time 2017-08-05T00:41:03Z", fbs[0].Event)
+	}
+	if _, err := codec.Encode(d, eventstore.Metadata{}); err != nil {
+		t.Errorf("the delivery cannot be recorded: %v", err)
 	}
 }
 
