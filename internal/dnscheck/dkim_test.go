@@ -95,6 +95,8 @@ func TestDKIMKeyRecordIsReadAsReceiversReadIt(t *testing.T) {
 		{"s=EMAIL", "v=DKIM1; k=rsa; s=EMAIL; p=" + key, "s= lacks email"},
 		{"text that is no tag", "v=DKIM1; rsa; p=" + key, "DKIM tag list malformed"},
 		{"p= twice", "v=DKIM1; p=" + key + "; p=" + key, "DKIM tag given twice"},
+		{"a no-break space in the key", "v=DKIM1; k=rsa; p=" + key[:100] + "\u00a0" + key[100:], "p= holds characters other than base64 and spaces"},
+		{"a form feed in the key", "v=DKIM1; k=rsa; p=" + key[:100] + "\f" + key[100:], "p= holds characters other than base64 and spaces"},
 		{"another key", "v=DKIM1; k=rsa; p=" + otherKey, "value differs"},
 		{"another key, h=sha1", "v=DKIM1; k=rsa; h=sha1; p=" + otherKey, "value differs"},
 	} {

@@ -482,10 +482,14 @@ func dkimTags(v string) (tags map[string]string, bad string) {
 	return tags, ""
 }
 
-// dkimKey is the p= base64 without the whitespace it may be folded with.
+// dkimKey is the p= base64 without the whitespace it may be folded with:
+// RFC 6376's FWS (spaces, tabs, line breaks) and no other, since receivers
+// read a key with a no-break space or a form feed in it as no key.
 func dkimKey(tags map[string]string) string {
-	return strings.Join(strings.Fields(tags["p"]), "")
+	return fws.Replace(tags["p"])
 }
+
+var fws = strings.NewReplacer(" ", "", "\t", "", "\r", "", "\n", "")
 
 // dkimTagList splits a colon-separated tag value (h=, s=), dropping
 // whitespace around and inside each item.
@@ -518,6 +522,9 @@ func dkimMatches(want, got string) (ok bool, reason string) {
 	case !hasTag(g, "p"):
 		return false, "no p= tag"
 	case dkimKey(g) != key:
+		if strings.Join(strings.Fields(g["p"]), "") == key {
+			return false, "p= holds characters other than base64 and spaces"
+		}
 		return false, ""
 	case hasTag(g, "k") && g["k"] != "rsa":
 		return false, "k= is not rsa"
