@@ -288,7 +288,39 @@ func mapEvent(ev *sesEvent, published string) (Feedback, error) {
 	default: // Send, DeliveryDelay, Subscription and anything new.
 		f.Ignored = true
 	}
+	storable(&f)
 	return f, nil
+}
+
+// storable replaces NUL (JSON's \u0000), which PostgreSQL stores in no
+// text or jsonb, in the texts f's event and reject reason keep; else the
+// email's projection could not take the event. The feedback id stays the
+// document's own.
+func storable(f *Feedback) {
+	clean := func(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
+	cleanAll := func(ss []string) []string {
+		for i, s := range ss {
+			ss[i] = clean(s)
+		}
+		sort.Strings(ss)
+		return ss
+	}
+	switch e := f.Event.(type) {
+	case *email.Delivered:
+		e.Recipients = cleanAll(e.Recipients)
+	case *email.Bounced:
+		e.BounceType, e.BounceSubtype, e.Recipients = clean(e.BounceType), clean(e.BounceSubtype), cleanAll(e.Recipients)
+	case *email.Complained:
+		e.FeedbackType, e.Recipients = clean(e.FeedbackType), cleanAll(e.Recipients)
+	case *email.Opened:
+		e.UserAgent = clean(e.UserAgent)
+	case *email.Clicked:
+		e.Link = clean(e.Link)
+	}
+	if f.Reject != nil {
+		r := clean(*f.Reject)
+		f.Reject = &r
+	}
 }
 
 // suppressedSubtype is SES's complaintSubType for a message it accepted but
