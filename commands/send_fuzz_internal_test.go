@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/idna"
+
+	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/mailmsg"
 )
 
@@ -168,6 +171,50 @@ func FuzzDecodeBase64(f *testing.F) {
 		got, err := decodeBase64(enc)
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("decodeBase64(%q) = %x, %v; want %x", enc, got, err, data)
+		}
+	})
+}
+
+// FuzzDomainSends checks that a domain name an account may add is one it
+// can send from once verified: an address at the name, written as stored
+// (punycode) or in Unicode, is a valid from address, and a send from it
+// finds the domain by the name it was stored under (checkSend's lookup).
+func FuzzDomainSends(f *testing.F) {
+	for _, s := range []string{
+		"example.com", "Example.COM.", " mail.example.co.uk ", "bücher.de", "xn--bcher-kva.de", "BÜCHER.de",
+		"例え.テスト", "ß.de", "faß.de", "a\u200db.example", "ﬀ.example", "ｅｘａｍｐｌｅ.com", "a\u0301.example",
+		"xn--n3h.example", "☃.example", "1.2.3.4", "[::1]", "localhost", "co.uk", "github.io",
+		"a-.example", "xn--a.example", "xn--ls8h.la", "a..b", "a.123", "_dmarc.example.com",
+		"e\u0301xample.com", "ＥＸＡＭＰＬＥ．ＣＯＭ", "example。com", "\u00adexample.com",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		name, problem := sendingdomain.NormalizeName(raw)
+		if problem == "" {
+			problem = sendingdomain.CheckRegistrable(name)
+		}
+		if problem == "" {
+			problem = sendingdomain.CheckOwnable(name)
+		}
+		if problem != "" {
+			return
+		}
+		spellings := []string{name}
+		if u, err := idna.Lookup.ToUnicode(name); err == nil && u != name {
+			spellings = append(spellings, u)
+		}
+		for _, d := range spellings {
+			from := "billing@" + d
+			req := SendEmail{From: from, To: []string{"bob@example.org"}, Subject: "s", Text: "t"}
+			if _, err := validateRequest(req, ""); err != nil {
+				t.Fatalf("domain %q (added as %q) cannot send from %q: %v", raw, name, from, err)
+			}
+			a, _ := mailmsg.ParseAddress(from)
+			_, fromDomain, _ := strings.Cut(a.Email, "@")
+			if got, p := sendingdomain.NormalizeName(fromDomain); p != "" || got != name {
+				t.Fatalf("a send from %q looks for domain %q (%s); it was added as %q", from, got, p, name)
+			}
 		}
 	})
 }
