@@ -81,6 +81,10 @@ func FuzzValidateSend(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// windowID tells keys apart by a NUL between account and key.
+		if len(key) > MaxIdempotencyKey || strings.IndexByte(key, 0) >= 0 {
+			t.Fatalf("Idempotency-Key %q accepted", key)
+		}
 		if len(decoded) != len(req.Attachments) {
 			t.Fatalf("%d attachments decoded for %d", len(decoded), len(req.Attachments))
 		}
