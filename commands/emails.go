@@ -180,16 +180,35 @@ func (s *Service) RecordEmailFeedback(ctx context.Context, id string, feedback [
 	return err
 }
 
+// storyStart reads the start of an email's stream, where its story is:
+// its first event (EmailQueued) carries the send request's correlation id,
+// and EmailSent comes within its first events (after the queueing, a hold
+// or two and the scan). Only the start is read: an email's opens and
+// clicks may run to a thousand.
+func (s *Service) storyStart(ctx context.Context, id string) ([]eventstore.RecordedEvent, error) {
+	return s.store.ReadStream(ctx, email.Stream(id), 0, 16)
+}
+
+// EmailStory is meta for work caused by eventID, an event of email id,
+// when the job bringing it carries no correlation id (one queued by a
+// release that kept no stories): the email's story, its send request's
+// id, so that one id still finds the email's whole history. A stream that
+// cannot be read yields a run of its own.
+func (s *Service) EmailStory(ctx context.Context, id, eventID string, meta Meta) Meta {
+	var story string
+	if recs, err := s.storyStart(ctx, id); err == nil && len(recs) > 0 {
+		story = recs[0].Metadata.CorrelationID
+	}
+	return meta.Following(eventID, story)
+}
+
 // continueStory is meta for feedback that reaches Mailroom on its own (a
 // provider's notification, no request of Mailroom's): it continues the
 // email's story, under its send request's correlation id and caused by
 // its EmailSent (or its last event), so that one id finds an email's whole
-// history. A stream that cannot be read yields a run of its own. Only the
-// stream's start is read: EmailSent comes within its first events (after
-// the queueing, a hold or two and the scan), and an email's opens and
-// clicks may run to a thousand.
+// history. A stream that cannot be read yields a run of its own.
 func (s *Service) continueStory(ctx context.Context, id string, meta Meta) Meta {
-	recs, err := s.store.ReadStream(ctx, email.Stream(id), 0, 16)
+	recs, err := s.storyStart(ctx, id)
 	if err != nil || len(recs) == 0 {
 		return Started(meta.Actor)
 	}

@@ -58,10 +58,12 @@ func (m Meta) CausedBy(ev eventstore.RecordedEvent) Meta {
 }
 
 // Following is CausedBy for an event known by its id and correlation id,
-// as a job carries them.
+// as a job carries them. An event without a story (recorded, or its job
+// queued, before stories were kept) begins a run of its own: request_id
+// is always a request's or a run's id, never an event's.
 func (m Meta) Following(eventID, correlationID string) Meta {
 	if correlationID == "" {
-		correlationID = eventID // recorded before its story was kept
+		correlationID = Started(m.Actor).RequestID
 	}
 	m.RequestID, m.CausationID = correlationID, eventID
 	return m

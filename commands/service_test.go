@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -438,5 +439,21 @@ func (h *harness) appendEvent(t *testing.T, stream string, e domain.Event) {
 	}
 	if _, err := h.store.Append(context.Background(), stream, eventstore.Any, data); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Work reacting to an event whose story is unknown (a job queued by a
+// release that kept none) starts a run of its own, still naming the event
+// as its cause: request_id is always a request's or a run's id.
+func TestFollowingAnEventWithoutAStoryStartsARun(t *testing.T) {
+	m := commands.Meta{Actor: "system:email-pipeline"}.Following("01a21fce-bb69-789f-85d1-2e06083d9161", "")
+	if !strings.HasPrefix(m.RequestID, "run_") || len(m.RequestID) != len("run_")+26 {
+		t.Errorf("request id %q, want a fresh run_ id", m.RequestID)
+	}
+	if m.CausationID != "01a21fce-bb69-789f-85d1-2e06083d9161" || m.Actor != "system:email-pipeline" {
+		t.Errorf("causation %q, actor %q; want the event's id and the worker", m.CausationID, m.Actor)
+	}
+	if k := (commands.Meta{}).Following("ev", "req_KVJB4SPMNTMG3XJJVNZVK6RUCK"); k.RequestID != "req_KVJB4SPMNTMG3XJJVNZVK6RUCK" || k.CausationID != "ev" {
+		t.Errorf("with a story: %+v, want it kept", k)
 	}
 }

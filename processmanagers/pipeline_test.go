@@ -115,6 +115,12 @@ func (f sendFunc) Send(ctx context.Context, m provider.Outbound) (string, error)
 // and attachments named as given, and returns its id.
 func (r *pipelineRig) queue(t *testing.T, html string, to []string, attachments ...string) string {
 	t.Helper()
+	return r.queueAs(t, eventstore.Metadata{Actor: "apikey:k_test"}, html, to, attachments...)
+}
+
+// queueAs is queue with the EmailQueued's metadata as given.
+func (r *pipelineRig) queueAs(t *testing.T, md eventstore.Metadata, html string, to []string, attachments ...string) string {
+	t.Helper()
 	ctx := context.Background()
 	id := uuid.NewString()
 	d, err := r.content.Put(ctx, id, "acct-1", []byte(html))
@@ -132,7 +138,7 @@ func (r *pipelineRig) queue(t *testing.T, html string, to []string, attachments 
 		q.Attachments = append(q.Attachments, email.Attachment{Filename: name, ContentType: "application/octet-stream",
 			SizeBytes: int64(len(content)), Digest: string(ad[0])})
 	}
-	data, err := codec.Encode(q, eventstore.Metadata{Actor: "apikey:k_test"})
+	data, err := codec.Encode(q, md)
 	if err != nil {
 		t.Fatal(err)
 	}

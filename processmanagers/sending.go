@@ -103,6 +103,9 @@ type SendWorker struct {
 // Work implements river.Worker.
 func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
 	meta := pipelineMeta.Following(job.Args.EventID, job.Args.CorrelationID)
+	if job.Args.CorrelationID == "" { // queued by a release that kept no stories: the email's
+		meta = w.Pipeline.Commands.EmailStory(ctx, job.Args.EmailID, job.Args.EventID, pipelineMeta)
+	}
 	// Accepted by the provider on an earlier try, in this process or
 	// another: only the record is left, whatever the checks would say now,
 	// and it takes neither a slot nor memory.

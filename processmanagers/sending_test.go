@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river/rivertest"
 
 	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/secretbox"
@@ -111,5 +112,43 @@ func TestAcceptedMessageIsNotSentAgainWhileItCannotBeRecorded(t *testing.T) {
 	}
 	if got := r.types(t, id); !slices.Contains(got, "EmailSent") || slices.Contains(got, "EmailFailed") {
 		t.Fatalf("email stream %q: want the send recorded, and no failure", got)
+	}
+}
+
+// A send job queued by a release that kept no stories carries no
+// correlation id: what it records still continues the send request's
+// story, the one its EmailQueued carries, and names that EmailQueued as
+// its cause.
+func TestASendJobWithoutACorrelationIDKeepsTheSendRequestsStory(t *testing.T) {
+	r := newPipelineRig(t)
+	const req = "req_KVJB4SPMNTMG3XJJVNZVK6RUCK"
+	id := r.queueAs(t, eventstore.Metadata{Actor: "apikey:k_test", RequestID: req, CorrelationID: req, CausationID: req},
+		"<p>Hi</p>", []string{"ann@example.org"})
+	ctx := context.Background()
+	recs, err := r.store.ReadStream(ctx, email.Stream(id), 0, 1)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("the EmailQueued: %v, %d events", err, len(recs))
+	}
+	queued := recs[0].ID.String()
+	args := processmanagers.SendArgs{EmailID: id, AccountID: "acct-1", EventID: queued, Position: recs[0].Position.String()}
+	res, err := worker(t, &processmanagers.SendWorker{Pipeline: r.pipeline}, 0).Work(ctx, t, r.begin(t), args, nil)
+	if err != nil || res.EventKind != river.EventKindJobCompleted {
+		t.Fatalf("job: %v, %s", err, res.EventKind)
+	}
+	recs, err = r.store.ReadStream(ctx, email.Stream(id), 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checked []string
+	for _, rec := range recs[1:] {
+		md := rec.Metadata
+		if md.RequestID != req || md.CorrelationID != req || md.CausationID != queued {
+			t.Errorf("%s: request_id %q, correlation_id %q, causation_id %q; want %q, %q, %q",
+				rec.Type, md.RequestID, md.CorrelationID, md.CausationID, req, req, queued)
+		}
+		checked = append(checked, rec.Type)
+	}
+	if !slices.Contains(checked, "EmailScanned") || !slices.Contains(checked, "EmailSent") {
+		t.Fatalf("recorded %q, want EmailScanned and EmailSent", checked)
 	}
 }

@@ -506,7 +506,12 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 		ds[i] = commands.NewDelivery{Created: delivery.Created{DeliveryID: id, EndpointID: ep.ID, AccountID: q.AccountID,
 			EmailID: q.EmailID, Type: a.Type, Payload: string(payload), CreatedAt: a.At}, Skipped: ep.Disabled}
 	}
-	fresh, last, err := w.Commands.CreateDeliveries(ctx, ds, fanoutMeta.Following(a.EventID, a.CorrelationID))
+	meta := fanoutMeta.Following(a.EventID, a.CorrelationID)
+	if a.CorrelationID == "" { // queued by a release that kept no stories
+		meta = w.Commands.EmailStory(ctx, a.EmailID, a.EventID, fanoutMeta)
+		a.CorrelationID = meta.RequestID // and so do the attempts
+	}
+	fresh, last, err := w.Commands.CreateDeliveries(ctx, ds, meta)
 	if err != nil {
 		return err
 	}

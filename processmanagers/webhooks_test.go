@@ -2,6 +2,7 @@ package processmanagers
 
 import (
 	"context"
+	"crypto/sha1"
 	"errors"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/delivery"
 	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/eventstore"
@@ -240,5 +242,48 @@ func TestFanoutWaitsForTheEndpointsReadModel(t *testing.T) {
 	behind = false
 	if err := (&fanoutWorker{w: w}).Work(ctx, job); err != nil || asked != 1 {
 		t.Fatalf("caught up: %v, endpoints read %d times", err, asked)
+	}
+}
+
+// A fan-out job queued by a release that kept no stories carries no
+// correlation id: the deliveries it records continue the email's story
+// (its send request's id) all the same, caused by the email event.
+func TestFanoutWithoutACorrelationIDKeepsTheEmailsStory(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	t.Cleanup(func() { store.Close() })
+	const req = "req_KVJB4SPMNTMG3XJJVNZVK6RUCK"
+	id := uuid.NewString()
+	data, err := codec.Encode(&email.Queued{EmailID: id, AccountID: "acct", To: []string{"ann@example.org"}, QueuedAt: time.Now()},
+		eventstore.Metadata{Actor: "apikey:k_test", RequestID: req, CorrelationID: req, CausationID: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, email.Stream(id), eventstore.NoStream, data); err != nil {
+		t.Fatal(err)
+	}
+	w := &Webhooks{
+		Commands: commands.New(commands.Deps{Store: store, Now: time.Now}),
+		Settle:   func(context.Context, eventstore.Position, ...projections.Name) error { return nil },
+		Endpoints: func(context.Context, string, string, time.Time) ([]Target, error) {
+			return []Target{{ID: "ep-1", Disabled: true}}, nil // skipped: recorded, never attempted
+		},
+	}
+	sent := uuid.NewString()
+	job := &river.Job[FanoutArgs]{JobRow: &rivertype.JobRow{Attempt: 1},
+		Args: FanoutArgs{EventID: sent, EmailID: id, Type: "email.sent", At: time.Now()}}
+	if err := (&fanoutWorker{w: w}).Work(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	d := uuid.NewHash(sha1.New(), deliveryNamespace, []byte(sent+"/ep-1"), 5).String()
+	recs, err := store.ReadStream(ctx, delivery.Stream(d), 0, 10)
+	if err != nil || len(recs) == 0 {
+		t.Fatalf("the delivery's stream: %v, %d events", err, len(recs))
+	}
+	for _, rec := range recs {
+		if md := rec.Metadata; md.RequestID != req || md.CorrelationID != req || md.CausationID != sent {
+			t.Errorf("%s: request_id %q, correlation_id %q, causation_id %q; want %q, %q, %q",
+				rec.Type, md.RequestID, md.CorrelationID, md.CausationID, req, req, sent)
+		}
 	}
 }
