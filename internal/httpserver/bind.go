@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -76,6 +77,7 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 	if body == nil {
 		return nil, BadRequest("invalid_json", "the request body is empty; expected a JSON document")
 	}
+	began := time.Now()
 	data, err := readBody(body, c.Request().ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -85,6 +87,11 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 			return nil, tooLargeProblem(mbe.Limit)
 		case errors.As(err, &refused):
 			return nil, refused
+		case errors.Is(err, os.ErrDeadlineExceeded) && time.Since(began) < time.Second:
+			// The read timeout had run out before the body was read: the
+			// request waited inside the server (authentication on a
+			// database that did not answer), not on a slow client.
+			return nil, heldTooLong()
 		}
 		return nil, BadRequest("invalid_body", "the request body could not be read")
 	}

@@ -269,6 +269,16 @@ func toProblem(err error) *Problem {
 	return internalProblem()
 }
 
+// heldTooLong is the 503 for a request whose body could no longer be read
+// because the server held it past the read timeout first, waiting on the
+// database: nothing was recorded, and the same request may be sent again.
+func heldTooLong() *Problem {
+	p := NewProblem(http.StatusServiceUnavailable, "store_unavailable",
+		"the request waited on the database longer than its body may take to arrive, and nothing was recorded; retry after Retry-After seconds")
+	p.RetryAfter = 5 * time.Second
+	return p
+}
+
 // storeUnreachable reports whether err is the database's connection
 // failing (refused, reset, timed out, the server shutting down or full)
 // rather than a statement failing: a passing outage, which a client should

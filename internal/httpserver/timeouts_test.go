@@ -144,3 +144,30 @@ func TestStuckRequestIsAnsweredBeforeTheWriteTimeout(t *testing.T) {
 		t.Fatalf("status %d, Retry-After %q", res.StatusCode, res.Header.Get("Retry-After"))
 	}
 }
+
+// A request held inside the server past the read timeout before its body
+// is read (authentication waiting on a database that answers nothing) gets
+// a 503 the client retries, not a 400 blaming its body.
+func TestABodyHeldPastTheReadTimeoutIsRetried(t *testing.T) {
+	e := New(Options{Logger: slog.New(slog.DiscardHandler)})
+	e.POST("/send", func(c echo.Context) error {
+		time.Sleep(1500 * time.Millisecond) // a lookup waiting on the database
+		var v map[string]any
+		if err := BindJSON(c, &v); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusAccepted)
+	})
+	srv := startWith(t, e, Timeouts{Read: time.Second, Write: 10 * time.Second})
+	// Larger than what arrives with the headers, so most of it is read late.
+	body := `{"text":"` + strings.Repeat("x", 256<<10) + `"}`
+	res, err := http.Post(srv.URL+"/send", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" || !strings.Contains(string(data), `"store_unavailable"`) {
+		t.Fatalf("status %d, Retry-After %q: %s", res.StatusCode, res.Header.Get("Retry-After"), data)
+	}
+}
