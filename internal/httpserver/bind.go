@@ -87,10 +87,7 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 			return nil, tooLargeProblem(mbe.Limit)
 		case errors.As(err, &refused):
 			return nil, refused
-		case errors.Is(err, os.ErrDeadlineExceeded) && time.Since(began) < time.Second:
-			// The read timeout had run out before the body was read: the
-			// request waited inside the server (authentication on a
-			// database that did not answer), not on a slow client.
+		case errors.Is(err, os.ErrDeadlineExceeded) && heldBeforeReading(c.Request(), began):
 			return nil, heldTooLong()
 		}
 		return nil, BadRequest("invalid_body", "the request body could not be read")
@@ -142,6 +139,16 @@ func ReadJSON(c echo.Context, v any) ([]byte, error) {
 		// field for such errors, so the detail carries the method's message.
 		return nil, BadRequest("invalid_value", "the request body has an invalid value: "+err.Error())
 	}
+}
+
+// heldBeforeReading reports whether a body read that ran into the read
+// timeout at began did so because the server held the request first
+// (authentication on a database that did not answer), not because the
+// client was slow: the server kept it a second or more before reading, and
+// the deadline came within a second of the read.
+func heldBeforeReading(r *http.Request, began time.Time) bool {
+	since, ok := servedSince(r)
+	return ok && began.Sub(since) >= time.Second && time.Since(began) < time.Second
 }
 
 // syntaxDetail says what is wrong with a body that is not valid JSON. One

@@ -2,6 +2,7 @@ package httpserver
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"strconv"
@@ -48,7 +49,7 @@ func drainUnread(h http.Handler, readTimeout time.Duration) http.Handler {
 		// On a copy: net/http looks at its own request's body when the
 		// answer starts, and one of a type it does not know it reads
 		// first, holding the answer while the client sends.
-		r = r.WithContext(r.Context())
+		r = r.WithContext(context.WithValue(r.Context(), servedSinceKey{}, start))
 		r.Body = body
 		answer := &heldAnswer{w: w}
 		h.ServeHTTP(answer, r)
@@ -158,4 +159,13 @@ func (b *readCount) Read(p []byte) (int, error) {
 		b.failed.Store(true)
 	}
 	return n, err
+}
+
+type servedSinceKey struct{}
+
+// servedSince is when the handlers began to serve r, its headers read,
+// and whether that is known (a request with a body over HTTP/1).
+func servedSince(r *http.Request) (time.Time, bool) {
+	t, ok := r.Context().Value(servedSinceKey{}).(time.Time)
+	return t, ok
 }

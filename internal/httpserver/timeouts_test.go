@@ -171,3 +171,46 @@ func TestABodyHeldPastTheReadTimeoutIsRetried(t *testing.T) {
 		t.Fatalf("status %d, Retry-After %q: %s", res.StatusCode, res.Header.Get("Retry-After"), data)
 	}
 }
+
+// A client slow on its own (its headers, then its body, trickling in) runs
+// out of the read timeout too, but nothing held it: it is not told to
+// blame the database and retry.
+func TestASlowClientIsNotToldTheServerHeldIt(t *testing.T) {
+	for _, tc := range []struct {
+		read, headers time.Duration
+	}{
+		{read: 2 * time.Second, headers: 1500 * time.Millisecond}, // the deadline comes soon after the read starts
+		{read: 800 * time.Millisecond},                            // every read is within a second of the deadline
+	} {
+		e := New(Options{Logger: slog.New(slog.DiscardHandler)})
+		e.POST("/send", func(c echo.Context) error {
+			var v map[string]any
+			if err := BindJSON(c, &v); err != nil {
+				return err
+			}
+			return c.NoContent(http.StatusAccepted)
+		})
+		srv := startWith(t, e, Timeouts{Read: tc.read, Write: 30 * time.Second})
+		conn, r := dial(t, srv)
+		io.WriteString(conn, "POST /send HTTP/1.1\r\nHost: mailroom\r\nContent-Type: application/json\r\nContent-Length: 100\r\n")
+		time.Sleep(tc.headers)
+		io.WriteString(conn, "\r\n")
+		go func() { // the body, a byte every 200 ms
+			for range 100 {
+				if _, err := io.WriteString(conn, " "); err != nil {
+					return
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}()
+		res, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(data), `"invalid_body"`) {
+			t.Errorf("read timeout %v, headers after %v: %d %s", tc.read, tc.headers, res.StatusCode, data)
+		}
+	}
+}
