@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	neturl "net/url"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,9 +46,9 @@ func OpenSized(ctx context.Context, url string, conns int) (*pgxpool.Pool, error
 	if err := EnsureExists(ctx, url); err != nil {
 		return nil, err
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := parse(url)
 	if err != nil {
-		return nil, urlError(err)
+		return nil, err
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = int32(max(conns, 1))
@@ -68,9 +69,9 @@ func OpenSized(ctx context.Context, url string, conns int) (*pgxpool.Pool, error
 
 // Exists reports whether the database named in url exists.
 func Exists(ctx context.Context, url string) (bool, error) {
-	pcfg, err := pgxpool.ParseConfig(url)
+	pcfg, err := parse(url)
 	if err != nil {
-		return false, urlError(err)
+		return false, err
 	}
 	conn, err := pgx.ConnectConfig(ctx, pcfg.ConnConfig)
 	if err == nil {
@@ -86,11 +87,9 @@ func Exists(ctx context.Context, url string) (bool, error) {
 // EnsureExists creates the database named in url when it is missing, by
 // connecting to the server's "postgres" database.
 func EnsureExists(ctx context.Context, url string) error {
-	// Parse as a pool URL so pool settings (pool_max_conns, …) are taken
-	// out rather than sent to the server.
-	pcfg, err := pgxpool.ParseConfig(url)
+	pcfg, err := parse(url)
 	if err != nil {
-		return urlError(err)
+		return err
 	}
 	cfg := pcfg.ConnConfig
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -118,6 +117,25 @@ func EnsureExists(ctx context.Context, url string) error {
 	}
 	slog.Info("created database", "database", name)
 	return nil
+}
+
+// ConnectTimeout bounds each new connection, lock connections included,
+// unless the URL sets connect_timeout (or PGCONNECT_TIMEOUT is set): after
+// a failover, an address that now drops packets would otherwise hold a
+// connection attempt for the two minutes the system takes to give up.
+const ConnectTimeout = 10 * time.Second
+
+// parse reads url as a pool URL, so pool settings (pool_max_conns, …)
+// are taken out rather than sent to the server.
+func parse(url string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, urlError(err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 && !strings.Contains(url, "connect_timeout") {
+		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
+	}
+	return cfg, nil
 }
 
 // urlError reports a connection string that did not parse without quoting

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	neturl "net/url"
 	"strings"
 	"testing"
@@ -150,5 +151,36 @@ func TestProcessesStartingTogetherAllFindTheDatabaseCreated(t *testing.T) {
 				t.Fatalf("round %d: %v", round, err)
 			}
 		}
+	}
+}
+
+// A server that takes the connection and never answers (an address that
+// now drops packets, after a failover) is given up on by the connection
+// itself, not only when the caller's patience ends; a URL's own
+// connect_timeout is kept.
+func TestConnectingToAServerThatNeverAnswersGivesUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close() // held open, silent
+		}
+	}()
+	base := "postgres://postgres@" + ln.Addr().String() + "/mailroom?sslmode=disable"
+	for _, url := range []string{base, base + "&connect_timeout=1"} {
+		// The caller's limit only keeps a failing test from hanging.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*database.ConnectTimeout)
+		_, err := database.Open(ctx, url)
+		if err == nil || ctx.Err() != nil {
+			t.Errorf("%s: Open = %v, with the caller's own limit %v", url, err, ctx.Err())
+		}
+		cancel()
 	}
 }
