@@ -171,7 +171,7 @@ func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listen
 		pool.Close()
 		return nil, err
 	}
-	metrics := httpserver.NewMetrics()
+	metrics := ls.Metrics()
 	var keyOpts []datakeys.Option
 	if _, inDatabase := store.(*postgres.Store); inDatabase {
 		keyOpts = append(keyOpts, datakeys.SharesLog())
@@ -508,10 +508,11 @@ func (a *App) Serve(ctx context.Context, ls *Listeners) error {
 	if a.Config.Has("workers") {
 		g.Go(func() error { return a.RunWorkers(rolesCtx) })
 	}
-	ls.handlers[0].set(public)
+	var ops http.Handler
 	if len(ls.handlers) > 1 {
-		ls.handlers[1].set(a.OpsHandler())
+		ops = a.OpsHandler()
 	}
+	ls.serve(public, ops)
 	a.Log.Info("serving", "addr", ls.Addr().String())
 	g.Go(ls.wait)
 	g.Go(func() error {

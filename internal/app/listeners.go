@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/httpserver"
@@ -21,9 +22,11 @@ import (
 // a large log, or waiting for another process to rebuild it), and a
 // process that answered nothing meanwhile would be restarted by its
 // liveness probe, its start begun afresh, for ever. While the process
-// starts, /healthz answers 200 and /readyz 503 with what it is doing;
-// every other route answers 503. Serve then puts the roles' handlers on
-// the same listeners. Bound first also means a taken address stops the
+// starts, /healthz answers 200, /readyz 503 with what it is doing and
+// /metrics the process's metrics, mailroom_starting at 1 among them (a
+// scrape that failed for as long as a start takes would page as a target
+// down); every other route answers 503. Serve then puts the roles' handlers
+// on the same listeners. Bound first also means a taken address stops the
 // process before it tells anyone it is ready.
 type Listeners struct {
 	public, ops net.Listener
@@ -31,6 +34,8 @@ type Listeners struct {
 	handlers    []*handlerSlot
 	served      chan error // each server's end, one per server
 	phase       atomic.Pointer[string]
+	metrics     *httpserver.Metrics
+	starting    prometheus.Gauge
 }
 
 // Listen binds the configured addresses and serves them at once with the
@@ -40,7 +45,13 @@ func Listen(cfg config.Config, log *slog.Logger) (*Listeners, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", config.Setting("http-addr"), err)
 	}
-	l := &Listeners{public: ln}
+	l := &Listeners{public: ln, metrics: httpserver.NewMetrics()}
+	l.starting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "mailroom_starting",
+		Help: "1 while the process starts (migrating, preparing read models, waiting for another process's rebuild), 0 once it serves.",
+	})
+	l.starting.Set(1)
+	l.metrics.Registry().MustRegister(l.starting)
 	if cfg.OpsAddr != "" {
 		if l.ops, err = net.Listen("tcp", cfg.OpsAddr); err != nil {
 			ln.Close()
@@ -78,6 +89,24 @@ func (l *Listeners) Starting(what string) {
 	}
 }
 
+// Metrics is the registry the process's metrics go to, served from the
+// start. A nil l (an operator command) has one of its own.
+func (l *Listeners) Metrics() *httpserver.Metrics {
+	if l == nil {
+		return httpserver.NewMetrics()
+	}
+	return l.metrics
+}
+
+// serve puts the started process's handlers on the listeners.
+func (l *Listeners) serve(public, ops http.Handler) {
+	l.handlers[0].set(public)
+	if len(l.handlers) > 1 {
+		l.handlers[1].set(ops)
+	}
+	l.starting.Set(0)
+}
+
 // Close stops serving: for a process that stops before it serves.
 func (l *Listeners) Close() {
 	for _, srv := range l.servers {
@@ -87,9 +116,9 @@ func (l *Listeners) Close() {
 
 // startingHandler answers while the process starts: alive ({"status":
 // "starting"}, where a serving process says "ok"), not ready and, with
-// detail, what it is doing.
+// detail, what it is doing and its metrics.
 func (l *Listeners) startingHandler(log *slog.Logger, detail bool) http.Handler {
-	e := httpserver.New(httpserver.Options{Logger: log})
+	e := httpserver.New(httpserver.Options{Logger: log, Metrics: l.metrics, NoMetricsRoute: !detail})
 	e.Match(httpserver.ReadMethods, "/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "starting"})
 	})

@@ -236,7 +236,8 @@ func TestOperatorListener(t *testing.T) {
 	if code, _ := get(t, public+"/metrics"); code != 404 {
 		t.Fatalf("public /metrics: %d", code)
 	}
-	if code, body := get(t, ops+"/metrics"); code != 200 || !strings.Contains(body, `mailroom_projection_quarantined_streams{projection="emails"} 1`) {
+	if code, body := get(t, ops+"/metrics"); code != 200 || !strings.Contains(body, `mailroom_projection_quarantined_streams{projection="emails"} 1`) ||
+		!strings.Contains(body, "\nmailroom_starting 0\n") {
 		t.Fatalf("operator /metrics: %d", code)
 	}
 	// The API is on the public listener only.

@@ -72,6 +72,15 @@ func TestAProcessWaitingForARebuildIsAliveAndNotReady(t *testing.T) {
 	if code, body := probe(public + "/readyz"); code != 503 || strings.Contains(body, "rebuild") {
 		t.Errorf("public /readyz while waiting: %d %s, want a 503 without detail", code, body)
 	}
+	// Scrapes go on: a target that failed them for as long as a start
+	// takes would page as down. What the start has opened is measured.
+	if code, body := probe(ops + "/metrics"); code != 200 || !strings.Contains(body, "\nmailroom_starting 1\n") ||
+		!strings.Contains(body, "\ngo_goroutines ") || !strings.Contains(body, `mailroom_projection_lag_events{projection="emails"}`) {
+		t.Errorf("operator /metrics while waiting: %d %s", code, body)
+	}
+	if code, _ := probe(public + "/metrics"); code == 200 {
+		t.Errorf("public /metrics while waiting: %d, want it on the operator listener only", code)
+	}
 	if resp, err := http.Get(public + "/v1/emails"); err != nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "5" {
 		t.Errorf("an API route while starting: %v %v, want 503 with Retry-After: 5", resp, err)
 	} else {
