@@ -33,9 +33,6 @@ func New(pool *pgxpool.Pool, name string, rate float64) *Limiter {
 	return &Limiter{pool: pool, name: name, rate: rate, turn: make(chan struct{}, 1)}
 }
 
-// Rate is the limiter's rate in messages a second.
-func (l *Limiter) Rate() float64 { return l.rate }
-
 // batch is how many tokens a process takes at once: a tenth of a second's
 // worth, so the bucket is asked about ten times a second at most per
 // process and no process sits on more than it uses right away.
