@@ -218,10 +218,21 @@ func Export(ctx context.Context, s Store, from Position, stream string, w io.Wri
 		}
 	}()
 	ours := map[string]bool{} // streams with Mailroom's events: all of theirs are exported
+	looked := map[string]bool{}
 	write := func(evs []RecordedEvent) error {
 		for _, e := range evs {
 			if !from.Less(e.Position) {
 				continue
+			}
+			if e.Foreign && !ours[e.StreamID] && stream == "" && from != Start && !looked[e.StreamID] {
+				// Its stream's earlier events are before from, unread: they
+				// tell whether it is one of Mailroom's, as a whole export knows.
+				looked[e.StreamID] = true
+				held, err := holdsOurs(ctx, s, e.StreamID, e.StreamRevision)
+				if err != nil {
+					return err
+				}
+				ours[e.StreamID] = held
 			}
 			if e.Foreign && !ours[e.StreamID] {
 				foreign++
@@ -264,6 +275,27 @@ func Export(ctx context.Context, s Store, from Position, stream string, w io.Wri
 		}
 		rev = evs[len(evs)-1].StreamRevision + 1
 	}
+}
+
+// holdsOurs tells whether stream has one of Mailroom's events before
+// revision before.
+func holdsOurs(ctx context.Context, s Store, stream string, before uint64) (bool, error) {
+	for rev := uint64(0); rev < before; {
+		evs, err := s.ReadStream(ctx, stream, rev, auditBatch)
+		if err != nil || len(evs) == 0 {
+			return false, err
+		}
+		for _, e := range evs {
+			if e.StreamRevision >= before {
+				return false, nil
+			}
+			if !e.Foreign {
+				return true, nil
+			}
+		}
+		rev = evs[len(evs)-1].StreamRevision + 1
+	}
+	return false, nil
 }
 
 func writeExportLine(w *bufio.Writer, e RecordedEvent) error {

@@ -95,6 +95,36 @@ func TestAHashlessEventWhereMailroomsCouldBeIsABreak(t *testing.T) {
 	}
 }
 
+// An export from a position writes a hashless event in one of Mailroom's
+// streams, as a whole export does, though the stream's events of
+// Mailroom's are all before that position: an auditor exporting what is
+// new since the last audit must see what was slipped in.
+func TestAnExportFromAPositionKeepsWhatWasSlippedIntoMailroomsStreams(t *testing.T) {
+	srv := startFake(t)
+	s := open(t, srv.ConnectionString())
+	raw := rawClient(t, srv.ConnectionString())
+	ctx := testContext(t)
+	cat := category()
+
+	first, err := s.Append(ctx, cat+"-1", eventstore.NoStream, newEvent("Ours", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream, typ := range map[string]string{cat + "-1": "Slipped", "crm-8": "ContactAdded"} {
+		if _, err := raw.AppendToStream(ctx, stream, client.AppendToStreamOptions{}, client.EventData{
+			EventType: typ, ContentType: client.ContentTypeJson, Data: []byte(`{"n":99}`),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	written, foreign, err := eventstore.Export(ctx, s, first.Position, "", &out)
+	if err != nil || written != 1 || foreign != 1 || !strings.Contains(out.String(), `"type":"Slipped"`) {
+		t.Errorf("export from %s: %d written, %d skipped, err %v; want the slipped event written, crm-8's skipped:\n%s",
+			first.Position, written, foreign, err, out.String())
+	}
+}
+
 // TestAFailedExportKeepsWhatItWrote: an export that stops at an event it
 // cannot write (data that is not JSON under Mailroom's metadata) has
 // written the lines before it to its output, as many as it counts.
