@@ -186,3 +186,45 @@ func TestOnly2xxAnswersSucceed(t *testing.T) {
 		}
 	}
 }
+
+// The documented waits between attempts: 30 s, 2 m, 10 m, 30 m, 1 h 30 m
+// and 3 h.
+func TestTheDefaultScheduleIsTheDocumentedOne(t *testing.T) {
+	want := []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute, 30 * time.Minute, 90 * time.Minute, 3 * time.Hour}
+	if len(delivery.DefaultSchedule) != len(want) {
+		t.Fatalf("schedule %v, want %v", delivery.DefaultSchedule, want)
+	}
+	for i := range want {
+		if delivery.DefaultSchedule[i] != want[i] {
+			t.Errorf("wait %d: %v, want %v", i+1, delivery.DefaultSchedule[i], want[i])
+		}
+	}
+}
+
+// A pending delivery whose endpoint stopped subscribing to its event's type
+// ends unattempted, and the delivery log says why; one that ended stays as
+// it was.
+func TestAPendingDeliveryOfAnUnsubscribedTypeIsDropped(t *testing.T) {
+	if evs := delivery.DropUnsubscribed(delivery.State{}, t0); len(evs) != 0 {
+		t.Fatalf("dropped a delivery never created: %+v", evs)
+	}
+	s := fold(delivery.State{}, delivery.Create(delivery.State{}, delivery.Created{DeliveryID: "d1", EndpointID: "e1", CreatedAt: t0}))
+	evs := delivery.DropUnsubscribed(s, t0.Add(time.Minute))
+	d, ok := evs[0].(*delivery.Dropped)
+	if len(evs) != 1 || !ok || d.Reason != delivery.ReasonUnsubscribed || d.DeliveryID != "d1" || d.EndpointID != "e1" {
+		t.Fatalf("events %+v", evs)
+	}
+	dropped := fold(s, evs)
+	if dropped.Status != delivery.Failed || dropped.Attempts != 0 || dropped.Due(t0.Add(time.Hour)) {
+		t.Fatalf("dropped delivery %+v", dropped)
+	}
+	if again := delivery.DropUnsubscribed(dropped, t0); len(again) != 0 {
+		t.Fatal("dropped twice")
+	}
+	if got := delivery.DropError(d.Reason); got != "not delivered: the endpoint no longer subscribes to this event type" {
+		t.Errorf("log error of an unsubscribed drop: %q", got)
+	}
+	if got := delivery.DropError(delivery.ReasonEmailErased); got != delivery.DroppedError {
+		t.Errorf("log error of an erased drop: %q", got)
+	}
+}
