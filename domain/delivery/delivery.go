@@ -247,8 +247,8 @@ func (o Outcome) Succeeded() bool {
 // RecordAttempt decides what an attempt means. jitter, in [-1, 1], spreads
 // the retry by up to 10 %. A receiver's Retry-After longer than the
 // schedule's wait is honoured, up to the schedule's longest wait, so a
-// receiver cannot park a delivery for days. The attempt after the last
-// retry fails the delivery.
+// receiver cannot park a delivery for days; it never shortens the wait.
+// The attempt after the last retry fails the delivery.
 func RecordAttempt(s State, o Outcome, schedule []time.Duration, jitter float64, now time.Time) []domain.Event {
 	if s.Created == nil || s.Status != Pending {
 		return nil
@@ -262,8 +262,8 @@ func RecordAttempt(s State, o Outcome, schedule []time.Duration, jitter float64,
 	if n <= len(schedule) {
 		wait := schedule[n-1]
 		wait += time.Duration(float64(wait) * 0.1 * max(-1, min(1, jitter)))
-		if o.RetryAfter > wait {
-			wait = min(o.RetryAfter, slices.Max(schedule))
+		if asked := min(o.RetryAfter, slices.Max(schedule)); asked > wait {
+			wait = asked
 		}
 		f.NextAttemptAt = now.Add(wait)
 	}

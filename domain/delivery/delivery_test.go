@@ -228,3 +228,24 @@ func TestAPendingDeliveryOfAnUnsubscribedTypeIsDropped(t *testing.T) {
 		t.Errorf("log error of an erased drop: %q", got)
 	}
 }
+
+// A receiver that asks to wait longer than the schedule is never retried
+// sooner than had it asked nothing: on the last wait, lengthened by
+// jitter past the schedule's longest, its Retry-After leaves that wait.
+func TestRetryAfterNeverShortensTheWait(t *testing.T) {
+	s := fold(delivery.State{}, delivery.Create(delivery.State{}, delivery.Created{DeliveryID: "d1", EndpointID: "e1", CreatedAt: t0}))
+	s.Attempts = len(delivery.DefaultSchedule) - 1 // the next failure is followed by the last wait
+	status := 503
+	next := func(retryAfter time.Duration) time.Duration {
+		evs := delivery.RecordAttempt(s, delivery.Outcome{ResponseStatus: &status, Error: "receiver returned 503", RetryAfter: retryAfter},
+			delivery.DefaultSchedule, 1, t0)
+		return evs[0].(*delivery.AttemptFailed).NextAttemptAt.Sub(t0)
+	}
+	unasked := next(0)
+	if unasked != 3*time.Hour+18*time.Minute {
+		t.Fatalf("last wait with full jitter: %v", unasked)
+	}
+	if got := next(4 * time.Hour); got < unasked {
+		t.Errorf("Retry-After 4h: next attempt in %v, sooner than the %v of no Retry-After", got, unasked)
+	}
+}
