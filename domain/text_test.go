@@ -57,6 +57,15 @@ func TestCheckLineAndBody(t *testing.T) {
 	if len(v.Errors) != 2 || v.Errors[0].Field != "subject" || v.Errors[1].Field != "html" {
 		t.Fatalf("errors %+v", v.Errors)
 	}
+	if v.OrNil() == nil {
+		t.Fatal("a validation with errors passed")
+	}
+	var clean ValidationError
+	clean.CheckLine("subject", "Hello")
+	clean.CheckBody("text", "fine\nlines")
+	if err := clean.OrNil(); err != nil {
+		t.Fatalf("valid fields refused: %v", err)
+	}
 }
 
 // The control ranges end where they should: a no-break space (U+00A0),
