@@ -191,3 +191,60 @@ func TestOpensAndClicksAreRecordedUpToTheCap(t *testing.T) {
 		t.Fatal("a complaint past the cap was not recorded")
 	}
 }
+
+// A Reject or Rendering Failure received after the provider accepted the
+// email fails it with provider_rejected and the provider's reason, once;
+// not before it was sent, and not after the provider said anything else of
+// it (a delivery, a bounce).
+func TestALateRejectionFailsASentEmail(t *testing.T) {
+	s := queued()
+	if evs := email.RejectAfterSend(s, "Bad content", t0); len(evs) != 0 {
+		t.Fatalf("an email never sent was rejected: %v", evs)
+	}
+	s = fold(s, email.MarkScanned(s, nil, t0))
+	s = fold(s, email.MarkSent(s, "p1", t0))
+	evs := email.RejectAfterSend(s, "Bad content", at(1))
+	if len(evs) != 1 {
+		t.Fatalf("late rejection: %v", evs)
+	}
+	f := evs[0].(*email.Failed)
+	if f.EmailID != "e1" || f.Reason != email.ReasonProviderRejected || f.Detail != "Bad content" || !f.FailedAt.Equal(at(1)) {
+		t.Fatalf("late rejection recorded %+v", f)
+	}
+	if again := email.RejectAfterSend(fold(s, evs), "Bad content", at(2)); len(again) != 0 {
+		t.Fatalf("rejected twice: %v", again)
+	}
+	delivered := fold(s, email.RecordFeedback(s, &email.Delivered{EmailID: "e1", FeedbackID: "f1", OccurredAt: at(1)}))
+	if evs := email.RejectAfterSend(delivered, "Bad content", at(2)); len(evs) != 0 {
+		t.Fatalf("a delivered email failed afterwards: %v", evs)
+	}
+}
+
+// Once the gateway has scanned the email, its attachments are the ones it
+// downloaded; before, the ones the send gave.
+func TestAttachmentsAreTheScannedOnesOnceScanned(t *testing.T) {
+	if got := (email.State{}).Attachments(); got != nil {
+		t.Fatalf("attachments of no email: %v", got)
+	}
+	given := []email.Attachment{{Filename: "a.pdf", Path: "https://files.example.com/a.pdf"}}
+	evs, _ := email.Queue(email.State{}, email.Queued{EmailID: "e1", To: []string{"a@x.org"}, Attachments: given, QueuedAt: t0})
+	s := fold(email.State{}, evs)
+	if got := s.Attachments(); len(got) != 1 || got[0].Digest != "" {
+		t.Fatalf("attachments of a queued email: %+v", got)
+	}
+	downloaded := []email.Attachment{{Filename: "a.pdf", SizeBytes: 3, Digest: "sha256:abc"}}
+	s = fold(s, email.MarkScanned(s, downloaded, t0))
+	if got := s.Attachments(); len(got) != 1 || got[0].Digest != "sha256:abc" {
+		t.Fatalf("attachments of a scanned email: %+v", got)
+	}
+}
+
+// The attachment budget counts bytes as padded base64: every started
+// three bytes take four characters.
+func TestBase64SizeIsThePaddedLength(t *testing.T) {
+	for n, want := range map[int64]int64{0: 0, 1: 4, 2: 4, 3: 4, 4: 8, 30 << 20: 40 << 20} {
+		if got := email.Base64Size(n); got != want {
+			t.Errorf("Base64Size(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
