@@ -165,3 +165,98 @@ func TestTwentyExhaustedEventsDisableAnEndpoint(t *testing.T) {
 		t.Fatalf("a deleted endpoint counted %v", evs)
 	}
 }
+
+// A PATCH changes the fields it is given, each on its own, and leaves the
+// others as they were.
+func TestAnUpdateChangesEachGivenFieldAlone(t *testing.T) {
+	u2, d2 := "https://hooks.example.com/y", "ops"
+	for name, c := range map[string]struct {
+		in   webhook.Settings
+		want func(webhook.State) bool
+	}{
+		"url":         {webhook.Settings{URL: &u2}, func(s webhook.State) bool { return s.URL == u2 && len(s.EventTypes) == 7 }},
+		"description": {webhook.Settings{Description: &d2}, func(s webhook.State) bool { return s.Description == "ops" && s.URL == "https://hooks.example.com/x" }},
+		"event_types": {webhook.Settings{EventTypes: []string{"email.failed"}, TypesGiven: true}, func(s webhook.State) bool {
+			return reflect.DeepEqual(s.EventTypes, []string{"email.failed"}) && s.URL == "https://hooks.example.com/x"
+		}},
+	} {
+		s := created(t)
+		evs, err := webhook.Update(s, "a1", c.in, nil, t0)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if s = fold(s, evs); !c.want(s) {
+			t.Errorf("after updating %s alone: %+v", name, s)
+		}
+	}
+}
+
+// is_active: false pauses an active endpoint and true resumes a paused one;
+// true sent to an active endpoint resets its failure count, and otherwise
+// decides nothing, as does false sent to a paused one.
+func TestIsActivePausesAndResumes(t *testing.T) {
+	yes, no := true, false
+	s := created(t)
+	if evs, err := webhook.Update(s, "a1", webhook.Settings{}, &yes, t0); err != nil || len(evs) != 0 {
+		t.Fatalf("resuming an active endpoint without failures: %v %v", evs, err)
+	}
+	evs, err := webhook.Update(s, "a1", webhook.Settings{}, &no, t0)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("pause: %v %v", evs, err)
+	}
+	if _, ok := evs[0].(*webhook.Paused); !ok {
+		t.Fatalf("pause recorded %T", evs[0])
+	}
+	paused := fold(s, evs)
+	if paused.Active || paused.DisabledReason != "" {
+		t.Fatalf("after pause: %+v", paused)
+	}
+	if evs, _ := webhook.Update(paused, "a1", webhook.Settings{}, &no, t0); len(evs) != 0 {
+		t.Fatalf("pausing a paused endpoint: %v", evs)
+	}
+	if resumed := fold(paused, mustUpdate(t, paused, &yes)); !resumed.Active {
+		t.Fatalf("after resume: %+v", resumed)
+	}
+
+	failing := fold(s, webhook.RecordOutcome(s, "d1", false, t0))
+	reset := fold(failing, mustUpdate(t, failing, &yes))
+	if !reset.Active || reset.ConsecutiveFailures != 0 {
+		t.Fatalf("is_active: true on an active endpoint with a failure: %+v", reset)
+	}
+}
+
+func mustUpdate(t *testing.T, s webhook.State, active *bool) []domain.Event {
+	t.Helper()
+	evs, err := webhook.Update(s, "a1", webhook.Settings{}, active, t0)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("update to active=%v: %v %v", *active, evs, err)
+	}
+	return evs
+}
+
+// A new secret takes effect at once; only the endpoint's account may
+// rotate it.
+func TestOnlyItsAccountRotatesAnEndpointsSecret(t *testing.T) {
+	s := created(t)
+	if _, err := webhook.RotateSecret(s, "other", "sealed2", t0); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("another account rotated the secret: %v", err)
+	}
+	evs, err := webhook.RotateSecret(s, "a1", "sealed2", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s = fold(s, evs); s.SealedSecret != "sealed2" {
+		t.Fatalf("secret after rotation: %q", s.SealedSecret)
+	}
+}
+
+// An unknown event type is named in the error, with the known ones.
+func TestUnknownEventTypesAreNamed(t *testing.T) {
+	u := "https://x.example"
+	err := webhook.ValidateSettings(webhook.Settings{URL: &u, EventTypes: []string{"email.sent", "email.exploded"}, TypesGiven: true})
+	var v *domain.ValidationError
+	want := domain.FieldError{Field: "event_types.1", Message: `unknown event type "email.exploded"; known: email.sent, email.delivered, email.opened, email.clicked, email.bounced, email.complained, email.failed`}
+	if !errors.As(err, &v) || len(v.Errors) != 1 || v.Errors[0] != want {
+		t.Fatalf("got %v, want %+v", err, want)
+	}
+}
