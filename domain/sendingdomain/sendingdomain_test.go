@@ -128,6 +128,26 @@ func TestNormalizeNameFitsRecords(t *testing.T) {
 	}
 }
 
+// A legacy domain of the longest name it may have still gets CNAME records
+// DNS allows: their names hold the provider's 32-character tokens.
+func TestLegacyNamesFitTheirCNAMEs(t *testing.T) {
+	n := sd.MaxLegacyNameLength
+	name := strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", n-60-1-60-1-4) + ".com"
+	if len(name) != n {
+		t.Fatalf("test name is %d characters, want %d", len(name), n)
+	}
+	tokens := []string{strings.Repeat("t", 32), strings.Repeat("u", 32), strings.Repeat("v", 32)}
+	s := apply(sd.State{})(sd.Add(sd.State{}, "d2", "a1", name, "us-east-1", nil, tokens, t0))
+	for _, r := range s.Records() {
+		if len(r.Name) > 253 {
+			t.Errorf("record %s %s is %d characters", r.Type, r.Name, len(r.Name))
+		}
+	}
+	if got := len(s.Records()[0].Name); got != 253 {
+		t.Errorf("the longest legacy name leaves its CNAMEs %d characters, not DNS's 253", got)
+	}
+}
+
 func TestRecords(t *testing.T) {
 	s := added()
 	recs := s.Records()
@@ -214,8 +234,9 @@ func TestRepeatedAskedChecksAreRecordedWhenTheySaySomethingNew(t *testing.T) {
 		t.Fatalf("a new reason was not recorded: %v", evs)
 	}
 	for name, o := range map[string]sd.Outcome{
-		"dmarc found":      {MailFromOK: true, DmarcOK: true, Servers: missing.Servers},
-		"another resolver": {MailFromOK: true, Servers: append([]sd.ServerCheck{{Server: "8.8.8.8:53"}}, missing.Servers...)},
+		"dmarc found":                      {MailFromOK: true, DmarcOK: true, Servers: missing.Servers},
+		"another resolver":                 {MailFromOK: true, Servers: append([]sd.ServerCheck{{Server: "8.8.8.8:53"}}, missing.Servers...)},
+		"a resolver in place of the other": {MailFromOK: true, Servers: []sd.ServerCheck{{Server: "8.8.8.8:53", Records: missing.Servers[0].Records}}},
 	} {
 		if evs, _ := sd.RecordCheck(s, "a1", o, true, t0.Add(time.Minute)); len(evs) != 1 {
 			t.Errorf("%s: not recorded: %v", name, evs)
@@ -491,5 +512,57 @@ func TestAnAskedCheckPastTheDeadlineRestartsTheWindow(t *testing.T) {
 	}
 	if evs, _ := sd.Expire(s, due.Add(time.Minute)); len(evs) != 0 {
 		t.Fatalf("the restarted window expired at once: %v", evs)
+	}
+}
+
+// rotation_due: a key older than the rotation age is due, one exactly that
+// old is not; never during a key change, nor for a legacy domain (its key
+// is the provider's).
+func TestRotationIsDueForAnOldKeyOutsideAKeyChange(t *testing.T) {
+	const maxAge = 180 * 24 * time.Hour
+	s := apply(added())(sd.VerifyBySandbox(added(), t0))
+	if s.RotationDue(t0.Add(maxAge), maxAge) {
+		t.Error("a key exactly the rotation age old is due")
+	}
+	if !s.RotationDue(t0.Add(maxAge+time.Second), maxAge) {
+		t.Error("a key older than the rotation age is not due")
+	}
+	rotating := apply(s)(sd.StartRotation(s, "a1", key("mrnew222", t0.Add(maxAge)), t0.Add(maxAge)))
+	if rotating.RotationDue(t0.Add(2*maxAge), maxAge) {
+		t.Error("rotation due during a key change")
+	}
+	legacy := apply(sd.State{})(sd.Add(sd.State{}, "d2", "a1", "legacy.com", "us-east-1", nil, []string{"tok1", "tok2", "tok3"}, t0))
+	if legacy.RotationDue(t0.Add(2*maxAge), maxAge) {
+		t.Error("rotation due for a legacy domain")
+	}
+}
+
+// A DNS check judges the domain by the records of the key in use (the
+// legacy CNAMEs before an upgrade cuts over) and, while a key awaits DNS,
+// by that key's record for the cutover.
+func TestChecksLookForTheKeyInUseAndTheKeyAwaitingDNS(t *testing.T) {
+	s := apply(added())(sd.VerifyBySandbox(added(), t0))
+	if _, ok := s.PendingKeyRecord(); ok {
+		t.Fatal("a key awaits DNS before any rotation")
+	}
+	s = apply(s)(sd.StartRotation(s, "a1", key("mrnew222", t0), t0))
+	if r := s.SigningRecords(); len(r) != 1 || r[0].Name != "mrold111._domainkey.example.com" {
+		t.Fatalf("signing records during rotation: %+v", r)
+	}
+	if r, ok := s.PendingKeyRecord(); !ok || r.Name != "mrnew222._domainkey.example.com" || r.Value != "v=DKIM1; k=rsa; p=PUBmrnew222" {
+		t.Fatalf("record awaiting DNS: %+v %v", r, ok)
+	}
+	s = apply(s)(sd.RecordCheck(s, "", sd.Outcome{DkimOK: true, MailFromOK: true, NewKeyOK: true}, false, t0.Add(time.Hour)))
+	if _, ok := s.PendingKeyRecord(); ok {
+		t.Fatal("a key awaits DNS after the cutover")
+	}
+	if r := s.SigningRecords(); len(r) != 1 || r[0].Name != "mrnew222._domainkey.example.com" {
+		t.Fatalf("signing records after cutover: %+v", r)
+	}
+
+	legacy := apply(sd.State{})(sd.Add(sd.State{}, "d2", "a1", "legacy.com", "us-east-1", nil, []string{"tok1", "tok2", "tok3"}, t0))
+	r := legacy.SigningRecords()
+	if len(r) != 3 || r[0].Type != "CNAME" || r[0].Name != "tok1._domainkey.legacy.com" || r[0].Value != "tok1.dkim.amazonses.com" {
+		t.Fatalf("signing records of a legacy domain: %+v", r)
 	}
 }
