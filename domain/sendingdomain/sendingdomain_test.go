@@ -566,3 +566,20 @@ func TestChecksLookForTheKeyInUseAndTheKeyAwaitingDNS(t *testing.T) {
 		t.Fatalf("signing records of a legacy domain: %+v", r)
 	}
 }
+
+// A verify that restarts the window records its check, even one that finds
+// what a check just before the deadline found: the domain shows when it
+// was last looked at.
+func TestAVerifyThatRestartsTheWindowRecordsItsCheck(t *testing.T) {
+	s := added()
+	missing := sd.Outcome{MailFromOK: true}
+	s = apply(s)(sd.RecordCheck(s, "a1", missing, true, s.Deadline.Add(-time.Minute)))
+	at := s.Deadline.Add(time.Second)
+	evs, err := sd.RecordCheck(s, "a1", missing, true, at)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("verify past the deadline: %v %v", evs, err)
+	}
+	if s = apply(s)(evs, nil); s.LastCheck == nil || !s.LastCheck.CheckedAt.Equal(at) || s.Status != sd.StatusPending {
+		t.Fatalf("after the verify: %s, last check %+v", s.Status, s.LastCheck)
+	}
+}
