@@ -810,6 +810,8 @@ func TestParseAddress(t *testing.T) {
 		"Name <a@b.com>, Other <c@d.com>":    "it holds more than one address; send each as an item of a list",
 		"Doe, John <john@example.com>":       "the display name is malformed; put it in double quotes",
 		"jöhn@example.com":                   "the part before @ must be ASCII: addresses that need SMTPUTF8 are not supported",
+		"@example.com":                       "the part before @ is missing",
+		"Ann < ann@example.org>":             "it contains a space",
 		"=?shift_jis?b?k/qWe4zq?= <a@b.com>": "the display name is an encoded-word in a charset other than UTF-8, US-ASCII or ISO-8859-1; write the name itself in UTF-8",
 		"a@" + strings.Repeat("é", 63) + "." + strings.Repeat("é", 63) + ".com": "it is longer than 254 bytes",
 	} {
