@@ -1123,3 +1123,20 @@ func TestEveryReservedHeaderRefused(t *testing.T) {
 		}
 	}
 }
+
+// A media type of 255 characters and a parameter name of 64 are taken; one
+// more character is refused.
+func TestContentTypeLengthLimitsAreInclusive(t *testing.T) {
+	longType := "application/" + strings.Repeat("x", 255-len("application/"))
+	longParam := "text/plain; " + strings.Repeat("p", 64) + "=1"
+	for _, ct := range []string{longType, longParam} {
+		if err := CheckContentType(ct); err != nil {
+			t.Errorf("content type %.40q…: %v", ct, err)
+		}
+	}
+	for _, ct := range []string{longType + "x", "text/plain; " + strings.Repeat("p", 65) + "=1"} {
+		if err := CheckContentType(ct); err == nil {
+			t.Errorf("content type %.40q… accepted", ct)
+		}
+	}
+}
