@@ -1140,3 +1140,34 @@ func TestContentTypeLengthLimitsAreInclusive(t *testing.T) {
 		}
 	}
 }
+
+// Headers fold only at a single space between two other characters:
+// readers that trim whitespace around a fold (Go's textproto among them)
+// would otherwise read a double space as one.
+func TestHeadersFoldOnlyAtSingleSpaces(t *testing.T) {
+	for in, want := range map[string][]string{
+		"a b":      {"a", "b"},
+		"a  b c":   {"a  b", "c"},
+		"a b  c":   {"a", "b  c"},
+		" lead x":  {" lead", "x"},
+		"x trail ": {"x", "trail "},
+	} {
+		if got := splitFoldable(in); !slices.Equal(got, want) {
+			t.Errorf("splitFoldable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A multipart or message type that the system's MIME table gives an
+// extension (.mht is message/rfc822 on many systems) is not used: such
+// parts cannot be base64 attachments.
+func TestContentTypeForNeverGuessesAContainerType(t *testing.T) {
+	for ext, typ := range map[string]string{".mrtestmixed": "multipart/mixed", ".mrtestmsg": "message/rfc822"} {
+		if err := mime.AddExtensionType(ext, typ); err != nil {
+			t.Fatal(err)
+		}
+		if got := ContentTypeFor("page" + ext); got != "application/octet-stream" {
+			t.Errorf("ContentTypeFor(page%s) = %q", ext, got)
+		}
+	}
+}
