@@ -248,3 +248,19 @@ func TestBase64SizeIsThePaddedLength(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLoadingAnEmailOpenedToTheCap folds the stream of an email opened
+// and clicked as often as it records, as every later command on it does:
+// each event must cost about the same, not more for each one before it.
+func BenchmarkLoadingAnEmailOpenedToTheCap(b *testing.B) {
+	s := queued()
+	evs := email.MarkScanned(s, nil, t0)
+	evs = append(evs, email.MarkSent(fold(s, evs), "p1", t0)...)
+	for i := range email.MaxEngagement {
+		evs = append(evs, &email.Opened{EmailID: "e1", FeedbackID: fmt.Sprintf("o%d", i), OccurredAt: t0})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		fold(s, evs)
+	}
+}

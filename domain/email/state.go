@@ -16,9 +16,28 @@ type State struct {
 	// GoingSince is when the email last started on its way: queued, or
 	// released after a hold. A hold is not time spent trying to send.
 	GoingSince time.Time
-	Erased     *Erased         // its personal data is destroyed
-	Feedback   map[string]bool // feedback ids already recorded
-	Engaged    int             // opens and clicks recorded
+	Erased     *Erased // its personal data is destroyed
+	Engaged    int     // opens and clicks recorded
+	// feedback are the feedback ids already recorded, newest first. A list
+	// that states share, each adding to its front, keeps Evolve free of
+	// copies: a map copied for each event made loading an email opened a
+	// thousand times cost half a million copied entries.
+	feedback *seen
+}
+
+type seen struct {
+	id   string
+	next *seen
+}
+
+// sawFeedback reports whether feedback id was recorded.
+func (s State) sawFeedback(id string) bool {
+	for f := s.feedback; f != nil; f = f.next {
+		if f.id == id {
+			return true
+		}
+	}
+	return false
 }
 
 // MaxEngagement is how many opens and clicks an email records; later ones
@@ -72,16 +91,16 @@ func Evolve(s State, e domain.Event) State {
 	case *Failed:
 		s.Failed = e
 	case *Delivered:
-		s = s.sawFeedback(e.FeedbackID)
+		s = s.withFeedback(e.FeedbackID)
 	case *Bounced:
-		s = s.sawFeedback(e.FeedbackID)
+		s = s.withFeedback(e.FeedbackID)
 	case *Complained:
-		s = s.sawFeedback(e.FeedbackID)
+		s = s.withFeedback(e.FeedbackID)
 	case *Opened:
-		s = s.sawFeedback(e.FeedbackID)
+		s = s.withFeedback(e.FeedbackID)
 		s.Engaged++
 	case *Clicked:
-		s = s.sawFeedback(e.FeedbackID)
+		s = s.withFeedback(e.FeedbackID)
 		s.Engaged++
 	case *Erased:
 		s.Erased = e
@@ -89,13 +108,8 @@ func Evolve(s State, e domain.Event) State {
 	return s
 }
 
-func (s State) sawFeedback(id string) State {
-	seen := make(map[string]bool, len(s.Feedback)+1)
-	for k := range s.Feedback {
-		seen[k] = true
-	}
-	seen[id] = true
-	s.Feedback = seen
+func (s State) withFeedback(id string) State {
+	s.feedback = &seen{id: id, next: s.feedback}
 	return s
 }
 
@@ -175,7 +189,7 @@ func FeedbackID(e domain.Event) (string, bool) {
 // clicks up to MaxEngagement.
 func RecordFeedback(s State, fb domain.Event) []domain.Event {
 	id, ok := FeedbackID(fb)
-	if !ok || s.Sent == nil || s.Erased != nil || s.Feedback[id] {
+	if !ok || s.Sent == nil || s.Erased != nil || s.sawFeedback(id) {
 		return nil
 	}
 	switch fb.(type) {
@@ -191,7 +205,7 @@ func RecordFeedback(s State, fb domain.Event) []domain.Event {
 // accepted (SES Reject, Rendering Failure): the email fails, unless the
 // provider has reported anything else about it already.
 func RejectAfterSend(s State, reason string, now time.Time) []domain.Event {
-	if s.Sent == nil || s.Failed != nil || s.Erased != nil || len(s.Feedback) > 0 {
+	if s.Sent == nil || s.Failed != nil || s.Erased != nil || s.feedback != nil {
 		return nil
 	}
 	return []domain.Event{&Failed{EmailID: s.Queued.EmailID, Reason: ReasonProviderRejected, Detail: reason, FailedAt: now}}
