@@ -86,16 +86,21 @@ func (s State) WindowOver(now time.Time) bool {
 	return s.Status == StatusFailed || (s.Status == StatusPending && !now.Before(s.Deadline))
 }
 
-// VerifyBySandbox decides an operator's verification of a domain without
+// VerifyBySandbox decides an operator's verification of a pending domain without
 // DNS, allowed only with the sandbox provider.
 func VerifyBySandbox(s State, now time.Time) ([]domain.Event, error) {
 	if err := owned(s, ""); err != nil {
 		return nil, err
 	}
-	if s.Status == StatusVerified {
+	switch s.Status {
+	case StatusVerified:
 		return nil, nil
+	case StatusPending:
+		return []domain.Event{&Verified{DomainID: s.ID, Method: "sandbox", VerifiedAt: now}}, nil
+	default:
+		// Its name was given up; a verify claims it again first.
+		return nil, &domain.ConflictError{Code: "domain_not_pending", Detail: "only a pending domain can be verified without DNS"}
 	}
-	return []domain.Event{&Verified{DomainID: s.ID, Method: "sandbox", VerifiedAt: now}}, nil
 }
 
 // Expire decides the end of the verification window.

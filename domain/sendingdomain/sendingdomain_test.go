@@ -478,6 +478,12 @@ func TestLegacySelectorAndSandboxVerification(t *testing.T) {
 	if failed.CanSend() {
 		t.Fatal("an expired domain can send")
 	}
+	// An expired domain has given up its name, which another account may
+	// have taken since: only a verify, claiming it again, brings it back.
+	var conflict *domain.ConflictError
+	if evs, err := sd.VerifyBySandbox(failed, t0.Add(sd.VerificationWindow)); !errors.As(err, &conflict) || len(evs) != 0 {
+		t.Fatalf("sandbox verification of an expired domain: %v %v", evs, err)
+	}
 }
 
 // The release of a removed domain does not free the name its successor
