@@ -158,6 +158,31 @@ func BenchmarkLoadingAnAccountWithTenYearsOfDailyTokens(b *testing.B) {
 	benchLoad(b, store, account.Stream(id), n, account.Evolve)
 }
 
+// An email at the engagement cap: a click's webhook fan-out reads the
+// click from the email's stream, for its link stays sealed in the log.
+// Finding the last of a thousand clicks is what the fan-out of each click
+// pays as the email nears the cap.
+func BenchmarkReadingTheLastClickOfAnEmailAtTheCap(b *testing.B) {
+	store := postgres.New(pgtest.NewPool(b))
+	b.Cleanup(func() { store.Close() })
+	s := New(Deps{Store: store})
+	id, t0 := uuid.NewString(), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	seed(b, store, email.Stream(id), email.MaxEngagement, func(i int) domain.Event {
+		return &email.Clicked{EmailID: id, FeedbackID: uuid.NewString(), Link: "https://example.com/offer?utm=" + fmt.Sprint(i),
+			OccurredAt: t0.Add(time.Duration(i) * time.Minute)}
+	})
+	ctx := context.Background()
+	last, err := store.ReadStream(ctx, email.Stream(id), email.MaxEngagement-1, 1)
+	if err != nil || len(last) != 1 {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := s.EmailEvent(ctx, id, last[0].ID.String(), last[0].StreamRevision); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // The same email loaded whole: what recording each of its opens and
 // clicks, and each one's webhook fan-out, pays near the cap.
 func BenchmarkLoadingAnEmailAtTheCap(b *testing.B) {

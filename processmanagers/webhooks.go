@@ -122,6 +122,9 @@ type FanoutArgs struct {
 	Extra      *Details  `json:"extra,omitempty"`
 	// CorrelationID is the event's: its deliveries keep the email's story.
 	CorrelationID string `json:"correlation_id,omitempty"`
+	// Revision is where the event is in the email's stream, so that it is
+	// read alone (Commands.EmailEvent); zero in jobs queued before it.
+	Revision uint64 `json:"revision,omitempty"`
 }
 
 // heardAt is when Mailroom learned of the event: endpoints created by then
@@ -401,7 +404,7 @@ func (w *Webhooks) Plan(ctx context.Context, ev eventstore.RecordedEvent) ([]riv
 			return nil, nil
 		}
 		args = FanoutArgs{EventID: ev.ID.String(), EmailID: emailID, Type: typ, At: at, RecordedAt: ev.RecordedAt,
-			Extra: extra, CorrelationID: ev.Metadata.CorrelationID}
+			Extra: extra, CorrelationID: ev.Metadata.CorrelationID, Revision: ev.StreamRevision}
 	}
 	return []river.InsertManyParams{{Args: args}}, nil
 }
@@ -480,7 +483,7 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 	case whsig.TypeEmailClicked, whsig.TypeEmailDelivered, whsig.TypeEmailBounced, whsig.TypeEmailComplained:
 		// A link or an address is personal: it stays sealed in the log,
 		// never in a job.
-		e, err := w.Commands.EmailEvent(ctx, a.EmailID, a.EventID)
+		e, err := w.Commands.EmailEvent(ctx, a.EmailID, a.EventID, a.Revision)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -285,5 +286,72 @@ func TestFanoutWithoutACorrelationIDKeepsTheEmailsStory(t *testing.T) {
 			t.Errorf("%s: request_id %q, correlation_id %q, causation_id %q; want %q, %q, %q",
 				rec.Type, md.RequestID, md.CorrelationID, md.CausationID, req, req, sent)
 		}
+	}
+}
+
+// A click's delivery carries its link, read from the email's stream at
+// the revision its fan-out job names. A job that names none (queued
+// before jobs did), another event's or one past the stream's end still
+// finds its click.
+func TestAClicksFanoutReadsItsLinkFromTheEmailsStream(t *testing.T) {
+	for name, revision := range map[string]func(planned uint64) uint64{
+		"as planned":          func(r uint64) uint64 { return r },
+		"naming no revision":  func(uint64) uint64 { return 0 },
+		"naming another":      func(r uint64) uint64 { return r + 1 },
+		"naming one past all": func(uint64) uint64 { return 9 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			store := memory.New()
+			t.Cleanup(func() { store.Close() })
+			id, now := uuid.NewString(), time.Now()
+			evs := []domain.Event{&email.Queued{EmailID: id, AccountID: "acct", To: []string{"ann@example.org"}, QueuedAt: now}}
+			for _, link := range []string{"https://example.com/a", "https://example.com/b", "https://example.com/c"} {
+				evs = append(evs, &email.Clicked{EmailID: id, FeedbackID: link, Link: link, OccurredAt: now})
+			}
+			data, err := codec.EncodeAll(evs, eventstore.Metadata{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.Append(ctx, email.Stream(id), eventstore.NoStream, data...); err != nil {
+				t.Fatal(err)
+			}
+			recs, err := store.ReadStream(ctx, email.Stream(id), 0, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := &Webhooks{
+				Commands: commands.New(commands.Deps{Store: store, Now: time.Now}),
+				Settle:   func(context.Context, eventstore.Position, ...projections.Name) error { return nil },
+				Endpoints: func(context.Context, string, string, time.Time) ([]Target, error) {
+					return []Target{{ID: "ep-1", Disabled: true}}, nil // skipped: recorded with its payload, never attempted
+				},
+			}
+			click := recs[2] // of https://example.com/b
+			planned, err := w.Plan(ctx, click)
+			if err != nil || len(planned) != 1 {
+				t.Fatalf("plan of a click: %v, %d jobs", err, len(planned))
+			}
+			args := planned[0].Args.(FanoutArgs)
+			if args.Revision != click.StreamRevision {
+				t.Errorf("the fan-out names revision %d, the click is at %d", args.Revision, click.StreamRevision)
+			}
+			args.Revision = revision(click.StreamRevision)
+			if err := (&fanoutWorker{w: w}).Work(ctx, &river.Job[FanoutArgs]{JobRow: &rivertype.JobRow{Attempt: 1}, Args: args}); err != nil {
+				t.Fatal(err)
+			}
+			d := uuid.NewHash(sha1.New(), deliveryNamespace, []byte(args.EventID+"/ep-1"), 5).String()
+			drecs, err := store.ReadStream(ctx, delivery.Stream(d), 0, 1)
+			if err != nil || len(drecs) != 1 {
+				t.Fatalf("the delivery's stream: %v, %d events", err, len(drecs))
+			}
+			created, err := codec.Decode(drecs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := created.(*delivery.Created).Payload; !strings.Contains(p, `"link":"https://example.com/b"`) {
+				t.Errorf("payload %s, want the link https://example.com/b", p)
+			}
+		})
 	}
 }
