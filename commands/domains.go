@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mailroom/mailroom/domain"
-	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/internal/dkimkey"
 	"github.com/mailroom/mailroom/internal/dnscheck"
@@ -39,14 +38,11 @@ func (s *Service) AddDomain(ctx context.Context, accountID, rawName string, meta
 }
 
 // ImportLegacyDomain adds a domain on provider-managed Easy DKIM (three
-// CNAME records), as domains created before BYODKIM were.
+// CNAME records), as domains created before BYODKIM were. The account's
+// first event tells it exists; its tokens after it are not read.
 func (s *Service) ImportLegacyDomain(ctx context.Context, accountID, rawName string, meta Meta) (sendingdomain.State, error) {
-	acct, _, err := load(ctx, s.store, account.Stream(accountID), account.Evolve)
-	if err != nil {
+	if err := s.accountExists(ctx, accountID); err != nil {
 		return sendingdomain.State{}, err
-	}
-	if !acct.Exists() {
-		return sendingdomain.State{}, domain.ErrNotFound
 	}
 	return s.addDomain(ctx, accountID, rawName, true, meta)
 }

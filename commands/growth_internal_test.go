@@ -135,8 +135,25 @@ func BenchmarkLoadingADomainVerifiedEveryMinuteForAYear(b *testing.B) {
 
 // An account an operator issued an expiring token a day to for ten years,
 // each revoked: 7,300 events, loaded by every token issue and revoke,
-// suspension, reinstatement, retention change and legacy domain import.
+// suspension, reinstatement and retention change.
 func BenchmarkLoadingAnAccountWithTenYearsOfDailyTokens(b *testing.B) {
+	store, id, n := accountWithDailyTokens(b)
+	benchLoad(b, store, account.Stream(id), n, account.Evolve)
+}
+
+// What a legacy domain import and an erasure ask of that account: only
+// that it exists.
+func BenchmarkCheckingThatAnAccountWithTenYearsOfDailyTokensExists(b *testing.B) {
+	store, id, _ := accountWithDailyTokens(b)
+	s := New(Deps{Store: store})
+	for b.Loop() {
+		if err := s.accountExists(context.Background(), id); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func accountWithDailyTokens(b *testing.B) (eventstore.Store, string, int) {
 	store := postgres.New(pgtest.NewPool(b))
 	b.Cleanup(func() { store.Close() })
 	id, t0 := uuid.NewString(), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -155,7 +172,7 @@ func BenchmarkLoadingAnAccountWithTenYearsOfDailyTokens(b *testing.B) {
 			return &account.TokenRevoked{AccountID: id, TokenID: tok, RevokedAt: at}
 		}
 	})
-	benchLoad(b, store, account.Stream(id), n, account.Evolve)
+	return store, id, n
 }
 
 // An email at the engagement cap: a click's webhook fan-out reads the
