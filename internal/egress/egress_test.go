@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -688,7 +691,7 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 	for code, want := range map[int]string{
-		200: "", 204: "", 301: "redirect 301 not followed", 302: "redirect 302 not followed",
+		200: "", 204: "", 299: "", 300: "redirect 300 not followed", 301: "redirect 301 not followed", 302: "redirect 302 not followed",
 		307: "redirect 307 not followed", 308: "redirect 308 not followed", 304: "receiver returned 304",
 		399: "receiver returned 399", 404: "receiver returned 404", 500: "receiver returned 500",
 	} {
@@ -790,5 +793,127 @@ func TestFetchWithoutAClientLeavesNoConnectionOpen(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d connections still open after the download (the idle time-out is %s)", open.Load(), idleConnTimeout)
 		}
+	}
+}
+
+// A client made without a timeout has no limit of its own: its requests
+// go through, bounded by their context alone.
+func TestClientWithoutATimeoutReachesTheServer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(ok))
+	defer srv.Close()
+	c := Policy{AllowCIDRs: loopback(t), AllowHTTP: true}.Client(0)
+	resp, err := c.Get(srv.URL)
+	if err != nil {
+		t.Fatalf("request through a client without a timeout: %v", err)
+	}
+	defer resp.Body.Close()
+	if body, err := io.ReadAll(resp.Body); err != nil || string(body) != "ok" {
+		t.Errorf("body %q, %v", body, err)
+	}
+}
+
+// A resolver that never answers makes CheckURL say the lookup timed out,
+// and that it is worth asking again, not that the host does not exist.
+func TestCheckURLLookupThatTimesOut(t *testing.T) {
+	silent, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	p := Policy{Resolver: &net.Resolver{
+		PreferGo: true,
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "udp", silent.LocalAddr().String())
+		},
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = p.CheckURL(ctx, "https://hooks.example.com/")
+	if err == nil || err.Error() != "host lookup timed out" || !errors.Is(err, ErrLookupUnavailable) || errors.Is(err, ErrRefused) {
+		t.Errorf("lookup without an answer: %v", err)
+	}
+}
+
+// What a delivery record says of a receiver's certificate, of a
+// connection that timed out while reading, and of a long error.
+func TestDescribeCertificatesReadTimeoutsAndLongErrors(t *testing.T) {
+	get := func(err error) error {
+		return &url.Error{Op: "Post", URL: "https://hooks.example.com/", Err: err}
+	}
+	for err, want := range map[error]string{
+		get(x509.CertificateInvalidError{Reason: x509.Expired}):             "tls: certificate expired or not yet valid",
+		get(x509.CertificateInvalidError{Reason: x509.NotAuthorizedToSign}): "tls: invalid certificate",
+		get(&net.OpError{Op: "read", Net: "tcp", Addr: &net.TCPAddr{IP: net.ParseIP("10.96.0.7"), Port: 443},
+			Err: os.ErrDeadlineExceeded}): "timeout",
+	} {
+		if got := Describe(err); got != want {
+			t.Errorf("Describe(%v) = %q, want %q", err, got, want)
+		}
+	}
+	long := strings.Repeat("é", maxDescription+1)
+	if got := Describe(errors.New(long)); got != strings.Repeat("é", maxDescription-1)+"…" {
+		t.Errorf("Describe of %d characters = %q (%d characters)", len([]rune(long)), got, len([]rune(got)))
+	}
+	exact := strings.Repeat("é", maxDescription)
+	if got := Describe(errors.New(exact)); got != exact {
+		t.Errorf("Describe of exactly %d characters = %q", maxDescription, got)
+	}
+}
+
+// Fetch takes any 2xx and names what it refuses: a 3xx is a redirect not
+// followed, a 4xx what the server returned.
+func TestFetchStatusBoundaries(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
+		w.WriteHeader(code)
+		io.WriteString(w, "data")
+	}))
+	defer srv.Close()
+	p := Policy{AllowCIDRs: loopback(t), AllowHTTP: true}
+	c := p.Client(5 * time.Second)
+	if d, err := p.Fetch(context.Background(), c, srv.URL+"/299", 100, nil); err != nil || string(d.Body) != "data" {
+		t.Errorf("Fetch of a 299: %q, %v", d.Body, err)
+	}
+	for code, want := range map[int]string{
+		300: "redirect 300 not followed", 399: "redirect 399 not followed", 400: "server returned 400", 500: "server returned 500",
+	} {
+		_, err := p.Fetch(context.Background(), c, srv.URL+"/"+strconv.Itoa(code), 100, nil)
+		if err == nil || Describe(err) != want {
+			t.Errorf("Fetch of a %d: %v, want %q", code, err, want)
+		}
+	}
+}
+
+// The caller hears the length a response declares before its body is read,
+// and hears nothing of a response that declares none (chunked).
+func TestFetchTellsTheDeclaredLength(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/declared", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strings.Repeat("x", 42))
+	})
+	mux.HandleFunc("/chunked", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "abc")
+		w.(http.Flusher).Flush()
+		io.WriteString(w, "def")
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	p := Policy{AllowCIDRs: loopback(t), AllowHTTP: true}
+	c := p.Client(5 * time.Second)
+	var heard []int64
+	declared := func(n int64) { heard = append(heard, n) }
+	if _, err := p.Fetch(context.Background(), c, srv.URL+"/declared", 100, declared); err != nil {
+		t.Fatal(err)
+	}
+	if len(heard) != 1 || heard[0] != 42 {
+		t.Errorf("declared length heard: %v, want [42]", heard)
+	}
+	heard = nil
+	if d, err := p.Fetch(context.Background(), c, srv.URL+"/chunked", 100, declared); err != nil || string(d.Body) != "abcdef" {
+		t.Fatalf("chunked: %q, %v", d.Body, err)
+	}
+	if len(heard) != 0 {
+		t.Errorf("a chunked response declared %v", heard)
 	}
 }
