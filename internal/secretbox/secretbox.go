@@ -88,7 +88,8 @@ func (b *Box) open(sealed, context string) ([]byte, bool, error) {
 	}
 	data, err := base64.RawStdEncoding.DecodeString(raw)
 	n := b.aeads[0].NonceSize()
-	if err != nil || len(data) < n {
+	// Shorter than a nonce and a tag, no key could open it.
+	if err != nil || len(data) < n+b.aeads[0].Overhead() {
 		return nil, false, errors.New("secretbox: malformed value")
 	}
 	for i, aead := range b.aeads {

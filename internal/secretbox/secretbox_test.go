@@ -3,6 +3,7 @@ package secretbox
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -92,6 +93,17 @@ func TestMalformedSealedValuesAreErrors(t *testing.T) {
 				t.Errorf("Open(%q) = %q, nil", v, p)
 			}
 		}()
+	}
+	// Too short to hold a nonce and a tag, no key could open it: it is
+	// malformed, not a value sealed under a key this Box was not given.
+	for _, n := range []int{0, 12, 12 + 15} {
+		v := prefix + base64.RawStdEncoding.EncodeToString(bytes.Repeat([]byte{1}, n))
+		if _, err := b.Open(v, "w1"); err == nil || errors.Is(err, ErrCannotOpen) {
+			t.Errorf("Open of %d bytes: %v, want a malformed value", n, err)
+		}
+	}
+	if _, err := b.Open(prefix+base64.RawStdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 12+16)), "w1"); !errors.Is(err, ErrCannotOpen) {
+		t.Errorf("Open of a nonce and a tag that no key opens: %v, want ErrCannotOpen", err)
 	}
 	if cur, err := b.Current(good, "w1"); err != nil || !cur {
 		t.Errorf("Current of a value sealed now: %v %v", cur, err)
