@@ -96,6 +96,49 @@ func TestRateLimitEvictsIdleKeys(t *testing.T) {
 	}
 }
 
+// Forgetting idle keys never hands out a fresh bucket early: a key that
+// keeps asking, or pauses for less than its bucket takes to refill, has
+// only the tokens that came back meanwhile.
+func TestRateLimitEvictionGivesNoFreshBurst(t *testing.T) {
+	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := start
+	remaining := func(e *echo.Echo) string {
+		t.Helper()
+		rec := limitedGet(e, "k")
+		if rec.Code != 204 {
+			t.Fatalf("refused: %d", rec.Code)
+		}
+		return rec.Header().Get("RateLimit-Remaining")
+	}
+	limiter := func() *echo.Echo {
+		rl := NewRateLimiter("key", 1, 4) // refills in 4 s
+		rl.now = func() time.Time { return now }
+		e := limitedEcho(rl)
+		for range 4 {
+			remaining(e)
+		}
+		return e
+	}
+
+	// Asking each second, one token back each time, past the sweep of
+	// idle keys at 4 s.
+	e := limiter()
+	for i := range 5 {
+		now = now.Add(time.Second)
+		if got := remaining(e); got != "0" {
+			t.Fatalf("key asking each second, after %d s: remaining %s, want 0", i+1, got)
+		}
+	}
+
+	// Back after 2 s of the 4: two tokens, one taken.
+	now = start
+	e = limiter()
+	now = now.Add(2 * time.Second)
+	if got := remaining(e); got != "1" {
+		t.Errorf("key paused for half its refill: remaining %s, want 1", got)
+	}
+}
+
 func TestRateLimitDisabled(t *testing.T) {
 	for _, rl := range []*RateLimiter{NewRateLimiter("key", 0, 1), nil} {
 		e := limitedEcho(rl)
@@ -165,6 +208,16 @@ func TestRateLimitTrustedProxies(t *testing.T) {
 	}
 	if got := get("2001:db8:1:3::1"); got != 204 {
 		t.Fatalf("another /64: %d", got)
+	}
+	// An IPv4 client forwarded as an IPv4-mapped IPv6 address counts as
+	// its IPv4 address, not as one of a /64 that every such client shares.
+	for _, client := range []string{"::ffff:203.0.113.9", "::ffff:203.0.113.10", "::ffff:203.0.113.11"} {
+		if got := get(client); got != 204 {
+			t.Fatalf("IPv4 client %s, forwarded as mapped: %d", client, got)
+		}
+	}
+	if a, b := get("203.0.113.9"), get("203.0.113.9"); a != 204 || b != 429 {
+		t.Fatalf("the first of them, forwarded as IPv4: %d %d", a, b)
 	}
 }
 
