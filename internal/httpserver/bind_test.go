@@ -219,6 +219,8 @@ func TestBindJSONInvalidUTF8(t *testing.T) {
 		{`{"subject":"\ud83d"}`, "subject"},
 		{`{"subject":"\ud83d\u0041"}`, "subject"},
 		{`{"subject":"\\\ud83d\\ud83d"}`, "subject"},
+		// A U+FFFD sent as such is a character: the bad byte after it is named.
+		{"{\"from\":\"\uFFFD\",\"subject\":\"\xff\"}", "subject"},
 	}
 	for _, tc := range cases {
 		res := s.post(t, "/bind", tc.body)
@@ -232,7 +234,8 @@ func TestBindJSONInvalidUTF8(t *testing.T) {
 		}
 	}
 	// Escapes of characters, pairs included, are for the handler to judge.
-	for _, ok := range []string{`{"from":"caf\u00e9 \u0000"}`, `{"subject":"\ud83d\ude00 \uD83D\uDE00"}`, `{"subject":"\\ud800"}`} {
+	for _, ok := range []string{`{"from":"caf\u00e9 \u0000"}`, `{"subject":"\ud83d\ude00 \uD83D\uDE00"}`, `{"subject":"\\ud800"}`,
+		`{"subject":"\ud800\udc00 \udbff\udfff \ue000 \ud7ff"}`} {
 		if res := s.post(t, "/bind", ok); res.status != 200 {
 			t.Errorf("escapes %s: %d %s", ok, res.status, res.body)
 		}
@@ -350,6 +353,36 @@ func TestBodyLimit(t *testing.T) {
 	}
 }
 
+// A body of exactly the limit is taken, with its length declared or not;
+// a byte more is refused.
+func TestBodyLimitAtTheLimit(t *testing.T) {
+	s := newServer(t, func(e *echo.Echo) {
+		e.POST("/small", func(c echo.Context) error {
+			var v map[string]any
+			if err := BindJSON(c, &v); err != nil {
+				return err
+			}
+			return c.NoContent(204)
+		}, BodyLimit(64))
+	})
+	body := func(n int) string { return `{"k":"` + strings.Repeat("x", n-len(`{"k":""}`)) + `"}` }
+	if len(body(64)) != 64 {
+		t.Fatalf("body of %d bytes", len(body(64)))
+	}
+	if res := s.post(t, "/small", body(64)); res.status != 204 {
+		t.Errorf("declared body of exactly the limit: %d %s", res.status, res.body)
+	}
+	if res := s.do(t, "POST", "/small", io.MultiReader(strings.NewReader(body(64))), nil); res.status != 204 {
+		t.Errorf("chunked body of exactly the limit: %d %s", res.status, res.body)
+	}
+	if res := s.post(t, "/small", body(65)); res.status != 413 {
+		t.Errorf("declared body a byte over the limit: %d %s", res.status, res.body)
+	}
+	if res := s.do(t, "POST", "/small", io.MultiReader(strings.NewReader(body(65))), nil); res.status != 413 {
+		t.Errorf("chunked body a byte over the limit: %d %s", res.status, res.body)
+	}
+}
+
 func TestBodyLimitDefault(t *testing.T) {
 	if MaxBodyBytes != 45*1024*1024 {
 		t.Fatalf("MaxBodyBytes = %d", MaxBodyBytes)
@@ -398,6 +431,7 @@ func TestBindJSONRefusesHugeContainersBeforeDecoding(t *testing.T) {
 		{`{"attachments":[{},{"filename":[` + items(MaxItems+1, `1`) + `]}]}`, "attachments.1.filename"},
 		{`{"tags":{"a\"b":[` + items(MaxItems+1, `1`) + `]}}`, `tags.a"b`},
 		{`[` + items(MaxItems+1, `null`) + `]`, "body"},
+		{`{"to":` + strings.Repeat("[", 1000) + items(MaxItems+1, `1`) + strings.Repeat("]", 1000) + `}`, "to" + strings.Repeat(".0", 999)},
 	} {
 		res := s.post(t, "/bind", c.body)
 		p := res.problem(t)
