@@ -102,3 +102,40 @@ mailroom_webhook_attempts_total{outcome="success"} 0
 		t.Fatal(err)
 	}
 }
+
+// Failed emails count under their reason and webhook attempts under their
+// outcome, each in its own series.
+func TestFailuresAndWebhookAttemptsAreCountedByReasonAndOutcome(t *testing.T) {
+	r := outcomes.New(prometheus.NewRegistry())
+	r.Fail("suppressed")
+	r.Fail("suppressed")
+	r.Fail("malware_detected")
+	r.Attempt(true)
+	r.Attempt(false)
+	r.Attempt(false)
+	for series, want := range map[prometheus.Counter]float64{
+		r.Failures.WithLabelValues("suppressed"):        2,
+		r.Failures.WithLabelValues("malware_detected"):  1,
+		r.Failures.WithLabelValues("provider_rejected"): 0,
+		r.Attempts.WithLabelValues("success"):           1,
+		r.Attempts.WithLabelValues("failure"):           2,
+	} {
+		if got := testutil.ToFloat64(series); got != want {
+			t.Errorf("%s = %v, want %v", series.Desc(), got, want)
+		}
+	}
+}
+
+// What /readyz says of a failing provider keeps the provider's last answer
+// but not the recipient it names.
+func TestTheProviderFailureReportNamesNoRecipient(t *testing.T) {
+	r := outcomes.New(prometheus.NewRegistry())
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for range 5 {
+		r.Send("retrying", errors.New("451 4.7.1 <alice@example.com>: greylisted"), at)
+	}
+	err := r.ProviderFailing()
+	if err == nil || strings.Contains(err.Error(), "alice") || !strings.Contains(err.Error(), "greylisted") {
+		t.Fatalf("provider failing: %v", err)
+	}
+}
