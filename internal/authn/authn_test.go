@@ -1,16 +1,21 @@
 package authn
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/mailroom/mailroom/internal/credential"
 	"github.com/mailroom/mailroom/internal/httpserver"
+	"github.com/mailroom/mailroom/internal/pgtest"
+	"github.com/mailroom/mailroom/projections"
 )
 
 // answer serves one request to GET and POST /x behind mw and returns its
@@ -120,5 +125,103 @@ func TestRequireAdminTakesOrgAdminTokensOnly(t *testing.T) {
 		if status != want || (want == http.StatusForbidden && p.Code != "role_required") {
 			t.Errorf("role %q: %d %+v, want %d", role, status, p, want)
 		}
+	}
+}
+
+// lookups is an Authenticator over real read models holding, for account
+// acct_live and the suspended acct_held: an API key and a token each, and
+// for acct_live a revoked key, a revoked token and a token expiring at
+// expiry.
+func lookups(t *testing.T, now, expiry time.Time) *Authenticator {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	for _, schema := range []string{projections.Accounts{}.Schema(), projections.APIKeys{}.Schema()} {
+		if _, err := pool.Exec(ctx, schema); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, status := range map[string]string{"acct_live": "active", "acct_held": "suspended"} {
+		exec(`INSERT INTO accounts (id, name, status, created_at, updated_at) VALUES ($1, $1, $2, $3, $3)`, id, status, now)
+	}
+	key := func(id, account, secret string, active bool) {
+		exec(`INSERT INTO api_keys (id, account_id, name, key_preview, key_hash, permissions, is_active, created_at)
+			VALUES ($1, $2, $1, 'mr_…', $3, '{emails:send}', $4, $5)`, id, account, credential.Hash(secret), active, now)
+	}
+	token := func(id, account, secret string, expires, revoked *time.Time) {
+		exec(`INSERT INTO management_tokens (id, account_id, role, token_hash, created_at, expires_at, revoked_at)
+			VALUES ($1, $2, 'org:admin', $3, $4, $5, $6)`, id, account, credential.Hash(secret), now, expires, revoked)
+	}
+	key("key_live", "acct_live", secret("mr_", "live"), true)
+	key("key_revoked", "acct_live", secret("mr_", "revoked"), false)
+	key("key_held", "acct_held", secret("mr_", "held"), true)
+	token("tok_live", "acct_live", secret("mrt_", "live"), nil, nil)
+	token("tok_revoked", "acct_live", secret("mrt_", "revoked"), nil, &now)
+	token("tok_expiring", "acct_live", secret("mrt_", "expiring"), &expiry, nil)
+	token("tok_held", "acct_held", secret("mrt_", "held"), nil, nil)
+	return New(pool, slog.New(slog.DiscardHandler), func() time.Time { return now })
+}
+
+// secret is a well-formed secret with prefix, told apart by name.
+func secret(prefix, name string) string {
+	return prefix + name + strings.Repeat("x", 40-len(name))
+}
+
+// whoami answers the principal's account and id behind mw.
+func whoami(t *testing.T, method, secret string, mw echo.MiddlewareFunc) (int, string) {
+	t.Helper()
+	e := httpserver.New(httpserver.Options{Logger: slog.New(slog.DiscardHandler)})
+	e.Match([]string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPost, http.MethodDelete}, "/x", func(c echo.Context) error {
+		p := From(c)
+		return c.String(http.StatusOK, p.AccountID+" "+p.Actor())
+	}, mw)
+	req := httptest.NewRequest(method, "/x", nil)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String()
+}
+
+// A credential is the account it belongs to; a revoked one, or a token
+// at or past its expiry, is unknown; a suspended account's API keys are
+// refused everything and its tokens may only read.
+func TestCredentialsLookedUp(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	a := lookups(t, now, now.Add(time.Second))
+	for _, c := range []struct {
+		method, secret string
+		mw             echo.MiddlewareFunc
+		status         int
+		body           string
+	}{
+		{"POST", secret("mr_", "live"), a.APIKeys(), 200, "acct_live api_key:key_live"},
+		{"GET", secret("mr_", "revoked"), a.APIKeys(), 401, "unknown or revoked API key"},
+		{"GET", secret("mr_", "unknown"), a.APIKeys(), 401, "unknown or revoked API key"},
+		{"GET", secret("mr_", "held"), a.APIKeys(), 403, "account_suspended"},
+		{"POST", secret("mrt_", "live"), a.Tokens(), 200, "acct_live token:tok_live"},
+		{"POST", secret("mrt_", "expiring"), a.Tokens(), 200, "acct_live token:tok_expiring"},
+		{"GET", secret("mrt_", "revoked"), a.Tokens(), 401, "unknown, revoked or expired management token"},
+		{"GET", secret("mrt_", "held"), a.Tokens(), 200, "acct_held token:tok_held"},
+		{"HEAD", secret("mrt_", "held"), a.Tokens(), 200, ""},
+		{"OPTIONS", secret("mrt_", "held"), a.Tokens(), 200, "acct_held token:tok_held"},
+		{"POST", secret("mrt_", "held"), a.Tokens(), 403, "account_suspended"},
+		{"DELETE", secret("mrt_", "held"), a.Tokens(), 403, "account_suspended"},
+	} {
+		status, body := whoami(t, c.method, c.secret, c.mw)
+		if status != c.status || !strings.Contains(body, c.body) {
+			t.Errorf("%s with %s: %d %s, want %d %s", c.method, c.secret[:strings.Index(c.secret, "x")], status, body, c.status, c.body)
+		}
+	}
+
+	// At its expiry, a token is expired.
+	a = lookups(t, now, now)
+	if status, body := whoami(t, "GET", secret("mrt_", "expiring"), a.Tokens()); status != 401 {
+		t.Errorf("a token at its expiry: %d %s", status, body)
 	}
 }
