@@ -86,8 +86,8 @@ func (s State) WindowOver(now time.Time) bool {
 	return s.Status == StatusFailed || (s.Status == StatusPending && !now.Before(s.Deadline))
 }
 
-// VerifyBySandbox decides an operator's verification of a pending domain without
-// DNS, allowed only with the sandbox provider.
+// VerifyBySandbox decides an operator's verification of a pending domain
+// without DNS, allowed only with the sandbox provider.
 func VerifyBySandbox(s State, now time.Time) ([]domain.Event, error) {
 	if err := owned(s, ""); err != nil {
 		return nil, err
