@@ -11,6 +11,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
+	"github.com/mailroom/mailroom/domain/delivery"
 	"github.com/mailroom/mailroom/domain/webhook"
 	"github.com/mailroom/mailroom/projections"
 )
@@ -224,4 +225,72 @@ func TestRotateWebhookSecret(t *testing.T) {
 	if err != nil || string(opened) != second || second == first {
 		t.Fatalf("secret after rotation opens as %q, %v; rotation answered %q, creation %q", opened, err, second, first)
 	}
+}
+
+// The test route queues one sample delivery for an active endpoint of the
+// account; another account's endpoint is not found, and a paused one is
+// refused until it is resumed.
+func TestTestWebhookQueuesASampleDelivery(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct, other := h.newAccount(t), h.newAccount(t)
+	st := h.endpoint(t, acct)
+	h.appended(t)
+	h.waitedFor()
+
+	for _, id := range []string{st.ID, "not-an-id", uuid.NewString()} {
+		if _, err := h.svc.TestWebhook(ctx, other, id, meta); !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("test %s as another account: %v, want not found", id, err)
+		}
+	}
+	h.nothingAppended(t, "tests of endpoints not the account's")
+
+	if err := h.svc.UpdateWebhook(ctx, acct, st.ID, webhook.Settings{}, ptr(false), meta); err != nil {
+		t.Fatal(err)
+	}
+	h.appended(t)
+	_, err := h.svc.TestWebhook(ctx, acct, st.ID, meta)
+	wantConflict(t, err, "endpoint_inactive")
+	h.nothingAppended(t, "a test of a paused endpoint")
+
+	if err := h.svc.UpdateWebhook(ctx, acct, st.ID, webhook.Settings{}, ptr(true), meta); err != nil {
+		t.Fatal(err)
+	}
+	h.appended(t)
+	h.waitedFor()
+	id, err := h.svc.TestWebhook(ctx, acct, st.ID, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := h.stream(t, delivery.Stream(id))
+	c := only[*delivery.Created](t, h, delivery.Stream(id))
+	if c.DeliveryID != id || c.EndpointID != st.ID || c.AccountID != acct || c.Type != "email.delivered" || !c.Test ||
+		!strings.Contains(c.Payload, c.EmailID) {
+		t.Fatalf("the test delivery %+v", c)
+	}
+	if m := recs[0].Metadata; m.Actor != meta.Actor || m.RequestID != meta.RequestID {
+		t.Errorf("the test delivery was recorded by %q on %q, want the caller's request", m.Actor, m.RequestID)
+	}
+	if n := h.appended(t); n != 1 {
+		t.Errorf("a test appended %d events, want 1", n)
+	}
+	if w := h.waitedFor(); !slices.Equal(w, []projections.Name{projections.WebhooksName}) {
+		t.Errorf("waited for %q, want the webhooks projection: the delivery is listed when the test answers", w)
+	}
+}
+
+// Another account cannot rotate an endpoint's secret, and learns nothing
+// of it: the endpoint keeps the secret it had.
+func TestRotateWebhookSecretOfAnotherAccountIsNotFound(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct, other := h.newAccount(t), h.newAccount(t)
+	st := h.endpoint(t, acct)
+	h.appended(t)
+	for _, id := range []string{st.ID, "not-an-id", uuid.NewString()} {
+		if secret, err := h.svc.RotateWebhookSecret(ctx, other, id, meta); !errors.Is(err, domain.ErrNotFound) || secret != "" {
+			t.Errorf("rotate %s as another account: %q, %v; want not found and no secret", id, secret, err)
+		}
+	}
+	h.nothingAppended(t, "rotations by another account")
 }
