@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
@@ -549,4 +551,54 @@ func last[T domain.Event](t *testing.T, h *harness, name string) T {
 		t.Fatalf("%s ends with %T, want %T", name, evs[len(evs)-1], e)
 	}
 	return e
+}
+
+// The operator's release removes every domain that holds a name without
+// having verified it, whichever account added it, and frees the name. A
+// name its holder verified is refused, and a name nobody holds is not found.
+func TestReleaseDomainNameRemovesEveryUnverifiedHolder(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct, other, owner := h.newAccount(t), h.newAccount(t), h.newAccount(t)
+	first := must[sendingdomain.State](t)(h.svc.ImportLegacyDomain(ctx, acct, "example.com", meta))
+	// A domain added before names were claimed holds the name too.
+	old := uuid.NewString()
+	h.appendEvent(t, sendingdomain.Stream(old), &sendingdomain.Added{DomainID: old, AccountID: other, Name: "example.com",
+		Region: "eu-west-1", MailFromDomain: sendingdomain.MailFromHost("example.com"), DkimMode: sendingdomain.Legacy,
+		LegacyTokens: []string{"a", "b", "c"}, AddedAt: start, Deadline: start.Add(sendingdomain.VerificationWindow)})
+	verifiedID := h.verifiedDomain(t, owner, "example.net")
+	h.appended(t)
+
+	if _, err := h.svc.ReleaseDomainName(ctx, "exa mple.com", meta); !slices.Equal(fields(t, err), []string{"domain"}) {
+		t.Errorf("release of an invalid name: %v, want an error on domain", err)
+	}
+	if _, err := h.svc.ReleaseDomainName(ctx, "example.org", meta); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("release of a name nobody holds: %v, want not found", err)
+	}
+	_, err := h.svc.ReleaseDomainName(ctx, "example.net", meta)
+	wantConflict(t, err, "domain_verified")
+	h.nothingAppended(t, "refused releases")
+	if got, err := h.svc.Domain(ctx, verifiedID); err != nil || got.Removed {
+		t.Errorf("the verified domain after a refused release: removed %v, %v", got.Removed, err)
+	}
+
+	released, err := h.svc.ReleaseDomainName(ctx, " Example.COM ", meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, st := range released {
+		ids = append(ids, st.ID)
+	}
+	if want := []string{first.ID, old}; !slices.Equal(slices.Sorted(slices.Values(ids)), slices.Sorted(slices.Values(want))) {
+		t.Fatalf("released %q, want both holders %q", ids, want)
+	}
+	for _, id := range ids {
+		if got, err := h.svc.Domain(ctx, id); err != nil || !got.Removed {
+			t.Errorf("domain %s after the release: removed %v, %v; want removed", id, got.Removed, err)
+		}
+	}
+	if _, err := h.svc.ImportLegacyDomain(ctx, owner, "example.com", meta); err != nil {
+		t.Fatalf("add of the released name by a third account: %v", err)
+	}
 }
