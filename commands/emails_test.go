@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"slices"
@@ -321,4 +322,41 @@ func storedBlobs(t *testing.T, h *harness) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// A key used day after day, as a daily job's would be: each send opens a
+// new window once the last window's email is over 24 hours old, and a
+// repeat inside a window, however many came before it, answers that
+// window's send, up to 24 hours after it.
+func TestAnIdempotencyKeyUsedDayAfterDay(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	h.appended(t)
+	var sent []string
+	for day := range 6 {
+		req, _ := sendRequest(t)
+		req.Subject = fmt.Sprintf("Report of day %d", day)
+		body, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := h.svc.SendEmail(ctx, acct, req, "daily-report", body, meta)
+		if err != nil {
+			t.Fatalf("day %d: %v", day, err)
+		}
+		if slices.Contains(sent, first.ID) {
+			t.Fatalf("day %d's send answered an earlier day's email %s", day, first.ID)
+		}
+		h.clock.Advance(commands.IdempotencyWindow)
+		if again, err := h.svc.SendEmail(ctx, acct, req, "daily-report", body, meta); err != nil || again != first {
+			t.Fatalf("day %d: a repeat 24 hours later answered %+v, %v; want the day's send %+v", day, again, err, first)
+		}
+		if n := h.appended(t); n != 1 {
+			t.Fatalf("day %d: a send and its repeat appended %d events, want 1", day, n)
+		}
+		sent = append(sent, first.ID)
+		h.clock.Advance(time.Hour)
+	}
 }
