@@ -602,3 +602,25 @@ func TestReleaseDomainNameRemovesEveryUnverifiedHolder(t *testing.T) {
 		t.Fatalf("add of the released name by a third account: %v", err)
 	}
 }
+
+// A name's claim keeps the name for its pending domain past the claim's
+// grace, though the read model does not show the domain yet: another add
+// of the name, by any account, is refused and records nothing.
+func TestAClaimKeepsItsNameForItsPendingDomainPastItsGrace(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(d *commands.Deps) {
+		d.DomainsNamed = func(context.Context, string) ([]sendingdomain.State, error) { return nil, nil } // behind
+	})
+	acct, other := h.newAccount(t), h.newAccount(t)
+	if _, err := h.svc.ImportLegacyDomain(ctx, acct, "example.com", meta); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(sendingdomain.ClaimGrace)
+	h.appended(t)
+
+	_, err := h.svc.ImportLegacyDomain(ctx, other, "example.com", meta)
+	wantConflict(t, err, sendingdomain.ErrUnavailable.Code)
+	_, err = h.svc.ImportLegacyDomain(ctx, acct, "example.com", meta)
+	wantConflict(t, err, "domain_exists")
+	h.nothingAppended(t, "refused adds")
+}
