@@ -624,3 +624,39 @@ func TestAClaimKeepsItsNameForItsPendingDomainPastItsGrace(t *testing.T) {
 	wantConflict(t, err, "domain_exists")
 	h.nothingAppended(t, "refused adds")
 }
+
+// A domain is verified once every resolver shows its DKIM and MAIL FROM
+// records, with or without its DMARC record, which the check reports on its
+// own. Without its MAIL FROM records it stays pending, whatever else is
+// published.
+func TestVerifyDomainNeedsItsMailFromRecordsAndNotItsDMARC(t *testing.T) {
+	ctx := context.Background()
+	dns := dnstest.Start(t)
+	h := newHarness(t, func(d *commands.Deps) { d.DNS = dnscheck.New([]string{dns.Addr()}, time.Second) })
+	acct := h.newAccount(t)
+	publishAllBut := func(st sendingdomain.State, group string) {
+		publish(dns, slices.DeleteFunc(st.Records(), func(r sendingdomain.Record) bool { return r.Group == group }))
+	}
+
+	noMailFrom := must[sendingdomain.State](t)(h.svc.ImportLegacyDomain(ctx, acct, "example.com", meta))
+	publishAllBut(noMailFrom, sendingdomain.GroupMailFrom)
+	got, report, err := h.svc.VerifyDomain(ctx, acct, noMailFrom.ID, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != sendingdomain.StatusPending || report.OK || !got.DkimOK || got.MailFromOK || !got.LastCheck.DmarcOK {
+		t.Errorf("without MAIL FROM records: %s, report ok %v, dkim %v, mail from %v, dmarc %v; want pending with only mail from missing",
+			got.Status, report.OK, got.DkimOK, got.MailFromOK, got.LastCheck.DmarcOK)
+	}
+
+	noDMARC := must[sendingdomain.State](t)(h.svc.ImportLegacyDomain(ctx, acct, "example.net", meta))
+	publishAllBut(noDMARC, sendingdomain.GroupDMARC)
+	got, report, err = h.svc.VerifyDomain(ctx, acct, noDMARC.ID, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != sendingdomain.StatusVerified || !report.OK || got.LastCheck.DmarcOK {
+		t.Errorf("without a DMARC record: %s, report ok %v, dmarc %v; want verified, dmarc reported missing",
+			got.Status, report.OK, got.LastCheck.DmarcOK)
+	}
+}
