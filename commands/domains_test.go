@@ -660,3 +660,32 @@ func TestVerifyDomainNeedsItsMailFromRecordsAndNotItsDMARC(t *testing.T) {
 			got.Status, report.OK, got.LastCheck.DmarcOK)
 	}
 }
+
+// A removal the read models do not show in time answers ErrNotVisible, and
+// so does its repeat until they show it; then the domain is gone. Another
+// account's repeat is not found at once: it learns nothing of the domain.
+func TestRemoveDomainNotVisibleInTime(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct, other := h.newAccount(t), h.newAccount(t)
+	id := h.verifiedDomain(t, acct, "example.com")
+	h.setVisible(false)
+	if err := h.svc.RemoveDomain(ctx, acct, id, meta); !errors.Is(err, commands.ErrNotVisible) {
+		t.Fatalf("a removal the read models do not show: %v, want ErrNotVisible", err)
+	}
+	if got := h.types(t, sendingdomain.Stream(id)); got[len(got)-1] != "DomainRemoved" {
+		t.Fatalf("domain stream %q: the removal must be recorded", got)
+	}
+	h.appended(t)
+	if err := h.svc.RemoveDomain(ctx, acct, id, meta); !errors.Is(err, commands.ErrNotVisible) {
+		t.Errorf("the retry, still not visible: %v, want ErrNotVisible", err)
+	}
+	if err := h.svc.RemoveDomain(ctx, other, id, meta); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("another account's removal: %v, want not found", err)
+	}
+	h.setVisible(true)
+	if err := h.svc.RemoveDomain(ctx, acct, id, meta); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("the retry once visible: %v, want not found", err)
+	}
+	h.nothingAppended(t, "repeated removals")
+}

@@ -294,3 +294,32 @@ func TestRotateWebhookSecretOfAnotherAccountIsNotFound(t *testing.T) {
 	}
 	h.nothingAppended(t, "rotations by another account")
 }
+
+// A delete the read models do not show in time answers ErrNotVisible, and
+// so does its repeat until they show it; then the endpoint is gone. Another
+// account's repeat is not found at once: it learns nothing of the endpoint.
+func TestDeleteWebhookNotVisibleInTime(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct, other := h.newAccount(t), h.newAccount(t)
+	st := h.endpoint(t, acct)
+	h.setVisible(false)
+	if err := h.svc.DeleteWebhook(ctx, acct, st.ID, meta); !errors.Is(err, commands.ErrNotVisible) {
+		t.Fatalf("a delete the read models do not show: %v, want ErrNotVisible", err)
+	}
+	if got := h.types(t, webhook.Stream(st.ID)); !slices.Equal(got, []string{"WebhookEndpointCreated", "WebhookEndpointDeleted"}) {
+		t.Fatalf("endpoint stream %q: the delete must be recorded", got)
+	}
+	h.appended(t)
+	if err := h.svc.DeleteWebhook(ctx, acct, st.ID, meta); !errors.Is(err, commands.ErrNotVisible) {
+		t.Errorf("the retry, still not visible: %v, want ErrNotVisible", err)
+	}
+	if err := h.svc.DeleteWebhook(ctx, other, st.ID, meta); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("another account's delete: %v, want not found", err)
+	}
+	h.setVisible(true)
+	if err := h.svc.DeleteWebhook(ctx, acct, st.ID, meta); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("the retry once visible: %v, want not found", err)
+	}
+	h.nothingAppended(t, "repeated deletes")
+}
