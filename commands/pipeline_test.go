@@ -209,3 +209,38 @@ func TestFeedbackOnItsOwnContinuesTheEmailsStory(t *testing.T) {
 		t.Errorf("bounce metadata %+v; want correlation %s (the send request's), cause %s (EmailSent)", m, queued.Metadata.CorrelationID, sent.ID)
 	}
 }
+
+// The pipeline records a send at the version it read the email at: the
+// send is recorded once, under the worker's request and cause, and a repeat
+// at that version records nothing more.
+func TestRecordEmailSentAtTheVersionReadRecordsTheSend(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	id := h.queuedEmail(t)
+	st, version, err := h.svc.EmailAt(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.appended(t)
+	worker := commands.Meta{Actor: "system:email-pipeline", RequestID: "req-send", CausationID: "ev-queued"}
+	a := commands.Acceptance{MessageID: "ses-1", At: start}
+	if err := h.svc.RecordEmailSentAt(ctx, st, version, a, worker); err != nil {
+		t.Fatal(err)
+	}
+	recs, evs := h.stream(t, email.Stream(id))
+	if got := h.types(t, email.Stream(id)); !slices.Equal(got, []string{"EmailQueued", "EmailScanned", "EmailSent"}) {
+		t.Fatalf("email stream %q, want the send recorded", got)
+	}
+	if s := evs[2].(*email.Sent); s.ProviderMessageID != "ses-1" || !s.SentAt.Equal(start) {
+		t.Fatalf("sent %+v", s)
+	}
+	if m := recs[2].Metadata; m.Actor != worker.Actor || m.RequestID != worker.RequestID || m.CausationID != worker.CausationID {
+		t.Errorf("the send was recorded with %+v, want the worker's meta", m)
+	}
+	if err := h.svc.RecordEmailSentAt(ctx, st, version, a, worker); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.appended(t); n != 2 {
+		t.Fatalf("recording a send twice appended %d events, want 2", n)
+	}
+}
