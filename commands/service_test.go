@@ -12,6 +12,7 @@ import (
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/apikey"
+	"github.com/mailroom/mailroom/domain/email"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/domain/webhook"
 	"github.com/mailroom/mailroom/internal/blob"
@@ -66,6 +67,7 @@ type harness struct {
 	// content seals emails' content into blobs, with data keys kept in
 	// a test database made on first use: most tests send nothing.
 	content func() *datakeys.Blobs
+	keyring func() *datakeys.Keyring
 
 	sender string // an account with a verified domain, once queuedEmail made it
 
@@ -92,9 +94,8 @@ func newHarness(t *testing.T, change ...func(*commands.Deps)) *harness {
 	if h.blobs, err = blob.NewFS(h.blobDir); err != nil {
 		t.Fatal(err)
 	}
-	h.content = sync.OnceValue(func() *datakeys.Blobs {
-		return datakeys.NewBlobs(h.blobs, datakeys.New(pgtest.NewPool(t), h.box))
-	})
+	h.keyring = sync.OnceValue(func() *datakeys.Keyring { return datakeys.New(pgtest.NewPool(t), h.box) })
+	h.content = sync.OnceValue(func() *datakeys.Blobs { return datakeys.NewBlobs(h.blobs, h.keyring()) })
 	allowed, err := egress.ParseCIDRs(allowedNet)
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +115,8 @@ func newHarness(t *testing.T, change ...func(*commands.Deps)) *harness {
 		Box:           h.box,
 		Region:        "eu-west-1",
 		Content:       contentOnUse(h.content),
+		DataKeys:      keysOnUse(h.keyring),
+		EmailsSentTo:  h.emailsSentTo,
 		Egress:        egress.Policy{AllowCIDRs: allowed},
 		Domains:       h.accountDomain,
 		DomainsNamed:  h.domainsNamed,
@@ -142,6 +145,13 @@ func (c contentOnUse) Put(ctx context.Context, emailID, accountID string, parts 
 
 func (c contentOnUse) Delete(ctx context.Context, digests ...blob.Digest) error {
 	return c().Delete(ctx, digests...)
+}
+
+// keysOnUse is the data keys opened when first used.
+type keysOnUse func() *datakeys.Keyring
+
+func (k keysOnUse) Destroy(ctx context.Context, id, accountID string) error {
+	return k().Destroy(ctx, id, accountID)
 }
 
 // setVisible sets whether the read models show a write in time.
@@ -291,6 +301,24 @@ func (h *harness) activeAPIKeys(ctx context.Context, accountID string) (int, err
 		}
 	}
 	return n, err
+}
+
+// emailsSentTo lists the account's emails to the address whose keyed hash
+// is addressKey, as to, cc or bcc, less those erased.
+func (h *harness) emailsSentTo(ctx context.Context, accountID, addressKey string) ([]string, error) {
+	evs, err := h.log(ctx)
+	var out []string
+	for _, e := range evs {
+		switch e := e.(type) {
+		case *email.Queued:
+			if e.AccountID == accountID && slices.Contains(e.RecipientKeys, addressKey) {
+				out = append(out, e.EmailID)
+			}
+		case *email.Erased:
+			out = slices.DeleteFunc(out, func(id string) bool { return id == e.EmailID })
+		}
+	}
+	return out, err
 }
 
 // stream returns a stream's records and their decoded events.
