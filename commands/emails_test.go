@@ -169,6 +169,42 @@ func TestSendEmailRefusesInvalidRequests(t *testing.T) {
 			r.Attachments = []commands.SendAttachment{{Path: "http://192.0.2.7/a.pdf"}}
 		}, "", []string{"attachments.0.path"}},
 		{"long idempotency key", func(*commands.SendEmail) {}, strings.Repeat("k", commands.MaxIdempotencyKey+1), []string{commands.IdempotencyKeyField}},
+		{"too many reply_to addresses", func(r *commands.SendEmail) {
+			r.ReplyTo = slices.Repeat([]string{"help@example.com"}, commands.MaxReplyTo+1)
+		}, "", []string{"reply_to"}},
+		{"long subject", func(r *commands.SendEmail) { r.Subject = strings.Repeat("é", commands.MaxSubjectLength+1) }, "", []string{"subject"}},
+		{"too many tags", func(r *commands.SendEmail) {
+			for i := range commands.MaxTags {
+				r.Tags[fmt.Sprintf("tag%d", i)] = "x"
+			}
+		}, "", []string{"tags"}},
+		{"the email id's tag", func(r *commands.SendEmail) { r.Tags = map[string]string{email.IDTag: "x"} }, "", []string{"tags"}},
+		{"too many attachments", func(r *commands.SendEmail) {
+			r.Attachments = slices.Repeat(r.Attachments, commands.MaxAttachments+1)
+		}, "", []string{"attachments"}},
+		{"attachments too large together", func(r *commands.SendEmail) {
+			big := strings.Repeat("AAAA", commands.MaxAttachmentBytes/8+1)
+			r.Attachments = []commands.SendAttachment{{Filename: "a.bin", Content: big}, {Filename: "b.bin", Content: big}}
+		}, "", []string{"attachments"}},
+		{"content without a filename", func(r *commands.SendEmail) { r.Attachments[0].Filename = " " }, "", []string{"attachments.0.filename"}},
+		{"long filename", func(r *commands.SendEmail) {
+			r.Attachments[0].Filename = strings.Repeat("ü", commands.MaxFilenameLength+1)
+		}, "", []string{"attachments.0.filename"}},
+		{"a content_id twice", func(r *commands.SendEmail) {
+			r.Attachments[0].ContentID = "logo@example.com"
+			r.Attachments = append(r.Attachments, r.Attachments[0])
+			r.Attachments[1].ContentID = "<LOGO@example.com>"
+		}, "", []string{"attachments.1.content_id"}},
+		{"long content_id", func(r *commands.SendEmail) {
+			r.Attachments[0].ContentID = strings.Repeat("i", commands.MaxContentID+1)
+		}, "", []string{"attachments.0.content_id"}},
+		{"multipart content_type", func(r *commands.SendEmail) { r.Attachments[0].ContentType = "multipart/mixed; boundary=x" }, "", []string{"attachments.0.content_type"}},
+		{"long content_type", func(r *commands.SendEmail) {
+			r.Attachments[0].ContentType = "application/pdf; x=" + strings.Repeat("a", commands.MaxContentType)
+		}, "", []string{"attachments.0.content_type"}},
+		{"path without a host", func(r *commands.SendEmail) {
+			r.Attachments = []commands.SendAttachment{{Path: "https:///a.pdf"}}
+		}, "", []string{"attachments.0.path"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req, body := sendRequest(t)
@@ -358,5 +394,74 @@ func TestAnIdempotencyKeyUsedDayAfterDay(t *testing.T) {
 		}
 		sent = append(sent, first.ID)
 		h.clock.Advance(time.Hour)
+	}
+}
+
+// A request at every limit of a send at once is accepted: each limit is
+// the most a request may hold, not the first value refused.
+func TestSendEmailAcceptsARequestAtEveryLimit(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	h.appended(t)
+	req, _ := sendRequest(t)
+	addresses := func(n int, name string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s%d@example.org", name, i)
+		}
+		return out
+	}
+	req.To, req.Cc, req.Bcc = addresses(commands.MaxRecipients-2, "to"), addresses(1, "cc"), addresses(1, "bcc")
+	req.ReplyTo = addresses(commands.MaxReplyTo, "reply")
+	req.Subject = strings.Repeat("é", commands.MaxSubjectLength)
+	req.Tags = map[string]string{strings.Repeat("n", commands.MaxTagLength): strings.Repeat("v", commands.MaxTagLength)}
+	for i := len(req.Tags); i < commands.MaxTags; i++ {
+		req.Tags[fmt.Sprintf("tag%d", i)] = "x"
+	}
+	contentType := "application/pdf; x="
+	contentType += strings.Repeat("a", commands.MaxContentType-len(contentType))
+	req.Attachments = nil
+	for i := range commands.MaxAttachments {
+		req.Attachments = append(req.Attachments, commands.SendAttachment{
+			Filename: fmt.Sprintf("%0*d", commands.MaxFilenameLength, i), Content: base64.StdEncoding.EncodeToString([]byte("%PDF-1.7")),
+			ContentType: contentType, ContentID: fmt.Sprintf("%0*d@example.com", commands.MaxContentID-len("@example.com"), i),
+		})
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.svc.SendEmail(ctx, acct, req, strings.Repeat("k", commands.MaxIdempotencyKey), body, meta)
+	if err != nil {
+		t.Fatalf("a send at every limit: %v", err)
+	}
+	if got.Recipients != commands.MaxRecipients || got.Attachments != commands.MaxAttachments {
+		t.Fatalf("accepted %+v", got)
+	}
+	if n := h.appended(t); n != 1 {
+		t.Fatalf("the send appended %d events, want 1", n)
+	}
+}
+
+// A domain with an internationalised name is kept as punycode; a send from
+// it, its name written in Unicode or in punycode, is a send from that
+// verified domain.
+func TestSendEmailFromAnInternationalisedDomain(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	domainID := h.verifiedDomain(t, acct, "bücher.example")
+	for _, from := range []string{"Jörg <joerg@Bücher.example>", "joerg@xn--bcher-kva.example"} {
+		req, body := sendRequest(t)
+		req.From = from
+		got, err := h.svc.SendEmail(ctx, acct, req, "", body, meta)
+		if err != nil {
+			t.Fatalf("send from %s: %v", from, err)
+		}
+		if q := only[*email.Queued](t, h, email.Stream(got.ID)); q.DomainID != domainID {
+			t.Errorf("send from %s: queued from domain %s, want %s", from, q.DomainID, domainID)
+		}
 	}
 }
