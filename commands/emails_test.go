@@ -465,3 +465,35 @@ func TestSendEmailFromAnInternationalisedDomain(t *testing.T) {
 		}
 	}
 }
+
+// A repeat under an Idempotency-Key is answered from the first send's email
+// before anything that could have changed since is checked: the sender's
+// domain removed meanwhile does not turn it into a refusal. Once that email
+// is erased, there is nothing to answer with: a repeat is a conflict.
+func TestARepeatOutlivesItsDomainButNotItsErasure(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	domainID := h.verifiedDomain(t, acct, "example.com")
+	req, body := sendRequest(t)
+	first, err := h.svc.SendEmail(ctx, acct, req, "order-42", body, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.RemoveDomain(ctx, acct, domainID, meta); err != nil {
+		t.Fatal(err)
+	}
+	h.appended(t)
+	if again, err := h.svc.SendEmail(ctx, acct, req, "order-42", body, meta); err != nil || again != first {
+		t.Fatalf("a repeat after the domain's removal: %+v, %v; want the first answer %+v", again, err, first)
+	}
+	h.nothingAppended(t, "a repeat")
+
+	if _, err := h.svc.EraseEmail(ctx, first.ID, email.ErasedByRetention, "", meta); err != nil {
+		t.Fatal(err)
+	}
+	h.appended(t)
+	_, err = h.svc.SendEmail(ctx, acct, req, "order-42", body, meta)
+	wantConflict(t, err, "email_erased")
+	h.nothingAppended(t, "a repeat of an erased email")
+}
