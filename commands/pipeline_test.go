@@ -3,6 +3,7 @@ package commands_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -242,5 +243,36 @@ func TestRecordEmailSentAtTheVersionReadRecordsTheSend(t *testing.T) {
 	}
 	if n := h.appended(t); n != 2 {
 		t.Fatalf("recording a send twice appended %d events, want 2", n)
+	}
+}
+
+// An email whose stream runs past one read's page (a thousand opens and
+// clicks) is decided on all of it: its last open within MaxEngagement is
+// recorded, the next one is not.
+func TestAnEmailsOpensAreCountedAcrossItsWholeStream(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	id := h.queuedEmail(t)
+	if err := h.svc.RecordEmailSent(ctx, id, commands.Acceptance{MessageID: "ses-1", At: start}, meta); err != nil {
+		t.Fatal(err)
+	}
+	open := func(n int) *email.Opened {
+		return &email.Opened{EmailID: id, FeedbackID: fmt.Sprintf("open-%d", n), OccurredAt: start}
+	}
+	for n := range email.MaxEngagement - 1 {
+		h.appendEvent(t, email.Stream(id), open(n))
+	}
+	h.appended(t)
+	for n := email.MaxEngagement - 1; n <= email.MaxEngagement; n++ {
+		if err := h.svc.RecordEmailFeedback(ctx, id, []domain.Event{open(n)}, nil, meta); err != nil {
+			t.Fatalf("open %d: %v", n+1, err)
+		}
+	}
+	if n := h.appended(t); n != 1 {
+		t.Fatalf("opens %d and %d appended %d events, want the first only", email.MaxEngagement, email.MaxEngagement+1, n)
+	}
+	st, err := h.svc.Email(ctx, id)
+	if err != nil || st.Engaged != email.MaxEngagement {
+		t.Fatalf("the email counts %d opens, %v; want %d", st.Engaged, err, email.MaxEngagement)
 	}
 }
