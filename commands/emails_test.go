@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
@@ -496,4 +498,23 @@ func TestARepeatOutlivesItsDomainButNotItsErasure(t *testing.T) {
 	_, err = h.svc.SendEmail(ctx, acct, req, "order-42", body, meta)
 	wantConflict(t, err, "email_erased")
 	h.nothingAppended(t, "a repeat of an erased email")
+}
+
+// The first window of a key keeps the email id keys had before windows
+// were kept, derived from the account and the key alone, so that a repeat
+// finds an email a release before windows queued under the key.
+func TestAKeysFirstWindowKeepsTheIdKeysHadBeforeWindows(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	req, body := sendRequest(t)
+	got, err := h.svc.SendEmail(ctx, acct, req, "order-42", body, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	namespace := uuid.MustParse("6f1c2a52-8d0e-4f4e-9d7c-1b2b9e6f3a10")
+	if want := uuid.NewSHA1(namespace, []byte(acct+"\x00order-42")).String(); got.ID != want {
+		t.Fatalf("the first email under a key is %s, want %s as before windows", got.ID, want)
+	}
 }
