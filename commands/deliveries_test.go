@@ -143,3 +143,38 @@ func TestRecordAttemptSaysWhichAttemptDisabledTheEndpoint(t *testing.T) {
 		t.Fatalf("endpoint after %d failed deliveries: %+v, %v", len(ds), got, err)
 	}
 }
+
+// Two workers attempting one delivery (a redelivered job) record one
+// attempt: the one holding the delivery as it was before the other's
+// attempt records nothing and answers with the delivery as it is.
+func TestRecordAttemptAfterAnotherWasRecordedRecordsNothing(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	ep := h.endpoint(t, h.newAccount(t))
+	d := newDelivery(ep, false)
+	if _, _, err := h.svc.CreateDeliveries(ctx, []commands.NewDelivery{d}, meta); err != nil {
+		t.Fatal(err)
+	}
+	st, expected, err := h.svc.Delivery(ctx, d.DeliveryID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed, ok := 500, 204
+	schedule := []time.Duration{time.Minute}
+	first, _, err := h.svc.RecordAttempt(ctx, st, expected, delivery.Outcome{ResponseStatus: &failed}, schedule, 0, false, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.appended(t)
+	late, disabled, err := h.svc.RecordAttempt(ctx, st, expected, delivery.Outcome{ResponseStatus: &ok}, schedule, 0, true, meta)
+	if err != nil || disabled {
+		t.Fatalf("the late attempt: disabled %v, %v; want nothing done", disabled, err)
+	}
+	if late.Attempts != 1 || late.Status != delivery.Pending || late.Attempts != first.Attempts {
+		t.Fatalf("the late attempt answered %+v, want the delivery after the first attempt %+v", late, first)
+	}
+	h.nothingAppended(t, "an attempt overtaken by another")
+	if got := h.types(t, delivery.Stream(d.DeliveryID)); !slices.Equal(got, []string{"WebhookDeliveryCreated", "WebhookAttemptFailed"}) {
+		t.Fatalf("delivery stream %q, want one attempt", got)
+	}
+}
