@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -274,5 +275,49 @@ func TestAnEmailsOpensAreCountedAcrossItsWholeStream(t *testing.T) {
 	st, err := h.svc.Email(ctx, id)
 	if err != nil || st.Engaged != email.MaxEngagement {
 		t.Fatalf("the email counts %d opens, %v; want %d", st.Engaged, err, email.MaxEngagement)
+	}
+}
+
+// A job reads the email's event it was queued for from the email's stream,
+// however far down the stream the event is; an event the stream does not
+// hold is an error.
+func TestEmailEventFindsTheEventAnywhereInItsStream(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	id := h.queuedEmail(t)
+	if err := h.svc.RecordEmailSent(ctx, id, commands.Acceptance{MessageID: "ses-1", At: start}, meta); err != nil {
+		t.Fatal(err)
+	}
+	for n := range 600 {
+		h.appendEvent(t, email.Stream(id), &email.Opened{EmailID: id, FeedbackID: fmt.Sprintf("open-%d", n), OccurredAt: start})
+	}
+	recs, _ := h.stream(t, email.Stream(id))
+	for _, i := range []int{0, 257, len(recs) - 1} {
+		e, err := h.svc.EmailEvent(ctx, id, recs[i].ID.String())
+		if err != nil || e.EventType() != recs[i].Type {
+			t.Errorf("event %d: %v, %v; want its %s", i, e, err, recs[i].Type)
+		}
+		if o, ok := e.(*email.Opened); i == len(recs)-1 && (!ok || o.FeedbackID != "open-599") {
+			t.Errorf("the last event read as %+v, want the last open", e)
+		}
+	}
+	if e, err := h.svc.EmailEvent(ctx, id, "01a21fce-bb69-789f-85d1-2e06083d9161"); err == nil {
+		t.Errorf("an event the stream does not hold read as %+v", e)
+	}
+}
+
+// A job queued without a story (by a release that kept none) continues
+// the email's: its work goes under the send request's id, caused by the
+// job's event. An email the log does not hold gives a run of its own.
+func TestEmailStoryIsTheSendRequests(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	id := h.queuedEmail(t)
+	worker := commands.Meta{Actor: "system:webhooks"}
+	if m := h.svc.EmailStory(ctx, id, "ev-1", worker); m.RequestID != meta.RequestID || m.CausationID != "ev-1" || m.Actor != worker.Actor {
+		t.Errorf("story %+v, want the send's request %q caused by ev-1", m, meta.RequestID)
+	}
+	if m := h.svc.EmailStory(ctx, "01a21fce-bb69-789f-85d1-2e06083d9161", "ev-2", worker); !strings.HasPrefix(m.RequestID, "run_") || m.CausationID != "ev-2" {
+		t.Errorf("story of an unknown email %+v, want a run of its own caused by ev-2", m)
 	}
 }
