@@ -41,6 +41,12 @@ func TestCreateDeliveriesRecordsEachOnce(t *testing.T) {
 	if got := h.types(t, delivery.Stream(ds[1].DeliveryID)); !slices.Equal(got, []string{"WebhookDeliveryCreated", "WebhookDeliverySkipped"}) {
 		t.Fatalf("skipped delivery stream %q", got)
 	}
+	// The first attempt of a fresh delivery need not read it back: Created
+	// gives it as recorded.
+	st, version := commands.Created(ds[0].Created)
+	if got, want, err := h.svc.Delivery(ctx, ds[0].DeliveryID); err != nil || version != want || got.Status != st.Status || got.Created.DeliveryID != st.Created.DeliveryID {
+		t.Fatalf("Created gives %+v at %v; the stream holds %+v at %v (%v)", st, version, got, want, err)
+	}
 
 	// A redelivered event records only the deliveries it had not.
 	ds = append(ds, newDelivery(ep, false))
