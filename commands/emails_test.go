@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,12 +18,17 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	dnslib "github.com/miekg/dns"
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/domain/webhook"
 	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/datakeys"
+	"github.com/mailroom/mailroom/internal/dnscheck"
+	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
+	"github.com/mailroom/mailroom/internal/egress"
 	"github.com/mailroom/mailroom/projections"
 )
 
@@ -517,4 +523,53 @@ func TestAKeysFirstWindowKeepsTheIdKeysHadBeforeWindows(t *testing.T) {
 	if want := uuid.NewSHA1(namespace, []byte(acct+"\x00order-42")).String(); got.ID != want {
 		t.Fatalf("the first email under a key is %s, want %s as before windows", got.ID, want)
 	}
+}
+
+// resolverFor looks host names up on srv alone.
+func resolverFor(srv *dnstest.Server) *net.Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, srv.Addr())
+	}}
+}
+
+// A request with a URL whose host name gets no answer from DNS records
+// nothing and names the first such URL, so that the same request may be
+// repeated shortly; once the lookups answer, the URLs refused are named.
+func TestARequestWhoseURLsHostGetsNoAnswer(t *testing.T) {
+	ctx := context.Background()
+	dns := dnstest.Start(t)
+	dns.Set(dnscheck.Record{Type: "A", Name: "files.example.com", Value: "192.0.2.7"})
+	h := newHarness(t, func(d *commands.Deps) {
+		allowed, err := egress.ParseCIDRs(allowedNet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Egress = egress.Policy{AllowCIDRs: allowed, Resolver: resolverFor(dns)}
+	})
+	acct := h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	h.appended(t)
+	req, body := sendRequest(t)
+	req.Attachments = []commands.SendAttachment{{Path: "https://10.1.2.3/a.pdf"}, {Path: "https://files.example.com/b.pdf"},
+		{Path: "https://nowhere.example.com/c.pdf"}}
+
+	dns.FailWith(dnslib.RcodeServerFailure)
+	_, err := h.svc.SendEmail(ctx, acct, req, "", body, meta)
+	var unavailable *commands.LookupUnavailableError
+	if !errors.As(err, &unavailable) || unavailable.Field != "attachments.1.path" {
+		t.Errorf("a send while DNS does not answer: %v, want the lookup of attachments.1.path unavailable", err)
+	}
+	_, _, err = h.svc.CreateWebhook(ctx, acct, webhook.Settings{URL: ptr("https://hooks.example.com/")}, meta)
+	if !errors.As(err, &unavailable) || unavailable.Field != "url" {
+		t.Errorf("a webhook while DNS does not answer: %v, want the lookup of url unavailable", err)
+	}
+	h.nothingAppended(t, "requests whose URLs could not be checked")
+
+	dns.FailWith(dnslib.RcodeSuccess)
+	_, err = h.svc.SendEmail(ctx, acct, req, "", body, meta)
+	if got := fields(t, err); !slices.Equal(got, []string{"attachments.0.path", "attachments.2.path"}) {
+		t.Errorf("once DNS answers, fields %q, want the private and the unknown host", got)
+	}
+	h.nothingAppended(t, "a refused send")
 }
