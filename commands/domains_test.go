@@ -689,3 +689,39 @@ func TestRemoveDomainNotVisibleInTime(t *testing.T) {
 	}
 	h.nothingAppended(t, "repeated removals")
 }
+
+// A domain expired already gave its name up: a verify claims the name again
+// before it restarts the window. An account that took the name meanwhile
+// keeps it, and the verify is refused; a name nobody took is claimed again.
+func TestAVerifyOfAnExpiredDomainClaimsTheNameBeforeRestarting(t *testing.T) {
+	ctx := context.Background()
+	srv := dnstest.Start(t)
+	h := newHarness(t, func(d *commands.Deps) { d.DNS = dnscheck.New([]string{srv.Addr()}, time.Second) })
+	acct, other := h.newAccount(t), h.newAccount(t)
+	taken := must[sendingdomain.State](t)(h.svc.ImportLegacyDomain(ctx, acct, "taken.example.com", meta))
+	kept := must[sendingdomain.State](t)(h.svc.ImportLegacyDomain(ctx, acct, "kept.example.com", meta))
+	h.clock.Advance(sendingdomain.VerificationWindow)
+	for _, id := range []string{taken.ID, kept.ID} {
+		if err := h.svc.ExpireDomain(ctx, id, meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	theirs := must[sendingdomain.State](t)(h.svc.ImportLegacyDomain(ctx, other, "taken.example.com", meta))
+	h.appended(t)
+
+	_, _, err := h.svc.VerifyDomain(ctx, acct, taken.ID, meta)
+	wantConflict(t, err, sendingdomain.ErrUnavailable.Code)
+	h.nothingAppended(t, "a refused verify")
+	if got := must[sendingdomain.State](t)(h.svc.Domain(ctx, theirs.ID)); got.Status != sendingdomain.StatusPending {
+		t.Errorf("the other account's domain is %s, want pending", got.Status)
+	}
+
+	got, _, err := h.svc.VerifyDomain(ctx, acct, kept.ID, meta)
+	if err != nil || got.Status != sendingdomain.StatusPending || !got.Deadline.Equal(h.clock.Now().Add(sendingdomain.VerificationWindow)) {
+		t.Fatalf("verify of an expired domain: %s until %s, %v; want pending for another window", got.Status, got.Deadline, err)
+	}
+	_, claims := h.stream(t, sendingdomain.NameStream("kept.example.com"))
+	if last, ok := claims[len(claims)-1].(*sendingdomain.NameClaimed); len(claims) != 2 || !ok || last.DomainID != kept.ID {
+		t.Errorf("name stream %v; want a second claim by the restarted domain", claims)
+	}
+}
