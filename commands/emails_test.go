@@ -160,6 +160,14 @@ func TestSendEmailRefusesInvalidRequests(t *testing.T) {
 		{"bad addresses", func(r *commands.SendEmail) {
 			r.From, r.Cc = "news at example.com", []string{"ok@example.org", "not an address"}
 		}, "", []string{"from", "cc.1"}},
+		{"bad addresses in every list", func(r *commands.SendEmail) {
+			r.To, r.Bcc, r.ReplyTo = []string{"to at example.org"}, []string{"ok@example.org", "bcc@"}, []string{"reply to"}
+		}, "", []string{"to.0", "bcc.1", "reply_to.0"}},
+		{"bad addresses at the limits", func(r *commands.SendEmail) {
+			r.To = append(slices.Repeat([]string{"x@example.org"}, commands.MaxRecipients-3), "to at example.org")
+			r.Cc, r.Bcc = []string{"cc@"}, []string{"bcc@"}
+			r.ReplyTo = append(slices.Repeat([]string{"help@example.com"}, commands.MaxReplyTo-1), "reply to")
+		}, "", []string{fmt.Sprintf("to.%d", commands.MaxRecipients-3), "cc.0", "bcc.0", fmt.Sprintf("reply_to.%d", commands.MaxReplyTo-1)}},
 		{"too many recipients", func(r *commands.SendEmail) {
 			r.To = make([]string, commands.MaxRecipients)
 			for i := range r.To {
