@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -580,4 +581,63 @@ func TestARequestWhoseURLsHostGetsNoAnswer(t *testing.T) {
 		t.Errorf("once DNS answers, fields %q, want the private and the unknown host", got)
 	}
 	h.nothingAppended(t, "a refused send")
+}
+
+// sendsMeanwhile is content that, the first time it stores a send's
+// content, lets another send run to its end first.
+type sendsMeanwhile struct {
+	commands.Content
+	done      *atomic.Bool
+	meanwhile func()
+}
+
+func (s sendsMeanwhile) Put(ctx context.Context, emailID, accountID string, parts ...[]byte) ([]blob.Digest, error) {
+	d, err := s.Content.Put(ctx, emailID, accountID, parts...)
+	if s.done.CompareAndSwap(false, true) {
+		s.meanwhile()
+	}
+	return d, err
+}
+
+// Two first sends under one Idempotency-Key, the second recorded while the
+// first stores its content, queue one email: the first is answered as a
+// repeat of the second, and keeps none of the content it stored.
+func TestConcurrentFirstSendsUnderOneKeyQueueOneEmail(t *testing.T) {
+	ctx := context.Background()
+	var h *harness
+	var acct string
+	var second commands.Accepted
+	req, body := sendRequest(t)
+	h = newHarness(t, func(d *commands.Deps) {
+		d.Content = sendsMeanwhile{Content: contentOnUse(func() *datakeys.Blobs { return h.content() }), done: &atomic.Bool{},
+			meanwhile: func() {
+				var err error
+				if second, err = h.svc.SendEmail(ctx, acct, req, "order-42", body, meta); err != nil {
+					t.Errorf("the second send: %v", err)
+				}
+			}}
+	})
+	acct = h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	h.appended(t)
+
+	first, err := h.svc.SendEmail(ctx, acct, req, "order-42", body, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != second || second.ID == "" {
+		t.Fatalf("the first send answered %+v, the second %+v; want one email", first, second)
+	}
+	if n := h.appended(t); n != 1 {
+		t.Fatalf("two sends under one key appended %d events, want 1", n)
+	}
+	if got := storedBlobs(t, h); len(got) != 3 { // html, text and an attachment
+		t.Fatalf("%d blobs stored, want the queued email's 3", len(got))
+	}
+	q := only[*email.Queued](t, h, email.Stream(first.ID))
+	for _, d := range []string{q.HTMLDigest, q.TextDigest, q.Attachments[0].Digest} {
+		if _, err := h.content().Get(ctx, first.ID, blob.Digest(d)); err != nil {
+			t.Errorf("the queued email's blob %s: %v", d, err)
+		}
+	}
 }

@@ -276,6 +276,10 @@ func TestAnEmailsOpensAreCountedAcrossItsWholeStream(t *testing.T) {
 	if err != nil || st.Engaged != email.MaxEngagement {
 		t.Fatalf("the email counts %d opens, %v; want %d", st.Engaged, err, email.MaxEngagement)
 	}
+	recs, _ := h.stream(t, email.Stream(id))
+	if _, since, err := h.svc.EmailSince(ctx, id); err != nil || since != recs[0].Position {
+		t.Errorf("the email was queued at %v, %v; want its first event's position %v", since, err, recs[0].Position)
+	}
 }
 
 // A job reads the email's event it was queued for from the email's stream,
