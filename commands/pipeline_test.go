@@ -283,8 +283,9 @@ func TestAnEmailsOpensAreCountedAcrossItsWholeStream(t *testing.T) {
 }
 
 // A job reads the email's event it was queued for from the email's stream,
-// however far down the stream the event is; an event the stream does not
-// hold is an error.
+// however far down the stream the event is, whether the job names its
+// revision or not (jobs queued before they did); an event the stream does
+// not hold is an error.
 func TestEmailEventFindsTheEventAnywhereInItsStream(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t)
@@ -297,16 +298,20 @@ func TestEmailEventFindsTheEventAnywhereInItsStream(t *testing.T) {
 	}
 	recs, _ := h.stream(t, email.Stream(id))
 	for _, i := range []int{0, 257, len(recs) - 1} {
-		e, err := h.svc.EmailEvent(ctx, id, recs[i].ID.String())
-		if err != nil || e.EventType() != recs[i].Type {
-			t.Errorf("event %d: %v, %v; want its %s", i, e, err, recs[i].Type)
-		}
-		if o, ok := e.(*email.Opened); i == len(recs)-1 && (!ok || o.FeedbackID != "open-599") {
-			t.Errorf("the last event read as %+v, want the last open", e)
+		for _, revision := range []uint64{0, recs[i].StreamRevision} {
+			e, err := h.svc.EmailEvent(ctx, id, recs[i].ID.String(), revision)
+			if err != nil || e.EventType() != recs[i].Type {
+				t.Errorf("event %d named at revision %d: %v, %v; want its %s", i, revision, e, err, recs[i].Type)
+			}
+			if o, ok := e.(*email.Opened); i == len(recs)-1 && (!ok || o.FeedbackID != "open-599") {
+				t.Errorf("the last event read as %+v, want the last open", e)
+			}
 		}
 	}
-	if e, err := h.svc.EmailEvent(ctx, id, "01a21fce-bb69-789f-85d1-2e06083d9161"); err == nil {
-		t.Errorf("an event the stream does not hold read as %+v", e)
+	for _, revision := range []uint64{0, 5} {
+		if e, err := h.svc.EmailEvent(ctx, id, "01a21fce-bb69-789f-85d1-2e06083d9161", revision); err == nil {
+			t.Errorf("an event the stream does not hold, named at revision %d, read as %+v", revision, e)
+		}
 	}
 }
 
