@@ -197,3 +197,37 @@ func TestEraseEmailReportsWhetherItErased(t *testing.T) {
 	}
 	h.nothingAppended(t, "erasures of an erased or unknown email")
 }
+
+// An email's erasure deletes the attachments the pipeline downloaded for
+// it, which only its scan names, as well as the content it was sent with.
+func TestEraseEmailDeletesItsDownloadedAttachments(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	req, body := sendRequest(t)
+	req.Attachments = append(req.Attachments, commands.SendAttachment{Path: "https://192.0.2.7/report.pdf"})
+	sent, err := h.svc.SendEmail(ctx, acct, req, "", body, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := only[*email.Queued](t, h, email.Stream(sent.ID))
+	downloaded, err := h.content().Put(ctx, sent.ID, acct, []byte("%PDF-1.7 report"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scanned := slices.Clone(q.Attachments)
+	scanned[1].Digest, scanned[1].SizeBytes = string(downloaded[0]), 15
+	if err := h.svc.RecordEmailSent(ctx, sent.ID, commands.Acceptance{MessageID: "ses-1", At: start, Attachments: scanned}, meta); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(storedBlobs(t, h)); n != 4 {
+		t.Fatalf("%d blobs before the erasure, want the bodies and both attachments", n)
+	}
+	if _, err := h.svc.EraseEmail(ctx, sent.ID, email.ErasedByRetention, "", meta); err != nil {
+		t.Fatal(err)
+	}
+	if left := storedBlobs(t, h); len(left) != 0 {
+		t.Fatalf("%d blobs left after the erasure: %q", len(left), left)
+	}
+}
