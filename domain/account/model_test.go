@@ -10,22 +10,8 @@ import (
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/account"
+	"github.com/mailroom/mailroom/internal/fuzztape"
 )
-
-// modelTape reads a fuzz input as a sequence of small choices; past its
-// end every choice is zero.
-type modelTape struct{ b []byte }
-
-func (t *modelTape) more() bool { return len(t.b) > 0 }
-
-func (t *modelTape) pick(n int) int {
-	if len(t.b) == 0 {
-		return 0
-	}
-	c := t.b[0]
-	t.b = t.b[1:]
-	return int(c) % n
-}
 
 // modelNames are account names with what docs/events.md says is kept of
 // them ("" when refused): trimmed, 1 to 200 characters on one line.
@@ -58,7 +44,7 @@ func FuzzAccountLifecycle(f *testing.F) {
 	f.Add([]byte{0, 0, 3, 0, 0, 3, 1, 1, 4, 0, 4, 0, 1, 2, 2, 5, 1, 5, 2, 5, 0})
 	f.Add([]byte{0, 5, 0, 2, 3, 1, 2, 3, 0, 1, 4, 1, 4, 9, 5, 5, 6, 0, 4, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tape := &modelTape{b: data}
+		tape := fuzztape.New(data)
 		now := now
 		var (
 			s       account.State
@@ -68,17 +54,17 @@ func FuzzAccountLifecycle(f *testing.F) {
 			issued  []string
 			revoked = map[string]bool{}
 		)
-		for step := 1; tape.more() && step < 200; step++ {
+		for step := 1; tape.More() && step < 200; step++ {
 			var (
 				evs  []domain.Event
 				err  error
 				want string // the event type expected, "" for none
 			)
 			before := s
-			op := tape.pick(7)
+			op := tape.Pick(7)
 			switch op {
 			case 0:
-				name := modelNames[tape.pick(len(modelNames))]
+				name := modelNames[tape.Pick(len(modelNames))]
 				evs, err = account.Create(s, "acct", name.in, now)
 				switch {
 				case s.Exists():
@@ -109,8 +95,8 @@ func FuzzAccountLifecycle(f *testing.F) {
 				}
 			case 3:
 				id := fmt.Sprintf("tok%d", len(issued))
-				role := []account.Role{account.RoleAdmin, account.RoleMember, "org:owner"}[tape.pick(3)]
-				expires := []time.Time{{}, now.Add(time.Hour), now, now.Add(-time.Second)}[tape.pick(4)]
+				role := []account.Role{account.RoleAdmin, account.RoleMember, "org:owner"}[tape.Pick(3)]
+				expires := []time.Time{{}, now.Add(time.Hour), now, now.Add(-time.Second)}[tape.Pick(4)]
 				evs, err = account.IssueToken(s, id, role, "hash", now, expires)
 				valid := role.Valid() && (expires.IsZero() || expires.After(now))
 				if s.Exists() && valid {
@@ -124,7 +110,7 @@ func FuzzAccountLifecycle(f *testing.F) {
 				}
 			case 4:
 				id := "never-issued"
-				if n := tape.pick(len(issued) + 1); n < len(issued) {
+				if n := tape.Pick(len(issued) + 1); n < len(issued) {
 					id = issued[n]
 				}
 				evs, err = account.RevokeToken(s, id, now)
@@ -140,7 +126,7 @@ func FuzzAccountLifecycle(f *testing.F) {
 				}
 			case 5:
 				var days *int
-				if n := tape.pick(len(modelRetention) + 1); n < len(modelRetention) {
+				if n := tape.Pick(len(modelRetention) + 1); n < len(modelRetention) {
 					days = &modelRetention[n]
 				}
 				evs, err = account.SetRetention(s, days, now)
@@ -159,7 +145,7 @@ func FuzzAccountLifecycle(f *testing.F) {
 					want = "AccountRetentionSet"
 				}
 			case 6:
-				now = now.Add([]time.Duration{time.Second, time.Hour, -time.Hour}[tape.pick(3)])
+				now = now.Add([]time.Duration{time.Second, time.Hour, -time.Hour}[tape.Pick(3)])
 				continue
 			}
 			if op != 0 && !before.Exists() && !errors.Is(err, domain.ErrNotFound) {

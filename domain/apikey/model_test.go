@@ -9,22 +9,8 @@ import (
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/apikey"
+	"github.com/mailroom/mailroom/internal/fuzztape"
 )
-
-// modelTape reads a fuzz input as a sequence of small choices; past its
-// end every choice is zero.
-type modelTape struct{ b []byte }
-
-func (t *modelTape) more() bool { return len(t.b) > 0 }
-
-func (t *modelTape) pick(n int) int {
-	if len(t.b) == 0 {
-		return 0
-	}
-	c := t.b[0]
-	t.b = t.b[1:]
-	return int(c) % n
-}
 
 // modelPermissions are permission lists with what docs/decisions.md
 // ("Credentials") says a key gets: both when omitted, duplicates
@@ -63,7 +49,7 @@ func FuzzAPIKeyLifecycle(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 0, 1, 1, 1, 0, 0, 3, 1, 0})
 	f.Add([]byte{0, 4, 1, 0, 1, 3, 1, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tape := &modelTape{b: data}
+		tape := fuzztape.New(data)
 		var (
 			s                   apikey.State
 			log                 []domain.Event
@@ -71,16 +57,16 @@ func FuzzAPIKeyLifecycle(f *testing.F) {
 			wantName, gotName   string
 			wantPerms, gotPerms []apikey.Permission
 		)
-		for step := 1; tape.more() && step < 100; step++ {
+		for step := 1; tape.More() && step < 100; step++ {
 			var (
 				evs  []domain.Event
 				err  error
 				want string
 			)
-			switch tape.pick(2) {
+			switch tape.Pick(2) {
 			case 0:
-				name := modelKeyNames[tape.pick(len(modelKeyNames))]
-				perms := modelPermissions[tape.pick(len(modelPermissions))]
+				name := modelKeyNames[tape.Pick(len(modelKeyNames))]
+				perms := modelPermissions[tape.Pick(len(modelPermissions))]
 				evs, err = apikey.Create(s, "k1", "acct", name.in, perms.in, apikey.Secret{Hash: "h", Preview: "mr_abcdef..."}, now)
 				switch {
 				case created:
@@ -97,7 +83,7 @@ func FuzzAPIKeyLifecycle(f *testing.F) {
 					want, wantName, wantPerms = "ApiKeyCreated", name.kept, perms.want
 				}
 			case 1:
-				by := []string{"acct", "acct", "other"}[tape.pick(3)]
+				by := []string{"acct", "acct", "other"}[tape.Pick(3)]
 				evs, err = apikey.Revoke(s, by, now)
 				switch {
 				case !created || by != "acct":

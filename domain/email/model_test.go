@@ -10,25 +10,8 @@ import (
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/fuzztape"
 )
-
-// modelTape reads a fuzz input as a sequence of small choices; past its
-// end every choice is zero.
-type modelTape struct{ b []byte }
-
-func (t *modelTape) more() bool { return len(t.b) > 0 }
-
-func (t *modelTape) next() int {
-	if len(t.b) == 0 {
-		return 0
-	}
-	c := t.b[0]
-	t.b = t.b[1:]
-	return int(c)
-}
-
-// pick chooses among n.
-func (t *modelTape) pick(n int) int { return t.next() % n }
 
 // Commands of the email model, one per decision.
 const (
@@ -92,7 +75,7 @@ func FuzzEmailLifecycle(f *testing.F) {
 	f.Add(seq(opQueue, opScan, opSend, opOpened, opClicked, opComplained, opBounced, opOpened))
 	f.Add(seq(opQueue, opHold, opScan, opSend, opRelease, opHold))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tape := &modelTape{b: data}
+		tape := fuzztape.New(data)
 		now := t0
 		var (
 			s       email.State
@@ -103,9 +86,9 @@ func FuzzEmailLifecycle(f *testing.F) {
 			topRank = -1
 		)
 		step := 0
-		for tape.more() && step < 200 {
+		for tape.More() && step < 200 {
 			step++
-			op := tape.pick(modelOps)
+			op := tape.Pick(modelOps)
 			var (
 				evs  []domain.Event
 				err  error
@@ -113,8 +96,8 @@ func FuzzEmailLifecycle(f *testing.F) {
 			)
 			// Feedback happens at its own time, near the clock and often
 			// at the very same instant as other feedback.
-			occurred := now.Add(time.Duration(tape.pick(7)-3) * time.Minute)
-			fbID := fmt.Sprintf("fb%d", tape.pick(6))
+			occurred := now.Add(time.Duration(tape.Pick(7)-3) * time.Minute)
+			fbID := fmt.Sprintf("fb%d", tape.Pick(6))
 			switch op {
 			case opQueue:
 				evs, err = email.Queue(s, email.Queued{EmailID: "e1", AccountID: "a1", To: []string{"ann@example.org"}, QueuedAt: now})
@@ -142,7 +125,7 @@ func FuzzEmailLifecycle(f *testing.F) {
 					want = []string{"EmailScanned"}
 				}
 			case opFail:
-				evs = email.Fail(s, email.Reasons[tape.pick(len(email.Reasons))], "detail", now)
+				evs = email.Fail(s, email.Reasons[tape.Pick(len(email.Reasons))], "detail", now)
 				if m.pending() {
 					want = []string{"EmailFailed"}
 				}
@@ -159,7 +142,7 @@ func FuzzEmailLifecycle(f *testing.F) {
 				case opDelivered:
 					fb = &email.Delivered{EmailID: "e1", FeedbackID: fbID, OccurredAt: occurred}
 				case opBounced:
-					fb = &email.Bounced{EmailID: "e1", FeedbackID: fbID, BounceType: modelBounceTypes[tape.pick(len(modelBounceTypes))], OccurredAt: occurred}
+					fb = &email.Bounced{EmailID: "e1", FeedbackID: fbID, BounceType: modelBounceTypes[tape.Pick(len(modelBounceTypes))], OccurredAt: occurred}
 				case opComplained:
 					fb = &email.Complained{EmailID: "e1", FeedbackID: fbID, OccurredAt: occurred}
 				case opOpened:
@@ -191,7 +174,7 @@ func FuzzEmailLifecycle(f *testing.F) {
 					want = []string{"EmailErased"}
 				}
 			case opClock:
-				now = now.Add(time.Duration(tape.pick(9)-2) * time.Hour)
+				now = now.Add(time.Duration(tape.Pick(9)-2) * time.Hour)
 				continue
 			}
 			if err != nil && len(evs) > 0 {

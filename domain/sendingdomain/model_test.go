@@ -9,22 +9,8 @@ import (
 
 	"github.com/mailroom/mailroom/domain"
 	sd "github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/fuzztape"
 )
-
-// modelTape reads a fuzz input as a sequence of small choices; past its
-// end every choice is zero.
-type modelTape struct{ b []byte }
-
-func (t *modelTape) more() bool { return len(t.b) > 0 }
-
-func (t *modelTape) pick(n int) int {
-	if len(t.b) == 0 {
-		return 0
-	}
-	c := t.b[0]
-	t.b = t.b[1:]
-	return int(c) % n
-}
 
 // Commands of the sending domain model: what the API, the poller and the
 // operator do to the domains of one name.
@@ -312,24 +298,24 @@ func FuzzDomainLifecycle(f *testing.F) {
 	// An expired domain's records appear: it stays failed until a verify.
 	f.Add([]byte{dopAdd, 0, 0, 0, 0, 0, dopClock, 0, 0, 0, 0, 7, dopExpire, 0, 0, 0, 0, dopPoll, 0, 0, 0, 3, dopVerify, 0, 0, 0, 3})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tape := &modelTape{b: data}
+		tape := fuzztape.New(data)
 		w := &modelWorld{t: t, now: t0, states: map[string]sd.State{}, logs: map[string][]domain.Event{},
 			writes: map[string][]int{}, hist: map[string][]sd.State{}}
-		for tape.more() && w.step < 150 {
+		for tape.More() && w.step < 150 {
 			w.step++
-			op := tape.pick(dopOps)
+			op := tape.Pick(dopOps)
 			// Most commands name a domain added so far and come from its
 			// account, some from the other one.
 			id := ""
 			if len(w.ids) > 0 {
-				id = w.ids[tape.pick(len(w.ids))]
+				id = w.ids[tape.Pick(len(w.ids))]
 			}
-			account := modelAccounts[tape.pick(len(modelAccounts))]
+			account := modelAccounts[tape.Pick(len(modelAccounts))]
 			owner := w.states[id].AccountID
-			if tape.pick(4) != 0 && owner != "" {
+			if tape.Pick(4) != 0 && owner != "" {
 				account = owner
 			}
-			bits := tape.pick(64)
+			bits := tape.Pick(64)
 			o := &sd.Outcome{DkimOK: bits&1 != 0, MailFromOK: bits&2 != 0, DmarcOK: bits&4 != 0, NewKeyOK: bits&8 != 0}
 			switch bits >> 4 {
 			case 1:
@@ -342,7 +328,7 @@ func FuzzDomainLifecycle(f *testing.F) {
 				if len(w.ids) == 4 {
 					continue
 				}
-				legacy, crash := tape.pick(2) == 1, tape.pick(4) == 1
+				legacy, crash := tape.Pick(2) == 1, tape.Pick(4) == 1
 				id := fmt.Sprintf("d%d", len(w.ids))
 				refused := w.claimRefused(account, id)
 				// As AddDomain: the read model first, then the claim
@@ -464,7 +450,7 @@ func FuzzDomainLifecycle(f *testing.F) {
 					w.fatalf("remove of %s (%s, removed %v) by %s: %v", id, st.AccountID, st.Removed, account, err)
 				}
 				w.record(id, nil, false, evs, err)
-				if err == nil && tape.pick(3) != 0 {
+				if err == nil && tape.Pick(3) != 0 {
 					// Its release follows, unless the removal stopped
 					// there (a claim names a removed domain: free).
 					rel := &sd.NameReleased{DomainID: id, ReleasedAt: w.now}
@@ -472,7 +458,7 @@ func FuzzDomainLifecycle(f *testing.F) {
 					w.claims = append(w.claims, rel)
 				}
 			case dopClock:
-				w.now = w.now.Add(modelClockSteps[tape.pick(len(modelClockSteps))])
+				w.now = w.now.Add(modelClockSteps[tape.Pick(len(modelClockSteps))])
 				continue
 			}
 			w.check()

@@ -11,22 +11,8 @@ import (
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/delivery"
 	"github.com/mailroom/mailroom/domain/webhook"
+	"github.com/mailroom/mailroom/internal/fuzztape"
 )
-
-// modelTape reads a fuzz input as a sequence of small choices; past its
-// end every choice is zero.
-type modelTape struct{ b []byte }
-
-func (t *modelTape) more() bool { return len(t.b) > 0 }
-
-func (t *modelTape) pick(n int) int {
-	if len(t.b) == 0 {
-		return 0
-	}
-	c := t.b[0]
-	t.b = t.b[1:]
-	return int(c) % n
-}
 
 // Commands of the endpoint model: the API's, the fan-out's, the
 // dispatcher's and its sweep's.
@@ -222,15 +208,15 @@ func FuzzEndpointAndDeliveries(f *testing.F) {
 	paused := append([]byte{wopCreate}, disable[1:2*webhook.DisableAfterExhausted-1]...)
 	f.Add(append(paused, wopPause, wopExhaust, 0, wopExhaust, 0, wopResume))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tape := &modelTape{b: data}
+		tape := fuzztape.New(data)
 		m := &modelEndpoint{t: t, now: t0, ds: map[string]delivery.State{}, dLogs: map[string][]domain.Event{},
 			dHis: map[string][]delivery.State{}, dAt: map[string][]int{}, run: map[string]bool{}}
 		url := "https://hooks.example.com/in"
 		// Enough deliveries to reach the 20th failure in a row.
 		nDeliveries := webhook.DisableAfterExhausted + 4
-		for tape.more() && m.step < 600 {
+		for tape.More() && m.step < 600 {
 			m.step++
-			op := tape.pick(wopOps)
+			op := tape.Pick(wopOps)
 			decided := false
 			switch op {
 			case wopCreate:
@@ -267,7 +253,7 @@ func FuzzEndpointAndDeliveries(f *testing.F) {
 					m.fatalf("resumed to %+v", m.ep)
 				}
 			case wopRetype:
-				types := [][]string{webhook.EventTypes, {"email.sent"}, {"email.bounced", "email.failed"}}[tape.pick(3)]
+				types := [][]string{webhook.EventTypes, {"email.sent"}, {"email.bounced", "email.failed"}}[tape.Pick(3)]
 				evs, err := webhook.Update(m.ep, "acct", webhook.Settings{EventTypes: types, TypesGiven: true}, nil, m.now)
 				if err == nil && len(evs) != 1 {
 					m.fatalf("a change of event types decided %v", evs)
@@ -283,8 +269,8 @@ func FuzzEndpointAndDeliveries(f *testing.F) {
 				}
 				m.recordEndpoint(evs)
 			case wopFanout:
-				id := fmt.Sprintf("dl%02d", tape.pick(nDeliveries))
-				typ := webhook.EventTypes[tape.pick(len(webhook.EventTypes))]
+				id := fmt.Sprintf("dl%02d", tape.Pick(nDeliveries))
+				typ := webhook.EventTypes[tape.Pick(len(webhook.EventTypes))]
 				// The fan-out posts to an endpoint that exists and wants
 				// the type; one disabled after failures gets it skipped.
 				if !m.ep.Exists() || !m.ep.Subscribes(typ) {
@@ -292,11 +278,11 @@ func FuzzEndpointAndDeliveries(f *testing.F) {
 				}
 				m.fanout(id, typ)
 			case wopAttempt:
-				id := fmt.Sprintf("dl%02d", tape.pick(nDeliveries))
-				code := modelStatuses[tape.pick(len(modelStatuses))]
-				retryAfter := []time.Duration{0, 0, time.Minute, 5 * time.Hour}[tape.pick(4)]
-				jitter := float64(tape.pick(201)-100) / 100
-				inFlight := tape.pick(8) == 0
+				id := fmt.Sprintf("dl%02d", tape.Pick(nDeliveries))
+				code := modelStatuses[tape.Pick(len(modelStatuses))]
+				retryAfter := []time.Duration{0, 0, time.Minute, 5 * time.Hour}[tape.Pick(4)]
+				jitter := float64(tape.Pick(201)-100) / 100
+				inFlight := tape.Pick(8) == 0
 				st := m.ds[id]
 				// Attempts go to an endpoint that exists and is active,
 				// when due; one already in flight ends whatever came
@@ -314,7 +300,7 @@ func FuzzEndpointAndDeliveries(f *testing.F) {
 				// one byte for what would take a dozen.
 				// In flight, it was made before the endpoint was paused
 				// or disabled, and its attempts end all the same.
-				inFlight := tape.pick(4) == 0
+				inFlight := tape.Pick(4) == 0
 				if !m.ep.Exists() {
 					continue
 				}
@@ -341,7 +327,7 @@ func FuzzEndpointAndDeliveries(f *testing.F) {
 					m.fatalf("the endpoint's part for %s decided again: %v", m.lastID, evs)
 				}
 			case wopExpire:
-				id := fmt.Sprintf("dl%02d", tape.pick(nDeliveries))
+				id := fmt.Sprintf("dl%02d", tape.Pick(nDeliveries))
 				st := m.ds[id]
 				// The sweep expires deliveries held by an inactive endpoint.
 				if !m.ep.Exists() || m.ep.Active {
@@ -354,7 +340,7 @@ func FuzzEndpointAndDeliveries(f *testing.F) {
 				}
 				m.recordDelivery(id, evs)
 			case wopDropErased:
-				id := fmt.Sprintf("dl%02d", tape.pick(nDeliveries))
+				id := fmt.Sprintf("dl%02d", tape.Pick(nDeliveries))
 				st := m.ds[id]
 				evs := delivery.Drop(st, true, m.now)
 				if (st.Created != nil && st.Status == delivery.Pending) != (len(evs) == 1) {
@@ -362,14 +348,14 @@ func FuzzEndpointAndDeliveries(f *testing.F) {
 				}
 				m.recordDelivery(id, evs)
 			case wopDropUnsubscribed:
-				id := fmt.Sprintf("dl%02d", tape.pick(nDeliveries))
+				id := fmt.Sprintf("dl%02d", tape.Pick(nDeliveries))
 				st := m.ds[id]
 				if st.Created == nil || m.ep.Subscribes(st.Created.Type) {
 					continue
 				}
 				m.recordDelivery(id, delivery.DropUnsubscribed(st, m.now))
 			case wopClock:
-				m.now = m.now.Add(modelClock[tape.pick(len(modelClock))])
+				m.now = m.now.Add(modelClock[tape.Pick(len(modelClock))])
 				continue
 			}
 			if op != wopRepeat {
@@ -523,7 +509,7 @@ func FuzzEndpointSlots(f *testing.F) {
 	f.Add([]byte{10, 0, 0, 1, 5, 2, 0, 0, 2, 3, 0, 0})
 	f.Add([]byte{0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 2, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tape := &modelTape{b: data}
+		tape := fuzztape.New(data)
 		now := t0
 		var (
 			slots     webhook.Slots
@@ -533,7 +519,7 @@ func FuzzEndpointSlots(f *testing.F) {
 		)
 		// Endpoints made before slots were recorded.
 		var existing []string
-		for range tape.pick(webhook.MaxEndpoints + 1) {
+		for range tape.Pick(webhook.MaxEndpoints + 1) {
 			id := fmt.Sprintf("w%02d", len(ids))
 			evs, _ := webhook.Create(webhook.State{}, id, "acct", webhook.Settings{URL: &id}, "sealed", now.Add(-time.Hour))
 			endpoints[id] = fold(webhook.State{}, evs)
@@ -545,11 +531,11 @@ func FuzzEndpointSlots(f *testing.F) {
 				slotLog = append(slotLog, e)
 			}
 		}
-		for step := 1; tape.more() && step < 200; step++ {
-			switch tape.pick(3) {
+		for step := 1; tape.More() && step < 200; step++ {
+			switch tape.Pick(3) {
 			case 0: // create, perhaps stopping after the slot
 				id := fmt.Sprintf("w%02d", len(ids))
-				crash := tape.pick(4) == 0
+				crash := tape.Pick(4) == 0
 				counted := 0
 				held := slots.Held
 				if !slots.Seeded {
@@ -600,8 +586,8 @@ func FuzzEndpointSlots(f *testing.F) {
 				if len(ids) == 0 {
 					continue
 				}
-				id := ids[tape.pick(len(ids))]
-				crash := tape.pick(4) == 0
+				id := ids[tape.Pick(len(ids))]
+				crash := tape.Pick(4) == 0
 				evs, err := webhook.Delete(endpoints[id], "acct", now)
 				if err != nil {
 					continue
@@ -615,7 +601,7 @@ func FuzzEndpointSlots(f *testing.F) {
 					record(free)
 				}
 			case 2:
-				now = now.Add([]time.Duration{time.Second, 30 * time.Second, 59 * time.Second, time.Minute, time.Hour, -time.Minute}[tape.pick(6)])
+				now = now.Add([]time.Duration{time.Second, 30 * time.Second, 59 * time.Second, time.Minute, time.Hour, -time.Minute}[tape.Pick(6)])
 			}
 		}
 		var replay webhook.Slots
