@@ -28,7 +28,7 @@ func (s *Service) loadDomain(ctx context.Context, id string) (sendingdomain.Stat
 	if _, err := uuid.Parse(id); err != nil {
 		return sendingdomain.State{}, domain.ErrNotFound
 	}
-	st, _, err := load(ctx, s.store, sendingdomain.Stream(id), sendingdomain.Evolve)
+	st, _, err := load(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve)
 	return st, err
 }
 
@@ -461,7 +461,7 @@ func (s *Service) removeDomain(ctx context.Context, accountID, id string, guard 
 		return evs, err
 	}, meta, projections.DomainsName)
 	if errors.Is(err, domain.ErrNotFound) {
-		st, _, _, last, lerr := loadSpan(ctx, s.store, sendingdomain.Stream(id), sendingdomain.Evolve)
+		st, _, _, last, lerr := loadSpan(ctx, s, sendingdomain.Stream(id), sendingdomain.Evolve)
 		if lerr == nil && st.Removed && st.AccountID == accountID {
 			return s.goneYet(ctx, last, projections.DomainsName)
 		}

@@ -19,7 +19,7 @@ func (s *Service) Email(ctx context.Context, id string) (email.State, error) {
 	if _, err := uuid.Parse(id); err != nil {
 		return email.State{}, domain.ErrNotFound
 	}
-	st, _, err := load(ctx, s.store, email.Stream(id), email.Evolve)
+	st, _, err := load(ctx, s, email.Stream(id), email.Evolve)
 	return st, err
 }
 
@@ -29,7 +29,7 @@ func (s *Service) EmailAt(ctx context.Context, id string) (email.State, eventsto
 	if _, err := uuid.Parse(id); err != nil {
 		return email.State{}, eventstore.ExpectedVersion{}, domain.ErrNotFound
 	}
-	return load(ctx, s.store, email.Stream(id), email.Evolve)
+	return load(ctx, s, email.Stream(id), email.Evolve)
 }
 
 // EmailSince is Email that also tells where the email was queued in the
@@ -38,7 +38,7 @@ func (s *Service) EmailSince(ctx context.Context, id string) (email.State, event
 	if _, err := uuid.Parse(id); err != nil {
 		return email.State{}, eventstore.Position{}, domain.ErrNotFound
 	}
-	st, _, first, err := loadFrom(ctx, s.store, email.Stream(id), email.Evolve)
+	st, _, first, err := loadFrom(ctx, s, email.Stream(id), email.Evolve)
 	return st, first, err
 }
 

@@ -78,7 +78,7 @@ const ErasureRepeatWindow = 24 * time.Hour
 // visible.
 func (s *Service) repeatedErasure(ctx context.Context, accountID, key string, ids []string, meta Meta) (Erasure, bool, error) {
 	stream := account.ErasureStream(accountID, key)
-	st, _, err := load(ctx, s.store, stream, account.EvolveErasures)
+	st, _, err := load(ctx, s, stream, account.EvolveErasures)
 	if err != nil {
 		return Erasure{}, false, err
 	}

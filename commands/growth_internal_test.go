@@ -20,12 +20,13 @@ import (
 )
 
 // These benchmarks load, from PostgreSQL, the streams that grow with an
-// account's history and that a frequent command reads whole: what one such
-// command pays at a year's size under heavy use. Each reports the events
-// loaded per op; the cost is linear in them.
+// account's history and that a frequent command reads: what such a command
+// pays at a year's size under heavy use, the first time in a process
+// ("whole", linear in the events loaded per op) and after that, from the
+// state the process kept ("kept", folds.go).
 
 // seed appends n events, made by next, to stream in appends of a thousand.
-func seed(b *testing.B, store eventstore.Store, stream string, n int, next func(i int) domain.Event) {
+func seed(b testing.TB, store eventstore.Store, stream string, n int, next func(i int) domain.Event) {
 	b.Helper()
 	ctx := context.Background()
 	for i := 0; i < n; {
@@ -43,14 +44,38 @@ func seed(b *testing.B, store eventstore.Store, stream string, n int, next func(
 	}
 }
 
-func benchLoad[S any](b *testing.B, store eventstore.Store, stream string, n int, evolve func(S, domain.Event) S) {
+// benchLoad loads stream, n events long, as the first command on it in a
+// process does ("whole"), and, for the streams a process keeps
+// (folds.go), as each later command does: after one more event, made by
+// next, was appended ("kept").
+func benchLoad[S any](b *testing.B, store eventstore.Store, stream string, n int, evolve func(S, domain.Event) S, next func(i int) domain.Event) {
 	ctx := context.Background()
-	for b.Loop() {
-		if _, _, err := load(ctx, store, stream, evolve); err != nil {
+	b.Run("whole", func(b *testing.B) {
+		s := &Service{store: store}
+		for b.Loop() {
+			if _, _, err := load(ctx, s, stream, evolve); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(n), "events/op")
+	})
+	if !keeps[S]() {
+		return
+	}
+	b.Run("kept", func(b *testing.B) {
+		s := New(Deps{Store: store})
+		if _, _, err := load(ctx, s, stream, evolve); err != nil {
 			b.Fatal(err)
 		}
-	}
-	b.ReportMetric(float64(n), "events/op")
+		for b.Loop() {
+			b.StopTimer()
+			seed(b, store, stream, 1, func(int) domain.Event { n++; return next(n - 1) })
+			b.StartTimer()
+			if _, _, err := load(ctx, s, stream, evolve); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // An endpoint whose receiver refuses one kind of event for good (say, a
@@ -58,13 +83,13 @@ func benchLoad[S any](b *testing.B, store eventstore.Store, stream string, n int
 // adds a WebhookEventExhausted, and the next success a WebhookFailuresReset.
 // At 100 refused events a day, 73,000 events a year; every exhausted
 // delivery, every first success after one, and every PATCH, rotation,
-// test and delete of the endpoint loads them all.
+// test and delete of the endpoint loads the endpoint.
 func BenchmarkLoadingAWebhookEndpointAfterAYearOfRefusedEvents(b *testing.B) {
 	store := postgres.New(pgtest.NewPool(b))
 	b.Cleanup(func() { store.Close() })
 	id, t0 := uuid.NewString(), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	const n = 73000
-	seed(b, store, webhook.Stream(id), n, func(i int) domain.Event {
+	next := func(i int) domain.Event {
 		at := t0.Add(time.Duration(i) * 7 * time.Minute)
 		switch {
 		case i == 0:
@@ -75,8 +100,9 @@ func BenchmarkLoadingAWebhookEndpointAfterAYearOfRefusedEvents(b *testing.B) {
 		default:
 			return &webhook.FailuresReset{EndpointID: id, DeliveryID: uuid.NewString(), At: at}
 		}
-	})
-	benchLoad(b, store, webhook.Stream(id), n, webhook.Evolve)
+	}
+	seed(b, store, webhook.Stream(id), n, next)
+	benchLoad(b, store, webhook.Stream(id), n, webhook.Evolve, next)
 }
 
 // An account whose deployments create a webhook endpoint each and delete
@@ -89,7 +115,7 @@ func BenchmarkLoadingTheSlotsOfAnAccountThatCreatesAnEndpointPerDeployment(b *te
 	const n = 36500
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var ep string
-	seed(b, store, webhook.SlotsStream("acct"), n, func(i int) domain.Event {
+	next := func(i int) domain.Event {
 		at := t0.Add(time.Duration(i) * 14 * time.Minute)
 		switch {
 		case i == 0:
@@ -100,8 +126,9 @@ func BenchmarkLoadingTheSlotsOfAnAccountThatCreatesAnEndpointPerDeployment(b *te
 		default:
 			return &webhook.SlotFreed{AccountID: "acct", EndpointID: ep, FreedAt: at}
 		}
-	})
-	benchLoad(b, store, webhook.SlotsStream("acct"), n, webhook.EvolveSlots)
+	}
+	seed(b, store, webhook.SlotsStream("acct"), n, next)
+	benchLoad(b, store, webhook.SlotsStream("acct"), n, webhook.EvolveSlots, next)
 }
 
 // A verified domain whose owner's monitoring asks to verify it every
@@ -121,7 +148,7 @@ func BenchmarkLoadingADomainVerifiedEveryMinuteForAYear(b *testing.B) {
 		}
 		servers = append(servers, sc)
 	}
-	seed(b, store, sendingdomain.Stream(id), n, func(i int) domain.Event {
+	next := func(i int) domain.Event {
 		at := t0.Add(time.Duration(i) * time.Hour)
 		if i == 0 {
 			return &sendingdomain.Added{DomainID: id, AccountID: "acct", Name: "example.com", Region: "eu-west-1",
@@ -129,22 +156,23 @@ func BenchmarkLoadingADomainVerifiedEveryMinuteForAYear(b *testing.B) {
 				AddedAt: at, Deadline: at.Add(sendingdomain.VerificationWindow)}
 		}
 		return &sendingdomain.Checked{DomainID: id, DkimOK: true, MailFromOK: true, DmarcOK: true, Servers: servers, CheckedAt: at}
-	})
-	benchLoad(b, store, sendingdomain.Stream(id), n, sendingdomain.Evolve)
+	}
+	seed(b, store, sendingdomain.Stream(id), n, next)
+	benchLoad(b, store, sendingdomain.Stream(id), n, sendingdomain.Evolve, next)
 }
 
 // An account an operator issued an expiring token a day to for ten years,
 // each revoked: 7,300 events, loaded by every token issue and revoke,
 // suspension, reinstatement and retention change.
 func BenchmarkLoadingAnAccountWithTenYearsOfDailyTokens(b *testing.B) {
-	store, id, n := accountWithDailyTokens(b)
-	benchLoad(b, store, account.Stream(id), n, account.Evolve)
+	store, id, n, next := accountWithDailyTokens(b)
+	benchLoad(b, store, account.Stream(id), n, account.Evolve, next)
 }
 
 // What a legacy domain import and an erasure ask of that account: only
 // that it exists.
 func BenchmarkCheckingThatAnAccountWithTenYearsOfDailyTokensExists(b *testing.B) {
-	store, id, _ := accountWithDailyTokens(b)
+	store, id, _, _ := accountWithDailyTokens(b)
 	s := New(Deps{Store: store})
 	for b.Loop() {
 		if err := s.accountExists(context.Background(), id); err != nil {
@@ -153,13 +181,13 @@ func BenchmarkCheckingThatAnAccountWithTenYearsOfDailyTokensExists(b *testing.B)
 	}
 }
 
-func accountWithDailyTokens(b *testing.B) (eventstore.Store, string, int) {
+func accountWithDailyTokens(b *testing.B) (eventstore.Store, string, int, func(int) domain.Event) {
 	store := postgres.New(pgtest.NewPool(b))
 	b.Cleanup(func() { store.Close() })
 	id, t0 := uuid.NewString(), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	const n = 7300
 	var tok string
-	seed(b, store, account.Stream(id), n, func(i int) domain.Event {
+	next := func(i int) domain.Event {
 		at := t0.Add(time.Duration(i) * 12 * time.Hour)
 		switch {
 		case i == 0:
@@ -171,8 +199,9 @@ func accountWithDailyTokens(b *testing.B) (eventstore.Store, string, int) {
 		default:
 			return &account.TokenRevoked{AccountID: id, TokenID: tok, RevokedAt: at}
 		}
-	})
-	return store, id, n
+	}
+	seed(b, store, account.Stream(id), n, next)
+	return store, id, n, next
 }
 
 // An email at the engagement cap: a click's webhook fan-out reads the
@@ -184,10 +213,11 @@ func BenchmarkReadingTheLastClickOfAnEmailAtTheCap(b *testing.B) {
 	b.Cleanup(func() { store.Close() })
 	s := New(Deps{Store: store})
 	id, t0 := uuid.NewString(), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	seed(b, store, email.Stream(id), email.MaxEngagement, func(i int) domain.Event {
+	next := func(i int) domain.Event {
 		return &email.Clicked{EmailID: id, FeedbackID: uuid.NewString(), Link: "https://example.com/offer?utm=" + fmt.Sprint(i),
 			OccurredAt: t0.Add(time.Duration(i) * time.Minute)}
-	})
+	}
+	seed(b, store, email.Stream(id), email.MaxEngagement, next)
 	ctx := context.Background()
 	last, err := store.ReadStream(ctx, email.Stream(id), email.MaxEngagement-1, 1)
 	if err != nil || len(last) != 1 {
@@ -206,9 +236,10 @@ func BenchmarkLoadingAnEmailAtTheCap(b *testing.B) {
 	store := postgres.New(pgtest.NewPool(b))
 	b.Cleanup(func() { store.Close() })
 	id, t0 := uuid.NewString(), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	seed(b, store, email.Stream(id), email.MaxEngagement, func(i int) domain.Event {
+	next := func(i int) domain.Event {
 		return &email.Clicked{EmailID: id, FeedbackID: uuid.NewString(), Link: "https://example.com/offer?utm=" + fmt.Sprint(i),
 			OccurredAt: t0.Add(time.Duration(i) * time.Minute)}
-	})
-	benchLoad(b, store, email.Stream(id), email.MaxEngagement, email.Evolve)
+	}
+	seed(b, store, email.Stream(id), email.MaxEngagement, next)
+	benchLoad(b, store, email.Stream(id), email.MaxEngagement, email.Evolve, next)
 }

@@ -272,7 +272,7 @@ var errKeyErased = &domain.ConflictError{Code: "email_erased",
 // already recorded: the first answer for the same request, a conflict for
 // another. repeated is false when id has no email yet.
 func (s *Service) repeat(ctx context.Context, id, hash string) (a Accepted, repeated bool, err error) {
-	st, _, _, last, err := loadSpan(ctx, s.store, email.Stream(id), email.Evolve)
+	st, _, _, last, err := loadSpan(ctx, s, email.Stream(id), email.Evolve)
 	if err != nil || !st.Exists() {
 		return Accepted{}, false, err
 	}

@@ -117,6 +117,8 @@ type Service struct {
 	keyTurns *turns.Turns
 
 	erasing singleflight.Group // erasures of an address under way here, by account and key
+
+	folds *folds // long streams' states, kept between commands
 }
 
 // IdentityCheck asks the mail provider whether it sees a domain's DKIM and
@@ -247,7 +249,7 @@ func New(d Deps) *Service {
 	return &Service{store: d.Store, settle: d.Settle, now: d.Now, box: d.Box, dns: d.DNS, region: d.Region,
 		domains: d.Domains, sendable: d.SendableDomain, content: d.Content, egress: d.Egress, endpointIDs: d.EndpointIDs, activeAPIKeys: d.ActiveAPIKeys, identity: d.Identity,
 		domainsNamed: d.DomainsNamed, domainCount: d.DomainCount, keyGenerated: d.KeyGenerated, keys: d.DataKeys, address: d.AddressKeys,
-		emailsSentTo: d.EmailsSentTo, keyTurns: turns.New(runtime.GOMAXPROCS(0) / 4)}
+		emailsSentTo: d.EmailsSentTo, keyTurns: turns.New(runtime.GOMAXPROCS(0) / 4), folds: newFolds()}
 }
 
 // maxAttempts bounds retries after a concurrency conflict; busy streams
@@ -331,7 +333,7 @@ func decideAndAppend[S any](ctx context.Context, s *Service, stream string, evol
 		var state S
 		expected := eventstore.NoStream
 		if !fresh || attempt > 1 {
-			state, expected, _, last, err = loadSpan(ctx, s.store, stream, evolve)
+			state, expected, _, last, err = loadSpan(ctx, s, stream, evolve)
 			if err != nil {
 				return nil, pos, last, err
 			}
@@ -359,24 +361,28 @@ func decideAndAppend[S any](ctx context.Context, s *Service, stream string, evol
 
 // load folds a stream into its state and returns the expected version that
 // an append based on it must meet.
-func load[S any](ctx context.Context, store eventstore.Store, stream string, evolve func(S, domain.Event) S) (S, eventstore.ExpectedVersion, error) {
-	state, expected, _, _, err := loadSpan(ctx, store, stream, evolve)
+func load[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S) (S, eventstore.ExpectedVersion, error) {
+	state, expected, _, _, err := loadSpan(ctx, s, stream, evolve)
 	return state, expected, err
 }
 
 // loadFrom is load that also tells where the stream's first event is.
-func loadFrom[S any](ctx context.Context, store eventstore.Store, stream string, evolve func(S, domain.Event) S) (S, eventstore.ExpectedVersion, eventstore.Position, error) {
-	state, expected, first, _, err := loadSpan(ctx, store, stream, evolve)
+func loadFrom[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S) (S, eventstore.ExpectedVersion, eventstore.Position, error) {
+	state, expected, first, _, err := loadSpan(ctx, s, stream, evolve)
 	return state, expected, first, err
 }
 
 // loadSpan is load that also tells where the stream's first and last
-// events are.
-func loadSpan[S any](ctx context.Context, store eventstore.Store, stream string, evolve func(S, domain.Event) S) (state S, expected eventstore.ExpectedVersion, first, last eventstore.Position, err error) {
+// events are. It starts from what s keeps of a long stream (folds.go).
+func loadSpan[S any](ctx context.Context, s *Service, stream string, evolve func(S, domain.Event) S) (state S, expected eventstore.ExpectedVersion, first, last eventstore.Position, err error) {
 	expected = eventstore.NoStream
+	from := uint64(0)
+	if k, ok := foldedFrom[S](s.folds, stream); ok {
+		state, expected, first, last, from = k.state.(S), k.expected, k.first, k.last, k.next
+	}
 	const page = 1000
-	for from := uint64(0); ; {
-		evs, err := store.ReadStream(ctx, stream, from, page)
+	for {
+		evs, err := s.store.ReadStream(ctx, stream, from, page)
 		if errors.Is(err, eventstore.ErrStreamNotFound) {
 			return state, expected, first, last, nil
 		}
@@ -395,10 +401,13 @@ func loadSpan[S any](ctx context.Context, store eventstore.Store, stream string,
 			expected = eventstore.Exact(rec.StreamRevision)
 			last = rec.Position
 		}
+		if len(evs) > 0 {
+			from = evs[len(evs)-1].StreamRevision + 1
+		}
 		if len(evs) < page {
+			keep[S](s.folds, stream, folded{state: state, expected: expected, first: first, last: last, next: from})
 			return state, expected, first, last, nil
 		}
-		from = evs[len(evs)-1].StreamRevision + 1
 	}
 }
 

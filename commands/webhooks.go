@@ -51,7 +51,7 @@ func (s *Service) Webhook(ctx context.Context, id string) (webhook.State, error)
 	if _, err := uuid.Parse(id); err != nil {
 		return webhook.State{}, domain.ErrNotFound
 	}
-	st, _, err := load(ctx, s.store, webhook.Stream(id), webhook.Evolve)
+	st, _, err := load(ctx, s, webhook.Stream(id), webhook.Evolve)
 	return st, err
 }
 
@@ -198,7 +198,7 @@ func (s *Service) DeleteWebhook(ctx context.Context, accountID, id string, meta 
 		return webhook.Delete(st, accountID, s.now())
 	}, meta, projections.WebhooksName)
 	if errors.Is(err, domain.ErrNotFound) {
-		st, _, _, last, lerr := loadSpan(ctx, s.store, webhook.Stream(id), webhook.Evolve)
+		st, _, _, last, lerr := loadSpan(ctx, s, webhook.Stream(id), webhook.Evolve)
 		if lerr == nil && st.Deleted && st.AccountID == accountID {
 			return s.goneYet(ctx, last, projections.WebhooksName)
 		}
@@ -350,7 +350,7 @@ func (s *Service) DropUnsubscribedDelivery(ctx context.Context, id string, meta 
 // Delivery returns a delivery's state from its stream, and the expected
 // version an append after it must meet.
 func (s *Service) Delivery(ctx context.Context, id string) (delivery.State, eventstore.ExpectedVersion, error) {
-	return load(ctx, s.store, delivery.Stream(id), delivery.Evolve)
+	return load(ctx, s, delivery.Stream(id), delivery.Evolve)
 }
 
 // RecordAttempt records the outcome of the attempt after st (read at
@@ -376,7 +376,7 @@ func (s *Service) RecordAttempt(ctx context.Context, st delivery.State, expected
 		disabled := false
 		var parts []eventstore.StreamAppend
 		if final.Status == delivery.Failed || (final.Status == delivery.Delivered && !endpointClean) {
-			ep, epExpected, err := load(ctx, s.store, webhook.Stream(st.Created.EndpointID), webhook.Evolve)
+			ep, epExpected, err := load(ctx, s, webhook.Stream(st.Created.EndpointID), webhook.Evolve)
 			if err != nil {
 				return st, false, err
 			}
