@@ -15,7 +15,7 @@ import (
 // with a tenant's history and have no cap: a webhook endpoint (two events
 // per event its receiver refuses), an account's endpoint slots, a sending
 // domain's checks, an account's tokens. Without it every command on such a
-// stream reads and decodes its whole history, about 0.8 s after a year of
+// stream reads and decodes its whole history, half a second after a year of
 // a receiver refusing a hundred events a day; with it, only what was
 // appended since the last command here.
 //
@@ -23,10 +23,11 @@ import (
 // first n events stays right: a load goes on reading from revision n, and
 // an append still names the revision it decided on, so another process's
 // writes are seen or conflict as before. Evolve functions never change a
-// state in place, so one kept state may be the start of several loads at
-// once. Email and delivery streams are not kept: they are short (an email
-// records at most a thousand opens and clicks) and carry personal data,
-// which an erasure must take out of memory as well as out of the log.
+// state in place, so one kept state may start several loads at once
+// (TestAKeptStateIsNotChangedByWhatIsFoldedOrDecidedOnIt). Email and
+// delivery streams are not kept: they are short (an email records at most
+// a thousand opens and clicks) and carry personal data, which an erasure
+// must take out of memory as well as out of the log.
 type folds struct {
 	kept *lru.Cache[foldKey, folded]
 }
