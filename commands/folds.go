@@ -5,19 +5,18 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
-	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/domain/webhook"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
-// folds keeps, between commands, the state of the long streams that grow
-// with a tenant's history and have no cap: a webhook endpoint (two events
-// per event its receiver refuses), an account's endpoint slots, a sending
-// domain's checks, an account's tokens. Without it every command on such a
-// stream reads and decodes its whole history, half a second after a year of
-// a receiver refusing a hundred events a day; with it, only what was
-// appended since the last command here.
+// folds keeps, between commands, the state of the streams that grow with
+// a tenant's use, have no cap, and are read by frequent commands: a webhook
+// endpoint (two events per event its receiver refuses), an account's
+// endpoint slots, a sending domain's checks. Without it every command on
+// such a stream reads and decodes its whole history, half a second after a
+// year of a receiver refusing a hundred events a day; with it, only what
+// was appended since the last command here.
 //
 // Events are never changed or removed, so the state folded from a stream's
 // first n events stays right: a load goes on reading from revision n, and
@@ -27,7 +26,10 @@ import (
 // (TestAKeptStateIsNotChangedByWhatIsFoldedOrDecidedOnIt). Email and
 // delivery streams are not kept: they are short (an email records at most
 // a thousand opens and clicks) and carry personal data, which an erasure
-// must take out of memory as well as out of the log.
+// must take out of memory as well as out of the log. Accounts are not kept
+// either: their state holds every token they issued, so it would grow with
+// their history, and the commands that read it are an operator's (ten
+// years of a token a day load in about 60 ms).
 type folds struct {
 	kept *lru.Cache[foldKey, folded]
 }
@@ -47,8 +49,10 @@ type folded struct {
 }
 
 const (
-	// foldsKept bounds the states a process keeps. Each is a few hundred
-	// bytes (an account's, a few dozen per token it issued).
+	// foldsKept bounds the states a process keeps. None grows with its
+	// stream: an endpoint's holds its current failure run (the run stops
+	// at the 20th, give or take the deliveries in flight), the slots the
+	// account's endpoints, a domain's its last check; a few KiB at most.
 	foldsKept = 4096
 	// keepAfter is the length from which a stream's state is kept: below
 	// it, a load costs a few milliseconds and one read.
@@ -67,7 +71,7 @@ func newFolds() *folds {
 // named above.
 func keeps[S any]() bool {
 	switch any(*new(S)).(type) {
-	case webhook.State, webhook.Slots, sendingdomain.State, account.State:
+	case webhook.State, webhook.Slots, sendingdomain.State:
 		return true
 	}
 	return false

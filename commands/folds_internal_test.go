@@ -88,20 +88,6 @@ func TestAKeptStateIsNotChangedByWhatIsFoldedOrDecidedOnIt(t *testing.T) {
 			sendingdomain.RetireOldKey(st, t0.Add(30*24*time.Hour))
 		})
 	})
-	t.Run("account", func(t *testing.T) {
-		long(t, account.Stream(id), account.Evolve, func(i int) domain.Event {
-			if i == 0 {
-				return &account.Created{AccountID: id, Name: "Acme", CreatedAt: t0}
-			}
-			return &account.TokenIssued{AccountID: id, TokenID: fmt.Sprint("t", i), Role: account.RoleMember, TokenHash: fmt.Sprintf("%064d", i), IssuedAt: t0}
-		}, []domain.Event{
-			&account.TokenRevoked{AccountID: id, TokenID: "t1", RevokedAt: t0},
-			&account.TokenIssued{AccountID: id, TokenID: "t-new", Role: account.RoleAdmin, TokenHash: fmt.Sprintf("%064d", 0), IssuedAt: t0},
-			&account.RetentionSet{AccountID: id, Days: 7, SetAt: t0},
-		}, func(st account.State) {
-			account.RevokeToken(st, "t2", t0)
-		})
-	})
 }
 
 // long makes stream keepAfter+100 events long (made by next), loads it
@@ -154,20 +140,30 @@ func long[S any](t *testing.T, stream string, evolve func(S, domain.Event) S, ne
 	}
 }
 
-// Emails are never kept, however long: their events carry personal data.
-func TestAnEmailsStateIsNotKept(t *testing.T) {
+// Emails and accounts are never kept, however long: an email's events
+// carry personal data, an account's state every token it issued.
+func TestEmailsAndAccountsAreNotKept(t *testing.T) {
 	ctx := context.Background()
 	store := memory.New()
 	t.Cleanup(func() { store.Close() })
-	id := uuid.NewString()
+	id, t0 := uuid.NewString(), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	seed(t, store, email.Stream(id), email.MaxEngagement, func(i int) domain.Event {
-		return &email.Opened{EmailID: id, FeedbackID: fmt.Sprint("f", i), UserAgent: "Mail/1.0", OccurredAt: time.Unix(int64(i), 0)}
+		return &email.Opened{EmailID: id, FeedbackID: fmt.Sprint("f", i), UserAgent: "Mail/1.0", OccurredAt: t0.Add(time.Duration(i))}
+	})
+	seed(t, store, account.Stream(id), keepAfter+100, func(i int) domain.Event {
+		if i == 0 {
+			return &account.Created{AccountID: id, Name: "Acme", CreatedAt: t0}
+		}
+		return &account.TokenIssued{AccountID: id, TokenID: fmt.Sprint("t", i), Role: account.RoleMember, TokenHash: fmt.Sprintf("%064d", i), IssuedAt: t0}
 	})
 	s := New(Deps{Store: store})
 	if _, _, err := load(ctx, s, email.Stream(id), email.Evolve); err != nil {
 		t.Fatal(err)
 	}
+	if _, _, err := load(ctx, s, account.Stream(id), account.Evolve); err != nil {
+		t.Fatal(err)
+	}
 	if n := s.folds.kept.Len(); n != 0 {
-		t.Fatalf("%d states kept after loading an email", n)
+		t.Fatalf("%d states kept after loading an email and an account", n)
 	}
 }
