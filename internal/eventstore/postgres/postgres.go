@@ -646,9 +646,11 @@ func scanEvents(rows pgx.Rows, max int) ([]eventstore.RecordedEvent, error) {
 		e.Position.Prepare = uint64(seq)
 		e.StreamRevision = uint64(rev)
 		e.Data = data
-		if err := json.Unmarshal(mdt, &e.Metadata); err != nil {
+		md, err := decodeMetadata(mdt)
+		if err != nil {
 			return nil, fmt.Errorf("event %s metadata: %w", e.ID, err)
 		}
+		e.Metadata = md
 		evs = append(evs, e)
 	}
 	return evs, rows.Err()
