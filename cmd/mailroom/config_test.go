@@ -8,8 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mailroom/mailroom/internal/database"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -93,7 +95,7 @@ func TestSettingsFromEnvironment(t *testing.T) {
 	t.Setenv("MAILROOM_ENV", "production")
 	t.Setenv("MAILROOM_DATABASE_URL", withPassword(t, db, "env-pass"))
 	t.Setenv("MAILROOM_MASTER_KEY", "")
-	if _, _, err := run(t, "accounts", "create", "--name", "Without key"); err == nil || !strings.Contains(err.Error(), "(MAILROOM_MASTER_KEY) is required") {
+	if _, _, err := run(t, "accounts", "create", "--name", "Without key"); err == nil || !strings.Contains(err.Error(), "(MAILROOM_MASTER_KEY): required in production") {
 		t.Fatalf("production without a master key: %v", err)
 	}
 	t.Setenv("MAILROOM_MASTER_KEY", testMasterKey)
@@ -186,9 +188,82 @@ func TestErrorsHideURLPasswords(t *testing.T) {
 			if strings.Contains(err.Error(), c.secret) || strings.Contains(stderr, c.secret) {
 				t.Errorf("the error shows the password: %v\n%s", err, stderr)
 			}
-			if !strings.Contains(err.Error(), "database url") && !strings.Contains(err.Error(), "eventstore") {
+			if !strings.HasPrefix(err.Error(), "database-url (MAILROOM_DATABASE_URL): ") && !strings.HasPrefix(err.Error(), "eventstore (MAILROOM_EVENTSTORE): ") {
 				t.Errorf("the error does not say which setting is wrong: %v", err)
 			}
 		})
+	}
+}
+
+// A setting that cannot work stops a command before it connects to
+// anything: the database it names is not created, nor a development key
+// generated, and the error names the flag and its variable.
+func TestSettingsThatCannotWorkStopBeforeConnecting(t *testing.T) {
+	missing := func(t *testing.T) string {
+		u, err := url.Parse(pgtest.ServerURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Path = "/mailroom_test_unmade_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+		return u.String()
+	}
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"short master key", map[string]string{"MAILROOM_MASTER_KEY": "1234"}, "master-key (MAILROOM_MASTER_KEY): "},
+		{"master key not hex", map[string]string{"MAILROOM_MASTER_KEY": strings.Repeat("zz", 32)}, "master-key (MAILROOM_MASTER_KEY): "},
+		{"previous master key", map[string]string{"MAILROOM_MASTER_KEY_PREVIOUS": "abc"}, "master-key-previous (MAILROOM_MASTER_KEY_PREVIOUS): "},
+		{"production without a key", map[string]string{"MAILROOM_ENV": "production"}, "master-key (MAILROOM_MASTER_KEY): "},
+		{"unknown provider", map[string]string{"MAILROOM_PROVIDER": "mailgun"}, "provider (MAILROOM_PROVIDER): "},
+		{"smtp without a relay", map[string]string{"MAILROOM_PROVIDER": "smtp"}, "smtp-url (MAILROOM_SMTP_URL): "},
+		{"smtp relay not smtp", map[string]string{"MAILROOM_PROVIDER": "smtp", "MAILROOM_SMTP_URL": "http://relay.example:25"}, "smtp-url (MAILROOM_SMTP_URL): "},
+		{"unknown event store", map[string]string{"MAILROOM_EVENTSTORE": "mysql"}, "eventstore (MAILROOM_EVENTSTORE): "},
+		{"event store that does not parse", map[string]string{"MAILROOM_EVENTSTORE": "esdb://admin:pw@[::1:2113"}, "eventstore (MAILROOM_EVENTSTORE): "},
+		{"database url that does not parse", map[string]string{"MAILROOM_DATABASE_URL": "postgres://postgres@127.0.0.1:port/x"}, "database-url (MAILROOM_DATABASE_URL): "},
+		{"variable that does not parse", map[string]string{"MAILROOM_RATE_BURST": "abc"}, `rate-burst (MAILROOM_RATE_BURST): "abc" is not a whole number`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db := missing(t)
+			dataDir := t.TempDir()
+			t.Setenv("MAILROOM_DATABASE_URL", db)
+			t.Setenv("MAILROOM_DATA_DIR", dataDir)
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			// serve would go on to connect, create and migrate; migrate
+			// needs only the database, and still refuses what cannot work.
+			for _, args := range [][]string{{"serve", "--http-addr", "127.0.0.1:0", "--ops-addr", ""}, {"migrate"}, {"accounts", "create", "--name", "Acme"}, {"events", "verify"}} {
+				_, _, err := run(t, args...)
+				if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+					t.Errorf("%v: %v, want an error starting %q", args, err, c.want)
+				}
+			}
+			if exists, err := database.Exists(context.Background(), db); err == nil && exists {
+				t.Error("the database was created")
+				drop(t, db)
+			}
+			if entries, _ := os.ReadDir(dataDir); len(entries) > 0 {
+				t.Errorf("the data dir holds %v", entries)
+			}
+		})
+	}
+}
+
+// drop removes a database a failed test made.
+func drop(t *testing.T, db string) {
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	admin, err := pgx.Connect(context.Background(), pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	if _, err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		t.Error(err)
 	}
 }

@@ -103,6 +103,9 @@ func openTool(ctx context.Context, cfg *config.Config) (*app.App, error) {
 // exist is an error, not a new empty one, so a mistyped URL cannot pass
 // for an empty log that verifies.
 func openExisting(ctx context.Context, cfg *config.Config) (*app.App, error) {
+	if err := app.Check(*cfg); err != nil {
+		return nil, err
+	}
 	ok, err := database.Exists(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, err

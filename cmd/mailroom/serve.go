@@ -26,7 +26,7 @@ migrated on start.`,
 			ctx := cmd.Context()
 			log := newLogger(cfg, os.Stderr)
 			slog.SetDefault(log)
-			if err := cfg.Validate(); err != nil {
+			if err := app.Check(*cfg); err != nil {
 				return err
 			}
 			// Bound first, and answering /healthz from the start: the
@@ -95,6 +95,9 @@ func migrateCmd(cfg *config.Config) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			slog.SetDefault(newLogger(cfg, cmd.ErrOrStderr())) // each migration applied is a line
+			if err := app.Check(*cfg); err != nil {
+				return err
+			}
 			pool, err := database.Open(ctx, cfg.DatabaseURL)
 			if err != nil {
 				return err

@@ -139,7 +139,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error
 // that the database pool is large enough for the roles, and says on ls's
 // /readyz what the start is doing.
 func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listeners) (*App, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := Check(cfg); err != nil {
 		return nil, err
 	}
 	pool, err := database.OpenSized(ctx, cfg.DatabaseURL, PoolSize(cfg))
@@ -264,19 +264,10 @@ func (a *App) open(ctx context.Context, ls *Listeners) error {
 }
 
 func openStore(cfg config.Config, pool *pgxpool.Pool) (eventstore.Store, error) {
-	switch {
-	case cfg.EventStore == "" || cfg.EventStore == "postgres":
-		return postgres.New(pool), nil
-	case strings.HasPrefix(cfg.EventStore, "esdb://"), strings.HasPrefix(cfg.EventStore, "esdb+discover://"),
-		strings.HasPrefix(cfg.EventStore, "kurrentdb://"), strings.HasPrefix(cfg.EventStore, "kurrentdb+discover://"):
+	if cfg.EventStoreDB() {
 		return esdb.New(cfg.EventStore)
-	default:
-		// Name only the scheme: the value may carry credentials.
-		if scheme, _, ok := strings.Cut(cfg.EventStore, "://"); ok {
-			return nil, fmt.Errorf("eventstore: scheme %q is neither postgres nor esdb:// (or kurrentdb://)", scheme)
-		}
-		return nil, errors.New("eventstore: neither postgres nor an esdb:// connection string")
 	}
+	return postgres.New(pool), nil
 }
 
 // Close releases connections.

@@ -294,7 +294,54 @@ func (c *Config) Validate() error {
 	if c.ClamdAddr != "" && !clamdAddrValid(c.ClamdAddr) {
 		return invalid("clamd-addr", "%q is neither host:port nor unix:/path", c.ClamdAddr)
 	}
+	if err := c.validateBackends(); err != nil {
+		return err
+	}
 	return c.validateAddresses()
+}
+
+// validateBackends checks the master keys and which event store and
+// provider are named. The connection strings themselves are read by their
+// adapters (app.Check), before anything connects too.
+func (c *Config) validateBackends() error {
+	if c.MasterKey != "" {
+		if _, err := decodeKey(c.MasterKey); err != nil {
+			return invalid("master-key", "%v", err)
+		}
+	} else if c.Environment == "production" {
+		return invalid("master-key", "required in production (64 hex characters)")
+	}
+	if _, err := c.LoadPreviousKeys(); err != nil {
+		return err
+	}
+	switch c.Provider {
+	case "sandbox", "ses":
+	case "smtp":
+		if c.SMTPURL == "" {
+			return invalid("smtp-url", "required with the smtp provider: smtp://user:pass@host:587 (STARTTLS) or smtps://user:pass@host:465")
+		}
+	default:
+		return invalid("provider", "%q is not one of sandbox, ses, smtp", c.Provider)
+	}
+	if c.EventStore != "" && c.EventStore != "postgres" && !c.EventStoreDB() {
+		// Name only the scheme: the value may carry credentials.
+		if scheme, _, ok := strings.Cut(c.EventStore, "://"); ok {
+			return invalid("eventstore", "scheme %q is neither postgres nor esdb:// (or kurrentdb://)", scheme)
+		}
+		return invalid("eventstore", `neither "postgres" nor an esdb:// (or kurrentdb://) connection string`)
+	}
+	return nil
+}
+
+// EventStoreDB reports whether eventstore names an EventStoreDB or
+// KurrentDB connection string rather than the PostgreSQL store.
+func (c *Config) EventStoreDB() bool {
+	for _, scheme := range []string{"esdb://", "esdb+discover://", "kurrentdb://", "kurrentdb+discover://"} {
+		if strings.HasPrefix(c.EventStore, scheme) {
+			return true
+		}
+	}
+	return false
 }
 
 // validateAddresses checks the settings that list resolvers and address
@@ -371,7 +418,7 @@ func (c *Config) LoadMasterKey() (key []byte, generated bool, err error) {
 		return k, false, nil
 	}
 	if c.Environment == "production" {
-		return nil, false, fmt.Errorf("%s is required in production", Setting("master-key"))
+		return nil, false, invalid("master-key", "required in production (64 hex characters)")
 	}
 	path := c.MasterKeyFile()
 	if b, err := os.ReadFile(path); err == nil {
@@ -508,7 +555,7 @@ func (c *Config) ApplyEnv(fs *pflag.FlagSet) {
 			if want := wanted(f.Value.Type()); want != "" {
 				err = fmt.Errorf("%q is not %s", v, want)
 			}
-			c.envErrors = append(c.envErrors, fmt.Errorf("%s: %w", names[0], err))
+			c.envErrors = append(c.envErrors, fmt.Errorf("%s (%s): %w", f.Name, names[0], err))
 		}
 	})
 }

@@ -46,10 +46,10 @@ func TestDurationsThatCannotWorkAreRefused(t *testing.T) {
 // nothing.
 func TestVariablesThatDoNotParseSayWhatTheyTake(t *testing.T) {
 	for name, c := range map[string]struct{ value, want string }{
-		"MAILROOM_RATE_LIMIT":          {"abc", `MAILROOM_RATE_LIMIT: "abc" is not a number`},
-		"MAILROOM_RATE_BURST":          {"1.5", `MAILROOM_RATE_BURST: "1.5" is not a whole number`},
-		"MAILROOM_WEBHOOK_ALLOW_HTTP":  {"maybe", `MAILROOM_WEBHOOK_ALLOW_HTTP: "maybe" is not true or false`},
-		"MAILROOM_CONSISTENCY_TIMEOUT": {"2", `MAILROOM_CONSISTENCY_TIMEOUT: "2" is not a duration such as 500ms, 30s or 5m`},
+		"MAILROOM_RATE_LIMIT":          {"abc", `rate-limit (MAILROOM_RATE_LIMIT): "abc" is not a number`},
+		"MAILROOM_RATE_BURST":          {"1.5", `rate-burst (MAILROOM_RATE_BURST): "1.5" is not a whole number`},
+		"MAILROOM_WEBHOOK_ALLOW_HTTP":  {"maybe", `webhook-allow-http (MAILROOM_WEBHOOK_ALLOW_HTTP): "maybe" is not true or false`},
+		"MAILROOM_CONSISTENCY_TIMEOUT": {"2", `consistency-timeout (MAILROOM_CONSISTENCY_TIMEOUT): "2" is not a duration such as 500ms, 30s or 5m`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(name, c.value)
@@ -167,7 +167,7 @@ func TestWholeNumbersAreDecimal(t *testing.T) {
 	}
 	t.Setenv("MAILROOM_RETENTION_DAYS", "0x10")
 	cfg.ApplyEnv(fs)
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `MAILROOM_RETENTION_DAYS: "0x10" is not a whole number`) {
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `retention-days (MAILROOM_RETENTION_DAYS): "0x10" is not a whole number`) {
 		t.Errorf("0x10 days: %v", err)
 	}
 }

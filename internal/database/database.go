@@ -130,7 +130,7 @@ const ConnectTimeout = 10 * time.Second
 func parse(url string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, urlError(err)
+		return nil, fmt.Errorf("database url: %w", urlError(err))
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 && !strings.Contains(url, "connect_timeout") {
 		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
@@ -143,14 +143,23 @@ func parse(url string) (*pgxpool.Config, error) {
 func urlError(err error) error {
 	var pe *pgconn.ParseConfigError
 	if !errors.As(err, &pe) || pe.Unwrap() == nil {
-		return errors.New("database url: not a valid PostgreSQL connection string")
+		return errors.New("not a valid PostgreSQL connection string")
 	}
 	inner := pe.Unwrap()
 	var ue *neturl.Error // quotes the whole URL
 	if errors.As(inner, &ue) {
 		inner = ue.Err
 	}
-	return fmt.Errorf("database url: not a valid PostgreSQL connection string: %v", inner)
+	return fmt.Errorf("not a valid PostgreSQL connection string: %v", inner)
+}
+
+// CheckURL reports whether url is a connection string Open can use,
+// without connecting.
+func CheckURL(url string) error {
+	if _, err := pgxpool.ParseConfig(url); err != nil {
+		return urlError(err)
+	}
+	return nil
 }
 
 func isDuplicateDatabase(err error) bool {

@@ -75,14 +75,9 @@ type client struct {
 // string, e.g. "esdb://127.0.0.1:2113?tls=false". It does not connect:
 // the first call does, and Ping checks the server is there.
 func New(connectionString string) (*Store, error) {
-	cfg, err := esdb.ParseConnectionString(connectionString)
+	cfg, err := parse(connectionString)
 	if err != nil {
-		// url.Error quotes the whole string, credentials included.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("eventstore/esdb: connection string: %v", err)
+		return nil, fmt.Errorf("eventstore/esdb: %w", err)
 	}
 	s := &Store{log: slog.Default().With("component", "eventstore/esdb"), subs: map[*subscription]struct{}{}}
 	cfg.Logger = clientLogger(s.log)
@@ -93,6 +88,27 @@ func New(connectionString string) (*Store, error) {
 	}
 	s.cur = &client{c: c}
 	return s, nil
+}
+
+// CheckConnectionString reports whether New can use connectionString,
+// without connecting.
+func CheckConnectionString(connectionString string) error {
+	_, err := parse(connectionString)
+	return err
+}
+
+// parse reads a connection string; its errors never quote it, as
+// url.Error does, credentials included.
+func parse(connectionString string) (*esdb.Configuration, error) {
+	cfg, err := esdb.ParseConnectionString(connectionString)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("connection string: %v", err)
+	}
+	return cfg, nil
 }
 
 // clientLogger routes the library's log lines to slog at debug level: it
