@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -77,13 +79,16 @@ func (p Position) Less(q Position) bool {
 // String renders the position as "commit/prepare".
 func (p Position) String() string { return fmt.Sprintf("%d/%d", p.Commit, p.Prepare) }
 
-// ParsePosition reads the "commit/prepare" form written by String.
+// ParsePosition reads the "commit/prepare" form written by String, and
+// nothing else: an export from a mistyped position would start elsewhere.
 func ParsePosition(s string) (Position, error) {
-	var p Position
-	if _, err := fmt.Sscanf(s, "%d/%d", &p.Commit, &p.Prepare); err != nil {
-		return Position{}, fmt.Errorf("position %q: want COMMIT/PREPARE", s)
+	commit, prepare, ok := strings.Cut(s, "/")
+	c, cerr := strconv.ParseUint(commit, 10, 64)
+	p, perr := strconv.ParseUint(prepare, 10, 64)
+	if !ok || cerr != nil || perr != nil {
+		return Position{}, fmt.Errorf("position %q: want COMMIT/PREPARE, two whole numbers", s)
 	}
-	return p, nil
+	return Position{Commit: c, Prepare: p}, nil
 }
 
 // ExpectedVersion is the optimistic-concurrency condition of an append.
