@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain"
@@ -288,5 +289,53 @@ func TestStuckEmailsAreCounted(t *testing.T) {
 	}
 	if m := string(s.Do("GET", "/metrics", "", nil).Body); !strings.Contains(m, "\nmailroom_emails_stuck 2\n") {
 		t.Errorf("metrics: want mailroom_emails_stuck 2 in\n%s", m)
+	}
+}
+
+// A transaction left open in another database of the same PostgreSQL
+// server (another application's batch job, say) delays no read: a key
+// works from its first request, a revocation is confirmed at once, and a
+// sent email is found straight after its 202.
+func TestATransactionInAnotherDatabaseDelaysNoRead(t *testing.T) {
+	s := apptest.Start(t, noWorkers)
+	ctx := context.Background()
+	other, err := pgx.Connect(ctx, pgtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	blocker, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(ctx)
+	if _, err := blocker.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	_, admin, sendKey := s.Sender("acme.test")
+	r := s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"name": "reader", "permissions": []string{"emails:read"}})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("create key: %d %s", r.Status, r.Body)
+	}
+	key, keyID := r.JSON(t)["key"].(string), r.JSON(t)["id"].(string)
+	if r := s.Do("GET", "/v1/emails", key, nil); r.Status != http.StatusOK {
+		t.Fatalf("first request with the new key: %d %s", r.Status, r.Body)
+	}
+	r = s.Do("POST", "/v1/emails/send", sendKey, map[string]any{"from": "a@acme.test", "to": "ann@example.org", "subject": "Hi", "text": "Hi"})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("send: %d %s", r.Status, r.Body)
+	}
+	if r := s.Do("GET", "/v1/emails/"+r.JSON(t)["id"].(string), key, nil); r.Status != http.StatusOK {
+		t.Fatalf("the email straight after its 202: %d %s", r.Status, r.Body)
+	}
+	if r := s.Do("DELETE", "/api/auth/api-keys/"+keyID, admin, nil); r.Status != http.StatusNoContent {
+		t.Fatalf("revoke: %d %s", r.Status, r.Body)
+	}
+	if r := s.Do("GET", "/v1/emails", key, nil); r.Status != http.StatusUnauthorized {
+		t.Fatalf("the revoked key: %d %s", r.Status, r.Body)
+	}
+	var open bool
+	if err := blocker.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`).Scan(&open); err != nil || !open {
+		t.Fatalf("the other database's transaction ended early: %v %v", open, err)
 	}
 }

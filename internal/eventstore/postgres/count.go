@@ -26,14 +26,14 @@ func (s *Store) CountAfter(ctx context.Context, from eventstore.Position, limit 
 // probes, which count every projection's lag, grow with the log.
 const countAfter = `SELECT count(*) FROM (SELECT FROM events
 	WHERE (transaction_id, seq) > ($1, $2)
-	AND transaction_id < (SELECT pg_snapshot_xmin(pg_current_snapshot()))
+	AND transaction_id < ` + horizon + `
 	ORDER BY transaction_id, seq LIMIT $3) e`
 
 // HeldBack counts, up to limit, the events committed but not yet readable:
-// those of transactions younger than the oldest transaction still open on
-// the server, which every reader waits for (see package doc). A
-// transaction left open anywhere on the server, in any database, holds
-// back every projection and process manager while it lasts.
+// those of transactions younger than the oldest transaction still open in
+// this database, which every reader waits for (see horizon). A transaction
+// left open in this database holds back every projection and process
+// manager while it lasts.
 func (s *Store) HeldBack(ctx context.Context, limit int64) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, heldBack, limit).Scan(&n)
@@ -41,5 +41,5 @@ func (s *Store) HeldBack(ctx context.Context, limit int64) (int64, error) {
 }
 
 const heldBack = `SELECT count(*) FROM (SELECT FROM events
-	WHERE transaction_id >= (SELECT pg_snapshot_xmin(pg_current_snapshot()))
+	WHERE transaction_id >= ` + horizon + `
 	ORDER BY transaction_id, seq LIMIT $1) e`

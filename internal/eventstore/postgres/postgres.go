@@ -5,9 +5,11 @@
 // sequence number is taken at insert but becomes visible at commit, so
 // ordering by it alone lets a reader skip an event whose transaction commits
 // after a later one. Readers therefore only read events whose transaction id
-// is below pg_snapshot_xmin(pg_current_snapshot()): every transaction below
-// that horizon has finished, so nothing can appear behind a reader's
-// position later.
+// is below the oldest transaction still running in this database
+// (pg_snapshot_xmin(pg_current_snapshot()), leaving out other databases'
+// transactions): every transaction below that horizon that could write
+// here has finished, so nothing can appear behind a reader's position
+// later.
 //
 // Appends to one stream are serialised by a transaction-scoped advisory lock
 // taken before the transaction is assigned its id, which keeps a stream's
@@ -594,14 +596,31 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, max 
 	return evs, nil
 }
 
+// horizon is the transaction id below which every transaction that could
+// write this log has ended, as of the statement's snapshot: the oldest one
+// still running, leaving out those of sessions connected to another
+// database of the server, which cannot write here; the snapshot's xmax when
+// none is left. Transaction ids are the whole server's, so
+// pg_snapshot_xmin alone would let a long transaction in any database hold
+// back every reader here.
+//
+// A running id is left out only if pg_stat_activity shows it as a session's
+// in another database. That is sound: a session publishes its database
+// before it can take an id, and the id was taken before the snapshot, while
+// the activity is read after it, so the id and database read are the same
+// session's. An id whose session has ended since, or is not listed (a
+// prepared transaction), counts as running.
+const horizon = `least(pg_snapshot_xmax(pg_current_snapshot()), (SELECT min(x.id) FROM pg_snapshot_xip(pg_current_snapshot()) x(id)
+	WHERE NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.backend_xid = x.id::xid
+		AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database()))))`
+
 // readAllSQL reads $all after ($1, $2) below the transaction-id horizon.
 const readAllSQL = selectEvents + `WHERE (transaction_id, seq) > ($1, $2)
-	AND transaction_id < (SELECT pg_snapshot_xmin(pg_current_snapshot()))
+	AND transaction_id < ` + horizon + `
 	ORDER BY transaction_id, seq LIMIT $3`
 
 // ReadAll returns up to max events positioned after from. It reads only
-// below the oldest running transaction id of the whole cluster, so a
-// long-running writing transaction (in any database of the server) holds
+// below the horizon, so a long-running transaction in this database holds
 // back every reader until it ends. The reading statement must not be
 // assigned a transaction id itself, hence pg_current_snapshot() rather than
 // pg_current_xact_id().
