@@ -26,10 +26,6 @@ const (
 	StatusFailed     Status = "failed"
 )
 
-// Statuses lists every status, from the start of an email's life to its ends.
-var Statuses = []Status{StatusQueued, StatusSent, StatusDelivered, StatusOpened, StatusClicked,
-	StatusBounced, StatusComplained, StatusFailed}
-
 // Failure reasons of emails that never leave the service.
 const (
 	ReasonBlockedAttachment   = "blocked_attachment_type"
