@@ -489,3 +489,13 @@ func TestCommandElsewhereLeavesNoKeyBehind(t *testing.T) {
 		t.Fatalf("a key was left behind: %v", err)
 	}
 }
+
+// --partial describes an export; the store itself is verified whole, so
+// the flag without --file is refused rather than ignored.
+func TestVerifyPartialNeedsAnExport(t *testing.T) {
+	flags := []string{"--database-url", pgtest.NewURL(t), "--data-dir", t.TempDir(), "--master-key", apptest.MasterKey}
+	_, _, err := run(t, append([]string{"events", "verify", "--partial"}, flags...)...)
+	if err == nil || !strings.Contains(err.Error(), "--partial applies to an export given with --file") {
+		t.Fatalf("verify --partial without --file: %v", err)
+	}
+}

@@ -142,6 +142,9 @@ func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listen
 	if err := Check(cfg); err != nil {
 		return nil, err
 	}
+	if unknown := cfg.UnknownVariables(); len(unknown) > 0 {
+		log.Warn("MAILROOM_* variables that name no setting have no effect; misspelt?", "variables", strings.Join(unknown, ","))
+	}
 	pool, err := database.OpenSized(ctx, cfg.DatabaseURL, PoolSize(cfg))
 	if err != nil {
 		return nil, err

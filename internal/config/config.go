@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -98,7 +99,8 @@ type Config struct {
 	SESEventsQueueURL         string
 	SESEndpoint               string
 
-	envErrors []error // MAILROOM_* values that did not parse
+	envErrors  []error  // MAILROOM_* values that did not parse
+	unknownEnv []string // MAILROOM_* variables that name no setting
 }
 
 // Flags registers the settings on fs with their built-in defaults; call
@@ -541,8 +543,12 @@ func list(fs *pflag.FlagSet, p *[]string, name, env string, def []string, text s
 // (`MAILROOM_BOOTSTRAP=`) to leave the default in place.
 func (c *Config) ApplyEnv(fs *pflag.FlagSet) {
 	c.envErrors = nil
+	settings := map[string]bool{}
 	fs.VisitAll(func(f *pflag.Flag) {
 		names := f.Annotations[envAnnotation]
+		if len(names) == 1 {
+			settings[names[0]] = true
+		}
 		if len(names) != 1 || f.Changed {
 			return
 		}
@@ -558,6 +564,30 @@ func (c *Config) ApplyEnv(fs *pflag.FlagSet) {
 			c.envErrors = append(c.envErrors, fmt.Errorf("%s (%s): %w", f.Name, names[0], err))
 		}
 	})
+	c.unknownEnv = nil
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "MAILROOM_") && !settings[name] && !notSetting(name) {
+			c.unknownEnv = append(c.unknownEnv, name)
+		}
+	}
+	slices.Sort(c.unknownEnv)
+}
+
+// UnknownVariables lists the MAILROOM_* variables of the environment that
+// name no setting: misspelt, most likely (MAILROOM_RATE_LIMT), and then
+// quietly without effect.
+func (c *Config) UnknownVariables() []string { return c.unknownEnv }
+
+// notSetting reports whether a MAILROOM_* variable is one Mailroom's
+// tests, benchmarks, example receiver or Compose file read.
+func notSetting(name string) bool {
+	for _, prefix := range []string{"MAILROOM_TEST_", "MAILROOM_BENCH_", "MAILROOM_SES_LOCAL_"} {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return name == "MAILROOM_ENV_FILE" || name == "MAILROOM_WEBHOOK_SECRET"
 }
 
 // wanted describes the values a flag type takes, for a variable that holds

@@ -2,6 +2,7 @@ package config
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -192,5 +193,25 @@ func TestResolversAndAddressRangesAreRefusedByName(t *testing.T) {
 	cfg.EgressResolver = "127.0.0.1"
 	if addr, err := cfg.EgressResolverAddr(); err != nil || addr != "127.0.0.1:53" {
 		t.Errorf("egress resolver 127.0.0.1: %q %v, want 127.0.0.1:53", addr, err)
+	}
+}
+
+// A MAILROOM_* variable that names no setting is listed, so that a
+// misspelt one is reported instead of quietly doing nothing; the
+// variables of the tests, benchmarks and example receiver are not.
+func TestVariablesThatNameNoSettingAreListed(t *testing.T) {
+	t.Setenv("MAILROOM_RATE_LIMT", "5")
+	t.Setenv("MAILROOM_RATE_LIMIT", "5")
+	t.Setenv("MAILROOM_TEST_DATABASE_URL", "postgres://x")
+	t.Setenv("MAILROOM_WEBHOOK_SECRET", "whsec_x")
+	var cfg Config
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	cfg.Flags(fs)
+	cfg.ApplyEnv(fs)
+	if got := cfg.UnknownVariables(); !slices.Equal(got, []string{"MAILROOM_RATE_LIMT"}) {
+		t.Fatalf("unknown variables %v, want [MAILROOM_RATE_LIMT]", got)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("an unknown variable stopped the start: %v", err)
 	}
 }
