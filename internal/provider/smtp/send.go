@@ -22,10 +22,12 @@ import (
 // signed once more than the message has it ("oversigned"): a field present
 // once, or absent, cannot be added later, above or below, without breaking
 // the signature, so nobody can put a second From or Subject over the one
-// the sender wrote.
+// the sender wrote. The MIME fields are signed too: a body is read through
+// its Content-Type and Content-Transfer-Encoding, so a changed encoding
+// would turn a signed body into other text.
 var SignedHeaders = []string{
 	"From", "To", "Cc", "Subject", "Date", "Message-ID", "Reply-To",
-	"MIME-Version", "Content-Type",
+	"MIME-Version", "Content-Type", "Content-Transfer-Encoding",
 }
 
 // signedKeys lists each of SignedHeaders twice: once for the field the

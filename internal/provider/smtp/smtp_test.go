@@ -437,7 +437,7 @@ func TestSendSTARTTLSAuthDKIM(t *testing.T) {
 			t.Errorf("signature %s=%q, want %q", k, tags[k], want)
 		}
 	}
-	if want := strings.Repeat(":From:To:Cc:Subject:Date:Message-ID:Reply-To:MIME-Version:Content-Type", 2)[1:]; !strings.EqualFold(tags["h"], want) {
+	if want := strings.Repeat(":From:To:Cc:Subject:Date:Message-ID:Reply-To:MIME-Version:Content-Type:Content-Transfer-Encoding", 2)[1:]; !strings.EqualFold(tags["h"], want) {
 		t.Errorf("signature h=%q, want %q", tags["h"], want)
 	}
 
@@ -462,6 +462,8 @@ func TestSendSTARTTLSAuthDKIM(t *testing.T) {
 		"Subject above": insertAfterSignature(t, got.Data, "Subject: Urgent\r\n"),
 		"From below":    append(append(append([]byte(nil), got.Data[:end+2]...), "From: CEO <ceo@acme.test>\r\n"...), got.Data[end+2:]...),
 		"Cc":            insertAfterSignature(t, got.Data, "Cc: eve@example.net\r\n"),
+		// Read through another encoding, the signed body is other text.
+		"Content-Transfer-Encoding": insertAfterSignature(t, got.Data, "Content-Transfer-Encoding: base64\r\n"),
 	} {
 		if vs := verifyDKIM(t, dns, added); vs[0].Err == nil {
 			t.Errorf("with an added header (%s) the message still verifies", name)
