@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -62,6 +63,14 @@ func bytesBudget(max int64, key func(echo.Context) string, refused func() *Probl
 		used[k] += n
 		return true
 	}
+	left := func(k string) int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		if n := max - used[k]; n > 0 {
+			return n
+		}
+		return 0
+	}
 	give := func(k string, n int64) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -81,13 +90,20 @@ func bytesBudget(max int64, key func(echo.Context) string, refused func() *Probl
 			k := key(c)
 			refuse := func() *Problem {
 				// Counts of requests would describe limits that did not
-				// refuse this one: the answer carries Retry-After alone.
+				// refuse this one. A 429 describes this one, in bytes,
+				// as every 429 carries RateLimit-* headers; a 503 (the
+				// server full, not a client over a limit) none.
 				h := c.Response().Header()
 				for _, name := range []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
 					h.Del(name)
 				}
 				p := refused()
 				p.RetryAfter = inflightRetry
+				if p.Status == http.StatusTooManyRequests {
+					h.Set("RateLimit-Limit", strconv.FormatInt(max, 10))
+					h.Set("RateLimit-Remaining", strconv.FormatInt(left(k), 10))
+					h.Set("RateLimit-Reset", strconv.Itoa(int(inflightRetry/time.Second)))
+				}
 				return p
 			}
 			if req.ContentLength < 0 {

@@ -176,15 +176,18 @@ func TestInflightBytesPer(t *testing.T) {
 		defer resp.Body.Close()
 		p = &Problem{}
 		json.NewDecoder(resp.Body).Decode(p)
-		return resp.StatusCode, p, resp.Header.Get("Retry-After"), resp.Header.Get("RateLimit-Limit")
+		h := resp.Header
+		return resp.StatusCode, p, h.Get("Retry-After"), h.Get("RateLimit-Limit") + " " + h.Get("RateLimit-Remaining") + " " + h.Get("RateLimit-Reset")
 	}
 	done := make(chan int, 2)
 	for range 2 {
 		go func() { s, _, _, _ := post("/hold", "a", 10*mib); done <- s }()
 		<-entered
 	}
-	if s, p, ra, limit := post("/echo", "a", mib); s != 429 || p.Code != "rate_limited" || ra != "1" || limit != "" {
-		t.Errorf("account a over its share: %d %q Retry-After %q RateLimit-Limit %q", s, p.Code, ra, limit)
+	// Its RateLimit-* headers count the bytes of the limit that refused
+	// it: 20 MiB, none left, room again in a second at the latest.
+	if s, p, ra, limit := post("/echo", "a", mib); s != 429 || p.Code != "rate_limited" || ra != "1" || limit != "20971520 0 1" {
+		t.Errorf("account a over its share: %d %q Retry-After %q RateLimit-* %q", s, p.Code, ra, limit)
 	}
 	if s, _, _, _ := post("/echo", "b", 10*mib); s != 204 {
 		t.Errorf("account b while a is at its share: %d", s)
