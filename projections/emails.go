@@ -2,6 +2,7 @@ package projections
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -97,29 +98,26 @@ CREATE TABLE IF NOT EXISTS email_daily_stats (
 // Indexes serve the list's filters, the search by recipient key and the
 // search for emails past retention; nothing the projector writes looks
 // them up.
-func (Emails) Indexes() []string {
-	return []string{
-		recipientTrigrams, // the longest to build: first, beside the others
+func (Emails) Indexes(ext Extensions) []string {
+	indexes := []string{
 		`CREATE INDEX IF NOT EXISTS emails_account_created_idx ON emails (account_id, created_at DESC, id DESC)`,
 		`CREATE INDEX IF NOT EXISTS emails_account_status_idx ON emails (account_id, status, created_at DESC)`,
 		`CREATE INDEX IF NOT EXISTS emails_recipient_keys_idx ON emails USING gin (recipient_keys)`,
 		`CREATE INDEX IF NOT EXISTS emails_created_idx ON emails (created_at, id)`,
 	}
+	// The trigrams of each email's recipients (the function is migration
+	// 00009's), for the list's to filter, when the pg_trgm extension is
+	// there (database.Migrate creates it when it may), naming its operator
+	// class in whichever schema holds it. Without it there is no index, and
+	// the filter reads every email of the account. The longest to build:
+	// first, beside the others.
+	if schema, ok := ext["pg_trgm"]; ok {
+		trgm := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS emails_to_trgm_idx ON emails USING gin (email_recipients_text(to_addresses) %s.gin_trgm_ops)`,
+			pgx.Identifier{schema}.Sanitize())
+		indexes = append([]string{trgm}, indexes...)
+	}
+	return indexes
 }
-
-// recipientTrigrams indexes the trigrams of each email's recipients (the
-// function is migration 00009's) for the list's to filter, when the
-// pg_trgm extension is there (database.Migrate creates it when it may),
-// naming its operator class in whichever schema holds it. Without it
-// there is no index, and the filter reads every email of the account.
-const recipientTrigrams = `DO $$
-DECLARE
-	trgm name := (SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm');
-BEGIN
-	IF trgm IS NOT NULL THEN
-		EXECUTE format('CREATE INDEX IF NOT EXISTS emails_to_trgm_idx ON emails USING gin (email_recipients_text(to_addresses) %I.gin_trgm_ops)', trgm);
-	END IF;
-END $$`
 
 // moveProgress merges one event's email.Effect into the row's Progress (top_*,
 // soft_bounced_at, reached_at) and sets status to Progress.Status, in one

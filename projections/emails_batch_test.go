@@ -22,11 +22,11 @@ import (
 // applies its events one by one.
 type rowByRow struct{ p projections.Emails }
 
-func (r rowByRow) Name() projections.Name { return r.p.Name() }
-func (r rowByRow) Version() int           { return r.p.Version() }
-func (r rowByRow) Tables() []string       { return r.p.Tables() }
-func (r rowByRow) Schema() string         { return r.p.Schema() }
-func (r rowByRow) Indexes() []string      { return r.p.Indexes() }
+func (r rowByRow) Name() projections.Name                      { return r.p.Name() }
+func (r rowByRow) Version() int                                { return r.p.Version() }
+func (r rowByRow) Tables() []string                            { return r.p.Tables() }
+func (r rowByRow) Schema() string                              { return r.p.Schema() }
+func (r rowByRow) Indexes(ext projections.Extensions) []string { return r.p.Indexes(ext) }
 func (r rowByRow) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 	return r.p.Apply(ev, b)
 }

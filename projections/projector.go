@@ -88,16 +88,38 @@ type Filter interface {
 // (keys for ON CONFLICT, lookups) stay in Schema.
 type IndexedProjector interface {
 	Projector
-	// Indexes returns idempotent statements creating the secondary
-	// indexes, one each (a rebuild runs them side by side), with
-	// unqualified names, run like Schema.
-	Indexes() []string
+	// Indexes returns one CREATE INDEX IF NOT EXISTS statement per
+	// secondary index, over unqualified table names, run like Schema. A
+	// rebuild runs them side by side, CONCURRENTLY. An index that needs an
+	// extension ext does not name is left out.
+	Indexes(ext Extensions) []string
+}
+
+// Extensions names the schema of each extension installed in the
+// database, for index statements that name an extension's operator class.
+type Extensions map[string]string
+
+// installedExtensions reads the database's extensions.
+func installedExtensions(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) (Extensions, error) {
+	rows, err := q.Query(ctx, `SELECT e.extname, n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace`)
+	if err != nil {
+		return nil, err
+	}
+	ext := Extensions{}
+	var name, schema string
+	_, err = pgx.ForEachRow(rows, []any{&name, &schema}, func() error {
+		ext[name] = schema
+		return nil
+	})
+	return ext, err
 }
 
 // ddl is all of p's DDL: its tables and then their indexes.
-func ddl(p Projector) string {
+func ddl(p Projector, ext Extensions) string {
 	if ip, ok := p.(IndexedProjector); ok {
-		return p.Schema() + ";\n" + strings.Join(ip.Indexes(), ";\n")
+		return p.Schema() + ";\n" + strings.Join(ip.Indexes(ext), ";\n")
 	}
 	return p.Schema()
 }

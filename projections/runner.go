@@ -192,7 +192,11 @@ func (r *Runner) ensureSchema(ctx context.Context, p Projector) error {
 			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pglock.Projection(string(p.Name())))); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, ddl(p))
+			ext, err := installedExtensions(ctx, tx)
+			if err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, ddl(p, ext))
 			return err
 		})
 		if err == nil || !isLockConflict(err) || attempt == 50 {
