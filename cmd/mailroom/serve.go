@@ -54,9 +54,10 @@ migrated on start.`,
 				first, err := a.Bootstrap(ctx)
 				if err != nil {
 					ls.Close()
-					// The next start finds the account and creates nothing.
-					const recovery = "if the first account was created before this, give it credentials with " +
-						"`mailroom tokens create` and an API key made with that token, or start again on an empty database"
+					// The next start with MAILROOM_BOOTSTRAP finishes it,
+					// from the same data directory.
+					const recovery = "the next start with MAILROOM_BOOTSTRAP from this directory finishes the first start with new " +
+						"credentials; or give the first account credentials with `mailroom tokens create`"
 					if ctx.Err() != nil {
 						log.Warn("stop signal received during the first start; "+recovery, "err", err)
 						return nil
@@ -65,6 +66,9 @@ migrated on start.`,
 				}
 				if first != nil {
 					printFirstRun(cmd, first, ls.Addr().String())
+					if err := a.FirstRunShown(); err != nil {
+						log.Warn("the first start's credentials were shown, but the note that they were stays: the next start will issue new ones", "err", err)
+					}
 				}
 			}
 			return a.Serve(ctx, ls)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -361,9 +363,60 @@ func TestFirstRunBootstrap(t *testing.T) {
 	if !found {
 		t.Fatal("no DomainVerified event by the operator with method sandbox")
 	}
+	if err := s.FirstRunShown(); err != nil {
+		t.Fatal(err)
+	}
 	// A second start creates nothing.
 	if again, err := s.Bootstrap(ctx); err != nil || again != nil {
 		t.Fatalf("second bootstrap: %v %v", again, err)
+	}
+}
+
+// A first start stopped before it showed its credentials, whether after
+// the account alone or after everything, is finished by the next start:
+// new credentials that work, and the sandbox domain once, verified.
+func TestInterruptedFirstRunIsFinished(t *testing.T) {
+	s := apptest.Start(t)
+	ctx := context.Background()
+	// Stopped after everything but the showing.
+	done, err := s.Bootstrap(ctx)
+	if err != nil || done == nil {
+		t.Fatalf("bootstrap: %v %v", done, err)
+	}
+	again, err := s.Bootstrap(ctx)
+	if err != nil || again == nil || again.AccountID != done.AccountID || again.APIKey == done.APIKey || again.AdminToken == done.AdminToken {
+		t.Fatalf("the next start after an unshown first start: %+v %v", again, err)
+	}
+	if r := s.Do("GET", "/v1/emails", again.APIKey, nil); r.Status != 200 {
+		t.Fatalf("the new key: %d %s", r.Status, r.Body)
+	}
+	list := s.Do("GET", "/api/domains", again.AdminToken, nil).JSON(t)["data"].([]any)
+	if len(list) != 1 || list[0].(map[string]any)["domain"] != "example.test" || list[0].(map[string]any)["status"] != "verified" {
+		t.Fatalf("domains: %v", list)
+	}
+	if err := s.FirstRunShown(); err != nil {
+		t.Fatal(err)
+	}
+	if more, err := s.Bootstrap(ctx); err != nil || more != nil {
+		t.Fatalf("a start after the credentials were shown: %v %v", more, err)
+	}
+
+	// Stopped right after the account was created (as the first start
+	// notes it): no key, no domain yet.
+	t2 := apptest.Start(t)
+	acct, err := t2.Commands.CreateAccount(ctx, "Development", commands.Meta{Actor: "system:bootstrap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(t2.Config.DataDir, "first-start"), []byte(acct.AccountID+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first, err := t2.Bootstrap(ctx)
+	if err != nil || first == nil || first.AccountID != acct.AccountID || first.Domain != "example.test" {
+		t.Fatalf("finishing a first start stopped after its account: %+v %v", first, err)
+	}
+	if r := t2.Do("POST", "/v1/emails/send", first.APIKey, map[string]any{"from": "a@example.test", "to": "ann@example.org", "subject": "Hi", "text": "Hi"}); r.Status != 202 {
+		t.Fatalf("send with the finished first start's key: %d %s", r.Status, r.Body)
 	}
 }
 
