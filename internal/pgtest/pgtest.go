@@ -79,3 +79,29 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 	}
 	return pool
 }
+
+// TransactionElsewhere opens a transaction in a database of its own on the
+// same server and gives it a transaction id, as another application's long
+// batch job holds one, until t ends. stillOpen reports whether it is still
+// open, for a test to show it lasted throughout.
+func TransactionElsewhere(t testing.TB) (stillOpen func() bool) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, NewURL(t))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return func() bool {
+		var open bool
+		err := tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`).Scan(&open)
+		return err == nil && open
+	}
+}
