@@ -418,6 +418,18 @@ func TestInterruptedFirstRunIsFinished(t *testing.T) {
 	if r := t2.Do("POST", "/v1/emails/send", first.APIKey, map[string]any{"from": "a@example.test", "to": "ann@example.org", "subject": "Hi", "text": "Hi"}); r.Status != 202 {
 		t.Fatalf("send with the finished first start's key: %d %s", r.Status, r.Body)
 	}
+
+	// A note naming an account this database does not hold (a data
+	// directory used with another database) stops nothing, and goes.
+	if err := os.WriteFile(filepath.Join(t2.Config.DataDir, "first-start"), []byte(uuid.NewString()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if stale, err := t2.Bootstrap(ctx); err != nil || stale != nil {
+		t.Fatalf("a start with a stale note: %+v %v", stale, err)
+	}
+	if _, err := os.Stat(filepath.Join(t2.Config.DataDir, "first-start")); !os.IsNotExist(err) {
+		t.Fatalf("the stale note stays: %v", err)
+	}
 }
 
 // HEAD is taken wherever GET is, and answers GET's status and headers

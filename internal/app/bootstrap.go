@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/account"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
 	"github.com/mailroom/mailroom/readapi"
@@ -67,10 +68,15 @@ func (a *App) Bootstrap(ctx context.Context) (*FirstRun, error) {
 			return nil, err
 		}
 		first.AccountID = strings.TrimSpace(string(b))
-		a.Log.Info("finishing a first start that stopped before showing its credentials; new ones replace them", "account", first.AccountID)
-		if first.AdminToken, err = cmds.IssueToken(ctx, first.AccountID, account.RoleAdmin, meta); err != nil {
+		first.AdminToken, err = cmds.IssueToken(ctx, first.AccountID, account.RoleAdmin, meta)
+		if errors.Is(err, domain.ErrNotFound) {
+			// A note left beside another database: nothing to finish.
+			a.Log.Warn("the data directory names a first start's account this database does not hold; ignoring it", "account", first.AccountID)
+			return nil, a.FirstRunShown()
+		} else if err != nil {
 			return nil, fmt.Errorf("first start of account %s: %w", first.AccountID, err)
 		}
+		a.Log.Info("finishing a first start that stopped before showing its credentials; new ones replace them", "account", first.AccountID)
 	}
 	key, err := cmds.CreateAPIKey(ctx, first.AccountID, "development", nil, meta)
 	if err != nil {
