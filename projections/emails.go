@@ -109,12 +109,11 @@ func (Emails) Indexes(ext Extensions) []string {
 	// 00009's), for the list's to filter, when the pg_trgm extension is
 	// there (database.Migrate creates it when it may), naming its operator
 	// class in whichever schema holds it. Without it there is no index, and
-	// the filter reads every email of the account. The longest to build:
-	// first, beside the others.
+	// the filter reads every email of the account.
 	if schema, ok := ext["pg_trgm"]; ok {
 		trgm := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS emails_to_trgm_idx ON emails USING gin (email_recipients_text(to_addresses) %s.gin_trgm_ops)`,
 			pgx.Identifier{schema}.Sanitize())
-		indexes = append([]string{trgm}, indexes...)
+		indexes = append(indexes, trgm)
 	}
 	return indexes
 }

@@ -90,8 +90,8 @@ type IndexedProjector interface {
 	Projector
 	// Indexes returns one CREATE INDEX IF NOT EXISTS statement per
 	// secondary index, over unqualified table names, run like Schema. A
-	// rebuild runs them side by side, CONCURRENTLY. An index that needs an
-	// extension ext does not name is left out.
+	// rebuild runs them one after another, CONCURRENTLY. An index that
+	// needs an extension ext does not name is left out.
 	Indexes(ext Extensions) []string
 }
 
