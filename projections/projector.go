@@ -100,19 +100,10 @@ type IndexedProjector interface {
 type Extensions map[string]string
 
 // installedExtensions reads the database's extensions.
-func installedExtensions(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}) (Extensions, error) {
-	rows, err := q.Query(ctx, `SELECT e.extname, n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace`)
-	if err != nil {
-		return nil, err
-	}
+func installedExtensions(ctx context.Context, q querier) (Extensions, error) {
 	ext := Extensions{}
-	var name, schema string
-	_, err = pgx.ForEachRow(rows, []any{&name, &schema}, func() error {
-		ext[name] = schema
-		return nil
-	})
+	err := q.QueryRow(ctx, `SELECT coalesce(jsonb_object_agg(e.extname, n.nspname), '{}')
+		FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace`).Scan(&ext)
 	return ext, err
 }
 
