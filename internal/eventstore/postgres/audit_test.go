@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -249,7 +250,12 @@ func TestVerifyBesideAnOpenTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer open.Rollback(ctx)
-	if _, err := open.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil { // holds back the global order
+	// An append under way (its stream's lock, then an id) holds back the
+	// global order.
+	if _, err := open.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext('email-c'))", pglock.StreamClass); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, s, "email-a", eventstore.Exact(0), testEvent("E"))

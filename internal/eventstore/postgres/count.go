@@ -30,9 +30,9 @@ const countAfter = `SELECT count(*) FROM (SELECT FROM events
 	ORDER BY transaction_id, seq LIMIT $3) e`
 
 // HeldBack counts, up to limit, the events committed but not yet readable:
-// those of transactions younger than the oldest transaction still open in
-// this database, which every reader waits for (see horizon). A transaction
-// left open in this database holds back every projection and process
+// those of transactions younger than the oldest append still open, which
+// every reader waits for (see horizon). An append left open (a process
+// frozen in the middle of one) holds back every projection and process
 // manager while it lasts.
 func (s *Store) HeldBack(ctx context.Context, limit int64) (int64, error) {
 	var n int64

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -60,6 +62,10 @@ func TestHeldBackCountsWhatAnOpenTransactionHides(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer blocker.Rollback(ctx)
+	// An append under way: its stream's lock, then a transaction id.
+	if _, err := blocker.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext('thing-2'))`, pglock.StreamClass); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := blocker.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +73,10 @@ func TestHeldBackCountsWhatAnOpenTransactionHides(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n, err := s.HeldBack(ctx, 100); err != nil || n != 1 {
-		t.Fatalf("held back while a transaction is open: %d %v", n, err)
+		t.Fatalf("held back while an append is under way: %d %v", n, err)
+	}
+	if evs, err := s.ReadAll(ctx, eventstore.Start, 10); err != nil || len(evs) != 0 {
+		t.Fatalf("read while an append is under way: %d events, %v", len(evs), err)
 	}
 	if err := blocker.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -123,5 +132,56 @@ func TestATransactionInAnotherDatabaseHoldsNothingBack(t *testing.T) {
 	}
 	if !stillOpen() {
 		t.Fatal("the other database's transaction ended early")
+	}
+}
+
+// A transaction of this database that appends no event (the job queue's
+// maintenance, a projector's batch, an operator's session) holds back no
+// reader, however long it stays open.
+func TestATransactionThatAppendsNothingHoldsNothingBack(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	s := newStore(t, pool)
+	if _, err := pool.Exec(ctx, `CREATE TABLE chores (n int)`); err != nil {
+		t.Fatal(err)
+	}
+	other, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx)
+	var xid string
+	if err := other.QueryRow(ctx, `INSERT INTO chores VALUES (1) RETURNING pg_current_xact_id()::text`).Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "thing-1", eventstore.Any, testEvent("Happened")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		evs, err := s.ReadAll(ctx, eventstore.Start, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := s.HeldBack(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 1 && held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with transaction %s open, appending nothing: %d events read, %d held back; want 1, 0", xid, len(evs), held)
+		}
+	}
+	var running bool
+	if err := pool.QueryRow(ctx, `SELECT pg_xact_status($1::xid8) = 'in progress'`, xid).Scan(&running); err != nil || !running {
+		t.Fatalf("the other transaction ended early: %v %v", running, err)
+	}
+}
+
+// The horizon names the stream locks' class by number.
+func TestHorizonNamesTheStreamLockClass(t *testing.T) {
+	if want := "s.classid = " + strconv.FormatUint(uint64(uint32(pglock.StreamClass)), 10) + " "; !strings.Contains(horizon, want) {
+		t.Fatalf("horizon does not contain %q", want)
 	}
 }

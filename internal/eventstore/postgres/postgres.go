@@ -5,15 +5,14 @@
 // sequence number is taken at insert but becomes visible at commit, so
 // ordering by it alone lets a reader skip an event whose transaction commits
 // after a later one. Readers therefore only read events whose transaction id
-// is below the oldest transaction still running in this database
-// (pg_snapshot_xmin(pg_current_snapshot()), leaving out other databases'
-// transactions): every transaction below that horizon that could write
-// here has finished, so nothing can appear behind a reader's position
-// later.
+// is below the oldest append still running (see horizon): every transaction
+// below that horizon that could write here has finished, so nothing can
+// appear behind a reader's position later.
 //
 // Appends to one stream are serialised by a transaction-scoped advisory lock
 // taken before the transaction is assigned its id, which keeps a stream's
-// revision order and its $all order identical.
+// revision order and its $all order identical, and tells the horizon which
+// running transactions may be appending.
 package postgres
 
 import (
@@ -368,8 +367,8 @@ func endOpenTx(ctx context.Context, conn *pgxpool.Conn) {
 
 // appendTx appends parts inside tx, a read committed transaction that must
 // not have been assigned a transaction id yet (no prior writes): the id must
-// be taken after every stream lock (see package doc). Events must be
-// validated.
+// be taken after every stream lock, which readers rely on (see horizon).
+// Events must be validated.
 //
 // When every part expects a new stream, the heads are known without reading
 // them (none, and no previous hash), so the locks, the head inserts and the
@@ -598,21 +597,30 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, max 
 
 // horizon is the transaction id below which every transaction that could
 // write this log has ended, as of the statement's snapshot: the oldest one
-// still running, leaving out those of sessions connected to another
-// database of the server, which cannot write here; the snapshot's xmax when
-// none is left. Transaction ids are the whole server's, so
-// pg_snapshot_xmin alone would let a long transaction in any database hold
-// back every reader here.
+// still running that may be appending here; the snapshot's xmax when none
+// is left. pg_snapshot_xmin alone would let any long transaction hold back
+// every reader: one in another database of the server (transaction ids are
+// the whole server's), or one here that writes no event, such as the job
+// queue's maintenance moving thousands of due jobs, or a projector's batch.
 //
-// A running id is left out only if pg_stat_activity shows it as a session's
-// in another database. That is sound: a session publishes its database
-// before it can take an id, and the id was taken before the snapshot, while
-// the activity is read after it, so the id and database read are the same
-// session's. An id whose session has ended since, or is not listed (a
-// prepared transaction), counts as running.
-const horizon = `least(pg_snapshot_xmax(pg_current_snapshot()), (SELECT min(x.id) FROM pg_snapshot_xip(pg_current_snapshot()) x(id)
-	WHERE NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.backend_xid = x.id::xid
-		AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database()))))`
+// Every append holds a stream lock of this database (pglock.StreamClass)
+// from before its transaction takes an id until it ends (see appendTx). So
+// a running id is left out when the lock table shows it held by a session
+// that holds no stream lock here: it was running when the snapshot was
+// taken and still is when the lock table is read, after it, and an append
+// would hold its stream lock all that time. The lock table is read once,
+// as one consistent view of such locks (neither kind is a fast-path lock),
+// and only when some transaction is running. An id the lock table no
+// longer shows (ended since) or shows with no session (a prepared
+// transaction) counts as running. (1836213622 is pglock.StreamClass.)
+const horizon = `least(pg_snapshot_xmax(pg_current_snapshot()), (WITH l AS MATERIALIZED (
+		SELECT locktype, transactionid, pid, classid, objsubid, database FROM pg_locks
+		WHERE locktype IN ('transactionid', 'advisory'))
+	SELECT min(x.id) FROM pg_snapshot_xip(pg_current_snapshot()) x(id)
+	WHERE x.id::xid NOT IN (SELECT t.transactionid FROM l t WHERE t.locktype = 'transactionid' AND t.pid IS NOT NULL
+		AND t.pid NOT IN (SELECT s.pid FROM l s WHERE s.locktype = 'advisory' AND s.pid IS NOT NULL
+			AND s.classid = 1836213622 AND s.objsubid = 2
+			AND s.database = (SELECT oid FROM pg_database WHERE datname = current_database())))))`
 
 // readAllSQL reads $all after ($1, $2) below the transaction-id horizon.
 const readAllSQL = selectEvents + `WHERE (transaction_id, seq) > ($1, $2)
@@ -620,8 +628,8 @@ const readAllSQL = selectEvents + `WHERE (transaction_id, seq) > ($1, $2)
 	ORDER BY transaction_id, seq LIMIT $3`
 
 // ReadAll returns up to max events positioned after from. It reads only
-// below the horizon, so a long-running transaction in this database holds
-// back every reader until it ends. The reading statement must not be
+// below the horizon, so an append left open holds back every reader until
+// it ends. The reading statement must not be
 // assigned a transaction id itself, hence pg_current_snapshot() rather than
 // pg_current_xact_id().
 func (s *Store) ReadAll(ctx context.Context, from eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
