@@ -178,9 +178,24 @@ func (a AttemptArgs) meta() commands.Meta {
 }
 
 func (AttemptArgs) Kind() string { return "webhook_attempt" }
-func (AttemptArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: WebhookQueue, UniqueOpts: *whilePending}
+
+// InsertOpts queues a retry behind every first attempt and fan-out (see
+// retryPriority).
+func (a AttemptArgs) InsertOpts() river.InsertOpts {
+	priority := 1
+	if a.Attempt > 1 {
+		priority = retryPriority
+	}
+	return river.InsertOpts{Queue: WebhookQueue, UniqueOpts: *whilePending, Priority: priority}
 }
+
+// retryPriority is River's priority (1 is claimed first) of a retry. A
+// receiver that refuses makes seven attempts of each event, whose retries
+// come due in bursts; when the workers have more to do than they can, the
+// retries wait behind every fresh event, so one account's broken receivers
+// do not delay another's webhooks. With room to spare, every attempt is
+// made when it is due, whatever its priority.
+const retryPriority = 2
 
 // ReleaseArgs queues the attempts of deliveries that waited for an endpoint
 // to be resumed (EndpointID) or an account to be reinstated (AccountID),

@@ -198,3 +198,74 @@ func TestBacklogBehindASlowReceiverArrivesOnceEach(t *testing.T) {
 		t.Fatalf("the endpoint had %d attempts at once, its share is 1", most)
 	}
 }
+
+// A receiver that refuses leaves retries due in the queue. When the workers
+// have more due than they can make at once (one at a time here), another
+// account's fresh event goes first: the broken receiver's retries wait, not
+// everyone's webhooks.
+func TestRetriesOfARefusingReceiverWaitBehindFreshEvents(t *testing.T) {
+	w := newHookWorld(t, func(c *config.Config) {
+		c.WebhookConcurrency = 1
+		c.WebhookRetries = "50ms,1h"
+	})
+	blocked, release := make(chan struct{}), make(chan struct{})
+	var unblock sync.Once
+	defer unblock.Do(func() { close(release) })
+	var mu sync.Mutex
+	var refused []time.Time
+	refusing := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		refused = append(refused, time.Now())
+		n := len(refused)
+		mu.Unlock()
+		if n == 4 { // the first retry holds the only worker
+			close(blocked)
+			<-release
+		}
+		rw.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer refusing.Close()
+	refusingID, _ := w.endpoint(t, map[string]any{"url": refusing.URL})
+	for range 3 {
+		w.test(t, refusingID)
+	}
+	select {
+	case <-blocked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the refusing receiver got no retry")
+	}
+	// Queued while the worker is busy: two retries are due, then another
+	// account's event.
+	_, _, otherKey := w.Sender("other.test")
+	fast := newReceiver(t, always(204))
+	r := w.Do("POST", "/v1/webhooks", otherKey, map[string]any{"url": fast.URL})
+	if r.Status != 201 {
+		t.Fatalf("other account's endpoint: %d %s", r.Status, r.Body)
+	}
+	fastID := r.JSON(t)["id"].(string)
+	if r := w.Do("POST", "/v1/webhooks/"+fastID+"/test", otherKey, nil); r.Status != 202 {
+		t.Fatalf("test: %d %s", r.Status, r.Body)
+	}
+	queued := func(endpoint string) int {
+		var n int
+		if err := w.Pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE kind = 'webhook_attempt'
+			AND args->>'endpoint_id' = $1 AND state = 'available'`, endpoint).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for deadline := time.Now().Add(30 * time.Second); queued(refusingID) < 2 || queued(fastID) < 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d attempts of the refusing endpoint and %d of the other queued", queued(refusingID), queued(fastID))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	unblock.Do(func() { close(release) })
+	got := fast.waitFor(t, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) > 4 && refused[4].Before(got[0].at) {
+		t.Fatalf("%d requests to the refusing receiver came first, the next at %v, the other account's at %v",
+			len(refused)-4, refused[4].Format(time.StampMicro), got[0].at.Format(time.StampMicro))
+	}
+}
