@@ -94,11 +94,14 @@ func (w Webhooks) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
 
 // ApplyBatch applies the batch as Apply of each event in turn would, with
 // one statement for each run of deliveries recorded one after the other
-// (a fan-out's) and one pair for each run of successful attempts: the
-// busiest events. Every other event keeps its own statements, in order.
+// (a fan-out's), one pair for each run of successful attempts and one pair
+// for each run of failed ones: the busiest events (a receiver that refuses
+// makes seven failed attempts of each event). Every other event keeps its
+// own statements, in order.
 func (w Webhooks) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) error {
 	var created []*delivery.Created
 	var succeeded []*delivery.AttemptSucceeded
+	var failed []*delivery.AttemptFailed
 	flush := func() {
 		if len(created) > 0 {
 			queueCreated(created, b)
@@ -107,6 +110,10 @@ func (w Webhooks) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) er
 		if len(succeeded) > 0 {
 			queueSucceeded(succeeded, b)
 			succeeded = nil
+		}
+		if len(failed) > 0 {
+			queueFailed(failed, b)
+			failed = nil
 		}
 	}
 	for _, ev := range events {
@@ -119,15 +126,20 @@ func (w Webhooks) ApplyBatch(events []eventstore.RecordedEvent, b *pgx.Batch) er
 		}
 		switch e := e.(type) {
 		case *delivery.Created:
-			if len(succeeded) > 0 {
+			if len(succeeded)+len(failed) > 0 {
 				flush()
 			}
 			created = append(created, e)
 		case *delivery.AttemptSucceeded:
-			if len(created) > 0 {
+			if len(created)+len(failed) > 0 {
 				flush()
 			}
 			succeeded = append(succeeded, e)
+		case *delivery.AttemptFailed:
+			if len(created)+len(succeeded) > 0 {
+				flush()
+			}
+			failed = append(failed, e)
 		default:
 			if webhooksRead(e) {
 				flush()
@@ -204,6 +216,53 @@ func queueSucceeded(as []*delivery.AttemptSucceeded, b *pgx.Batch) {
 		endpoints, times = append(endpoints, id), append(times, t)
 	}
 	b.Queue(`UPDATE webhook_endpoints e SET last_success_at = greatest(coalesce(e.last_success_at, u.at), u.at)
+		FROM unnest($1::text[], $2::timestamptz[]) AS u(id, at) WHERE e.id = u.id`, endpoints, times)
+}
+
+// queueFailed records failed attempts as Apply does one by one: a delivery
+// attempted twice in the run keeps its last attempt (pending with its next
+// attempt's time, or failed when none is left), an endpoint its latest
+// failure.
+func queueFailed(as []*delivery.AttemptFailed, b *pgx.Batch) {
+	last := make(map[string]int, len(as))
+	for i, a := range as {
+		last[a.DeliveryID] = i
+	}
+	var ids, statuses, errs []string
+	var attempts []int32
+	var codes []*int32
+	var at []time.Time
+	var next []*time.Time
+	latest := map[string]time.Time{}
+	for i, a := range as {
+		if last[a.DeliveryID] == i {
+			status, nextAt := "pending", &a.NextAttemptAt
+			if a.NextAttemptAt.IsZero() {
+				status, nextAt = "failed", nil
+			}
+			var code *int32
+			if a.ResponseStatus != nil {
+				c := int32(*a.ResponseStatus)
+				code = &c
+			}
+			ids, statuses, attempts, codes = append(ids, a.DeliveryID), append(statuses, status), append(attempts, int32(a.Attempt)), append(codes, code)
+			errs, at, next = append(errs, a.Error), append(at, a.At), append(next, nextAt)
+		}
+		if t, ok := latest[a.EndpointID]; !ok || a.At.After(t) {
+			latest[a.EndpointID] = a.At
+		}
+	}
+	b.Queue(`UPDATE webhook_deliveries d SET status = u.status, attempts = u.attempt, response_status = u.code, error = u.error,
+			last_attempt_at = u.at, next_attempt_at = u.next
+		FROM unnest($1::text[], $2::text[], $3::integer[], $4::integer[], $5::text[], $6::timestamptz[], $7::timestamptz[])
+			AS u(id, status, attempt, code, error, at, next)
+		WHERE d.id = u.id`, ids, statuses, attempts, codes, errs, at, next)
+	endpoints := make([]string, 0, len(latest))
+	times := make([]time.Time, 0, len(latest))
+	for id, t := range latest {
+		endpoints, times = append(endpoints, id), append(times, t)
+	}
+	b.Queue(`UPDATE webhook_endpoints e SET last_failure_at = greatest(coalesce(e.last_failure_at, u.at), u.at)
 		FROM unnest($1::text[], $2::timestamptz[]) AS u(id, at) WHERE e.id = u.id`, endpoints, times)
 }
 

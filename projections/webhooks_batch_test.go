@@ -67,6 +67,7 @@ func mixedHooks(t *testing.T, store eventstore.Store, rounds int) eventstore.Pos
 			EventTypes: []string{"email.sent", "email.delivered"}, SealedSecret: "s", CreatedAt: at()}))
 	}
 	var open []*delivery.Created
+	tried := map[string]int{} // failed attempts so far, by delivery
 	for range rounds {
 		switch rng.IntN(10) {
 		case 0: // an endpoint changes
@@ -116,9 +117,28 @@ func mixedHooks(t *testing.T, store eventstore.Store, rounds int) eventstore.Pos
 				i := rng.IntN(len(open))
 				d := open[i]
 				var events []domain.Event
+				keep := false
 				switch rng.IntN(7) {
-				case 0:
-					events = []domain.Event{&delivery.AttemptFailed{DeliveryID: d.DeliveryID, EndpointID: d.EndpointID, Attempt: 1, Error: "503", At: at(), NextAttemptAt: at()}}
+				case 0: // one or two failed attempts, with or without an answer (the later counts); the delivery stays open while one is left
+					var next time.Time
+					for range 1 + rng.IntN(2) {
+						tried[d.DeliveryID]++
+						next = at()
+						if rng.IntN(4) == 0 {
+							next = time.Time{} // none left
+						}
+						var code *int
+						if rng.IntN(2) == 0 {
+							c := 500 + rng.IntN(4)
+							code = &c
+						}
+						events = append(events, &delivery.AttemptFailed{DeliveryID: d.DeliveryID, EndpointID: d.EndpointID, Attempt: tried[d.DeliveryID],
+							ResponseStatus: code, Error: fmt.Sprint("failed ", tried[d.DeliveryID]), At: at(), NextAttemptAt: next})
+						if next.IsZero() {
+							break
+						}
+					}
+					keep = !next.IsZero()
 				case 1:
 					events = []domain.Event{&delivery.Skipped{DeliveryID: d.DeliveryID, EndpointID: d.EndpointID, Reason: "disabled", Error: "endpoint disabled", At: at()}}
 				case 2:
@@ -131,7 +151,9 @@ func mixedHooks(t *testing.T, store eventstore.Store, rounds int) eventstore.Pos
 				default:
 					events = []domain.Event{&delivery.AttemptSucceeded{DeliveryID: d.DeliveryID, EndpointID: d.EndpointID, Attempt: 1 + rng.IntN(3), ResponseStatus: 200 + rng.IntN(5), At: at()}}
 				}
-				open = append(open[:i], open[i+1:]...)
+				if !keep {
+					open = append(open[:i], open[i+1:]...)
+				}
 				put(part(delivery.Stream(d.DeliveryID), events...))
 			}
 		}
