@@ -185,3 +185,58 @@ func TestHorizonNamesTheStreamLockClass(t *testing.T) {
 		t.Fatalf("horizon does not contain %q", want)
 	}
 }
+
+// An append under way that another session waits for (a row it updated)
+// still holds readers back: the waiter's share lock on its transaction id
+// does not make it look like a transaction that appends nothing.
+func TestAnAppendSomeoneWaitsForStillHoldsBack(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	s := newStore(t, pool)
+	if _, err := pool.Exec(ctx, `CREATE TABLE chores (n int); INSERT INTO chores VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	appending, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer appending.Rollback(ctx)
+	if _, err := appending.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext('thing-2'))`, pglock.StreamClass); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := appending.Exec(ctx, `UPDATE chores SET n = 2`); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := pool.Exec(ctx, `UPDATE chores SET n = 3`) // waits for the append to end
+		waiting <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second update never waited")
+		}
+	}
+	if _, err := s.Append(ctx, "thing-1", eventstore.Any, testEvent("Happened")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.HeldBack(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("held back while a waited-for append is under way: %d %v", n, err)
+	}
+	if evs, err := s.ReadAll(ctx, eventstore.Start, 10); err != nil || len(evs) != 0 {
+		t.Fatalf("read while a waited-for append is under way: %d events, %v", len(evs), err)
+	}
+	if err := appending.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiting; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -608,16 +608,20 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, max 
 // a running id is left out when the lock table shows it held by a session
 // that holds no stream lock here: it was running when the snapshot was
 // taken and still is when the lock table is read, after it, and an append
-// would hold its stream lock all that time. The lock table is read once,
+// would hold its stream lock all that time. Only the session running a
+// transaction holds its id's lock exclusively (others wait on it with a
+// share lock, and may be granted one an instant after it ended), so that
+// is the row that names the session. The lock table is read once,
 // as one consistent view of such locks (neither kind is a fast-path lock),
 // and only when some transaction is running. An id the lock table no
 // longer shows (ended since) or shows with no session (a prepared
 // transaction) counts as running. (1836213622 is pglock.StreamClass.)
 const horizon = `least(pg_snapshot_xmax(pg_current_snapshot()), (WITH l AS MATERIALIZED (
-		SELECT locktype, transactionid, pid, classid, objsubid, database FROM pg_locks
+		SELECT locktype, transactionid, pid, mode, granted, classid, objsubid, database FROM pg_locks
 		WHERE locktype IN ('transactionid', 'advisory'))
 	SELECT min(x.id) FROM pg_snapshot_xip(pg_current_snapshot()) x(id)
-	WHERE x.id::xid NOT IN (SELECT t.transactionid FROM l t WHERE t.locktype = 'transactionid' AND t.pid IS NOT NULL
+	WHERE x.id::xid NOT IN (SELECT t.transactionid FROM l t WHERE t.locktype = 'transactionid'
+		AND t.mode = 'ExclusiveLock' AND t.granted AND t.pid IS NOT NULL
 		AND t.pid NOT IN (SELECT s.pid FROM l s WHERE s.locktype = 'advisory' AND s.pid IS NOT NULL
 			AND s.classid = 1836213622 AND s.objsubid = 2
 			AND s.database = (SELECT oid FROM pg_database WHERE datname = current_database())))))`
