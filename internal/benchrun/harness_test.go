@@ -372,11 +372,16 @@ func newClient() *http.Client {
 
 // do sends one API request and decodes a JSON answer into out.
 func (c *cluster) do(client *http.Client, method, path, body string, out any) (int, error) {
+	return c.doAs(client, c.key, method, path, body, out)
+}
+
+// doAs is do with another credential.
+func (c *cluster) doAs(client *http.Client, credential, method, path, body string, out any) (int, error) {
 	req, err := http.NewRequest(method, c.api+path, strings.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Authorization", "Bearer "+credential)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
