@@ -26,13 +26,22 @@ var version = "dev"
 
 func main() {
 	app.Version = version
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The first signal stops the command gracefully; a second one ends the
+	// process at once, as a second Ctrl-C should. Both are caught on one
+	// buffered channel, so a second signal sent however soon after the
+	// first is never taken for the first.
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		// After the first signal a second one ends the process at once,
-		// as a second Ctrl-C should.
-		<-ctx.Done()
-		stop()
+		<-signals
+		cancel()
+		sig := <-signals
+		signal.Reset(os.Interrupt, syscall.SIGTERM)
+		if p, err := os.FindProcess(os.Getpid()); err == nil {
+			_ = p.Signal(sig) // ends the process as the signal does by default
+		}
 	}()
 	if err := root().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "mailroom:", err)
