@@ -210,13 +210,7 @@ func queueSucceeded(as []*delivery.AttemptSucceeded, b *pgx.Batch) {
 			last_attempt_at = u.at, delivered_at = u.at, next_attempt_at = NULL
 		FROM unnest($1::text[], $2::integer[], $3::integer[], $4::timestamptz[]) AS u(id, attempt, status, at)
 		WHERE d.id = u.id`, ids, attempts, statuses, at)
-	endpoints := make([]string, 0, len(latest))
-	times := make([]time.Time, 0, len(latest))
-	for id, t := range latest {
-		endpoints, times = append(endpoints, id), append(times, t)
-	}
-	b.Queue(`UPDATE webhook_endpoints e SET last_success_at = greatest(coalesce(e.last_success_at, u.at), u.at)
-		FROM unnest($1::text[], $2::timestamptz[]) AS u(id, at) WHERE e.id = u.id`, endpoints, times)
+	queueLatest(b, "last_success_at", latest)
 }
 
 // queueFailed records failed attempts as Apply does one by one: a delivery
@@ -257,12 +251,18 @@ func queueFailed(as []*delivery.AttemptFailed, b *pgx.Batch) {
 		FROM unnest($1::text[], $2::text[], $3::integer[], $4::integer[], $5::text[], $6::timestamptz[], $7::timestamptz[])
 			AS u(id, status, attempt, code, error, at, next)
 		WHERE d.id = u.id`, ids, statuses, attempts, codes, errs, at, next)
+	queueLatest(b, "last_failure_at", latest)
+}
+
+// queueLatest moves each endpoint's column (last_success_at or
+// last_failure_at) on to its time in latest, if later.
+func queueLatest(b *pgx.Batch, column string, latest map[string]time.Time) {
 	endpoints := make([]string, 0, len(latest))
 	times := make([]time.Time, 0, len(latest))
 	for id, t := range latest {
 		endpoints, times = append(endpoints, id), append(times, t)
 	}
-	b.Queue(`UPDATE webhook_endpoints e SET last_failure_at = greatest(coalesce(e.last_failure_at, u.at), u.at)
+	b.Queue(`UPDATE webhook_endpoints e SET `+column+` = greatest(coalesce(e.`+column+`, u.at), u.at)
 		FROM unnest($1::text[], $2::timestamptz[]) AS u(id, at) WHERE e.id = u.id`, endpoints, times)
 }
 

@@ -42,13 +42,7 @@ func TestSlowAccountDelaysNoOtherAccount(t *testing.T) {
 	for i := range 10 {
 		w.endpoint(t, map[string]any{"url": slow.URL + "/" + string(rune('a'+i))})
 	}
-	_, _, otherKey := w.Sender("other.test")
-	fast := newReceiver(t, always(204))
-	r := w.Do("POST", "/v1/webhooks", otherKey, map[string]any{"url": fast.URL})
-	if r.Status != 201 {
-		t.Fatalf("other account's endpoint: %d %s", r.Status, r.Body)
-	}
-	fastID := r.JSON(t)["id"].(string)
+	otherKey, fastID, fast := w.otherAccountsEndpoint(t)
 
 	// Each email's sent and delivered events go to all ten: more attempts
 	// than the process runs at once.
@@ -82,6 +76,19 @@ func TestSlowAccountDelaysNoOtherAccount(t *testing.T) {
 		t.Fatalf("the slow account has %d attempts in flight, more than its share", n)
 	}
 	unblock()
+}
+
+// otherAccountsEndpoint makes another account, with an endpoint answering
+// 204, and returns its API key, the endpoint's id and its receiver.
+func (w *hookWorld) otherAccountsEndpoint(t *testing.T) (key, endpointID string, r *receiver) {
+	t.Helper()
+	_, _, key = w.Sender("other.test")
+	r = newReceiver(t, always(204))
+	resp := w.Do("POST", "/v1/webhooks", key, map[string]any{"url": r.URL})
+	if resp.Status != 201 {
+		t.Fatalf("other account's endpoint: %d %s", resp.Status, resp.Body)
+	}
+	return key, resp.JSON(t)["id"].(string), r
 }
 
 // Two worker processes on one database both make attempts: with two
@@ -236,13 +243,7 @@ func TestRetriesOfARefusingReceiverWaitBehindFreshEvents(t *testing.T) {
 	}
 	// Queued while the worker is busy: two retries are due, then another
 	// account's event.
-	_, _, otherKey := w.Sender("other.test")
-	fast := newReceiver(t, always(204))
-	r := w.Do("POST", "/v1/webhooks", otherKey, map[string]any{"url": fast.URL})
-	if r.Status != 201 {
-		t.Fatalf("other account's endpoint: %d %s", r.Status, r.Body)
-	}
-	fastID := r.JSON(t)["id"].(string)
+	otherKey, fastID, fast := w.otherAccountsEndpoint(t)
 	if r := w.Do("POST", "/v1/webhooks/"+fastID+"/test", otherKey, nil); r.Status != 202 {
 		t.Fatalf("test: %d %s", r.Status, r.Body)
 	}

@@ -98,8 +98,8 @@ func TestHeldBackCountsWhatAnOpenTransactionHides(t *testing.T) {
 }
 
 // A transaction open in another database of the same server holds back
-// no reader: it cannot write this log. (One in this database does; see
-// above.)
+// no reader: it cannot write this log. (An append under way in this one
+// does; see above.)
 func TestATransactionInAnotherDatabaseHoldsNothingBack(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
@@ -108,8 +108,18 @@ func TestATransactionInAnotherDatabaseHoldsNothingBack(t *testing.T) {
 	if _, err := s.Append(ctx, "thing-1", eventstore.Any, testEvent("Happened")); err != nil {
 		t.Fatal(err)
 	}
-	// Other tests' transactions on the same server hold it back too, for
-	// a moment; this one stays open throughout.
+	waitReadable(t, s, "with a transaction open in another database")
+	if !stillOpen() {
+		t.Fatal("the other database's transaction ended early")
+	}
+}
+
+// waitReadable waits until the one event appended is read, counted in the
+// lag and held back no more. Other tests' appends on the same server hold
+// it back too, for a moment.
+func waitReadable(t *testing.T, s *Store, while string) {
+	t.Helper()
+	ctx := context.Background()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		evs, err := s.ReadAll(ctx, eventstore.Start, 10)
 		if err != nil {
@@ -124,14 +134,11 @@ func TestATransactionInAnotherDatabaseHoldsNothingBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(evs) == 1 && held == 0 && lag == 1 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("with a transaction open in another database: %d events read, %d held back, lag %d; want 1, 0, 1", len(evs), held, lag)
+			t.Fatalf("%s: %d events read, %d held back, lag %d; want 1, 0, 1", while, len(evs), held, lag)
 		}
-	}
-	if !stillOpen() {
-		t.Fatal("the other database's transaction ended early")
 	}
 }
 
@@ -157,22 +164,7 @@ func TestATransactionThatAppendsNothingHoldsNothingBack(t *testing.T) {
 	if _, err := s.Append(ctx, "thing-1", eventstore.Any, testEvent("Happened")); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		evs, err := s.ReadAll(ctx, eventstore.Start, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held, err := s.HeldBack(ctx, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(evs) == 1 && held == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("with transaction %s open, appending nothing: %d events read, %d held back; want 1, 0", xid, len(evs), held)
-		}
-	}
+	waitReadable(t, s, "with transaction "+xid+" open, appending nothing")
 	var running bool
 	if err := pool.QueryRow(ctx, `SELECT pg_xact_status($1::xid8) = 'in progress'`, xid).Scan(&running); err != nil || !running {
 		t.Fatalf("the other transaction ended early: %v %v", running, err)
