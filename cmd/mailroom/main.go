@@ -31,17 +31,17 @@ func main() {
 	// The first signal stops the command gracefully; a second one ends the
 	// process at once, as a second Ctrl-C should. Both are caught on one
 	// buffered channel, so a second signal sent however soon after the
-	// first is never taken for the first.
+	// first is never lost.
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-signals
 		cancel()
+		// Exited with the status a shell gives a process the signal ended
+		// (130, 143): raising it again would do nothing where the signal
+		// was ignored when the process started (a background job).
 		sig := <-signals
-		signal.Reset(os.Interrupt, syscall.SIGTERM)
-		if p, err := os.FindProcess(os.Getpid()); err == nil {
-			_ = p.Signal(sig) // ends the process as the signal does by default
-		}
+		os.Exit(128 + int(sig.(syscall.Signal)))
 	}()
 	if err := root().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "mailroom:", err)
