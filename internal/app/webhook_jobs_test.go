@@ -217,7 +217,6 @@ func TestRetriesOfARefusingReceiverWaitBehindFreshEvents(t *testing.T) {
 	})
 	blocked, release := make(chan struct{}), make(chan struct{})
 	var unblock sync.Once
-	defer unblock.Do(func() { close(release) })
 	var mu sync.Mutex
 	var refused []time.Time
 	refusing := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -232,6 +231,7 @@ func TestRetriesOfARefusingReceiverWaitBehindFreshEvents(t *testing.T) {
 		rw.WriteHeader(http.StatusInternalServerError)
 	}))
 	defer refusing.Close()
+	defer unblock.Do(func() { close(release) }) // before Close, which waits for the handler
 	refusingID, _ := w.endpoint(t, map[string]any{"url": refusing.URL})
 	for range 3 {
 		w.test(t, refusingID)
