@@ -35,17 +35,17 @@ import (
 // Limits of a send: everything a request can put into an event is bounded.
 // README.md lists them with the other limits of the API.
 const (
-	MaxRecipients      = 50               // to, cc and bcc together
-	MaxReplyTo         = 50               // reply_to addresses
-	MaxAttachments     = 20               // attachments of one email
-	MaxAttachmentBytes = 40 * 1024 * 1024 // base64 size of all attachments, downloaded ones included
-	MaxSubjectLength   = 998              // characters (RFC 5322 line length)
-	MaxTags            = 49               // SES's limit of 50 message tags, less the one that carries the email id
-	MaxTagLength       = 256              // characters of a tag name or value (SES)
-	MaxFilenameLength  = 255              // characters of an attachment filename
-	MaxContentType     = 255              // bytes of an attachment content_type (RFC 6838)
-	MaxContentID       = 255              // bytes of an attachment content_id
-	MaxIdempotencyKey  = 256              // bytes of an Idempotency-Key
+	MaxRecipients      = 50         // to, cc and bcc together
+	MaxReplyTo         = 50         // reply_to addresses
+	MaxAttachments     = 20         // attachments of one email
+	MaxAttachmentBytes = 40_000_000 // 40 MB (not MiB) of base64 over all attachments, downloaded ones included
+	MaxSubjectLength   = 998        // characters (RFC 5322 line length)
+	MaxTags            = 49         // SES's limit of 50 message tags, less the one that carries the email id
+	MaxTagLength       = 256        // characters of a tag name or value (SES)
+	MaxFilenameLength  = 255        // characters of an attachment filename
+	MaxContentType     = 255        // bytes of an attachment content_type (RFC 6838)
+	MaxContentID       = 255        // bytes of an attachment content_id
+	MaxIdempotencyKey  = 256        // bytes of an Idempotency-Key
 	IdempotencyWindow  = 24 * time.Hour
 )
 

@@ -245,7 +245,7 @@ func (p *Pipeline) gateway(ctx context.Context, st email.State, room *Lease, met
 		}
 		var content []byte
 		if a.Path != "" {
-			tooLarge := fmt.Sprintf("attachment %d (%s) takes the attachments past the %d MiB limit", i, a.Filename, commands.MaxAttachmentBytes>>20)
+			tooLarge := fmt.Sprintf("attachment %d (%s) takes the attachments past the %d MB limit", i, a.Filename, commands.MaxAttachmentBytes/1_000_000)
 			maxBytes := budget / 4 * 3 // the most bytes whose base64 fits
 			if maxBytes <= 0 {
 				return email.ReasonAttachmentsTooLarge, tooLarge, nil, nil

@@ -283,7 +283,7 @@ func BenchmarkEventToWebhook(b *testing.B) {
 }
 
 // BenchmarkPathAttachmentBudget sends emails with twenty 3 MiB path
-// attachments, over the 40 MiB budget, one after another until each has
+// attachments, over the 40 MB budget, one after another until each has
 // failed, and reports the peak resident memory of the whole process (API,
 // pipeline and the file server) and the peak heap in use, sampled every
 // millisecond. Downloads are read one at a time and stop at the budget,

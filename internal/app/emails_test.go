@@ -418,23 +418,23 @@ func TestPathAttachmentQueuedInTheClear(t *testing.T) {
 	}
 }
 
-// Downloads share the 40 MiB budget (of base64) with the inline
-// attachments: twenty files of 3 MiB pass it, so the email fails once the
+// Downloads share the 40 MB budget (of base64) with the inline
+// attachments: twenty files of 3 MB pass it, so the email fails once the
 // budget is spent, without downloading the rest.
 func TestPathAttachmentsShareTheBudget(t *testing.T) {
 	w := newSendWorld(t)
-	srv, downloads := attachmentServer(3 << 20)
+	srv, downloads := attachmentServer(3_000_000)
 	defer srv.Close()
 	e := w.waitFor(t, w.send(t, budgetBody(srv.URL))["id"].(string), status("failed"))
 	meta := e["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)
 	detail, _ := meta["detail"].(string)
-	if meta["reason"] != "attachments_too_large" || !strings.Contains(detail, "40 MiB limit") {
+	if meta["reason"] != "attachments_too_large" || !strings.Contains(detail, "40 MB limit") {
 		t.Fatalf("failure metadata %v", meta)
 	}
 	if _, err := os.Stat(w.outbox(e["id"].(string))); !os.IsNotExist(err) {
 		t.Fatal("an email over the budget reached the outbox")
 	}
-	// Ten files are 40 MiB of base64: the budget, exactly. The eleventh
+	// Ten files are 40 MB of base64: the budget, exactly. The eleventh
 	// has no room left and is not fetched.
 	if n := downloads.Load(); n >= 20 || n != 10 {
 		t.Fatalf("the server saw %d downloads", n)
