@@ -462,6 +462,53 @@ func TestSendEmailAcceptsARequestAtEveryLimit(t *testing.T) {
 	}
 }
 
+// Several addresses in one string are refused; only a field that takes a
+// list says to send them as its items.
+func TestSeveralAddressesInOneStringAreNamedAsSuch(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	req, body := sendRequest(t)
+	req.From = "a@example.com, b@example.com"
+	req.Cc = []string{"c@example.org, d@example.org"}
+	_, err := h.svc.SendEmail(ctx, acct, req, "", body, meta)
+	var v *domain.ValidationError
+	if !errors.As(err, &v) || len(v.Errors) != 2 {
+		t.Fatalf("want errors on from and cc.0, got %v", err)
+	}
+	for _, f := range v.Errors {
+		several := strings.Contains(f.Message, "more than one address")
+		hint := strings.Contains(f.Message, "item of the list")
+		if !several || hint != (f.Field == "cc.0") {
+			t.Errorf("%s: %q", f.Field, f.Message)
+		}
+	}
+}
+
+// The attachments' limit is 40 MB of base64, as the contract writes it:
+// 40,000,000 bytes, not 40 MiB.
+func TestTheAttachmentsMayTakeFortyMillionBytesOfBase64(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	h.appended(t)
+	half := base64.StdEncoding.EncodeToString(make([]byte, 15_000_000)) // 20,000,000 bytes of base64
+	req, body := sendRequest(t)
+	req.Attachments = []commands.SendAttachment{{Filename: "a.bin", Content: half}, {Filename: "b.bin", Content: half}}
+	if _, err := h.svc.SendEmail(ctx, acct, req, "", body, meta); err != nil {
+		t.Fatalf("attachments of 40,000,000 bytes of base64: %v", err)
+	}
+	h.appended(t)
+	req.Attachments = append(req.Attachments, commands.SendAttachment{Filename: "c.bin", Content: "AAAA"})
+	_, err := h.svc.SendEmail(ctx, acct, req, "", body, meta)
+	if got := fields(t, err); !slices.Equal(got, []string{"attachments"}) {
+		t.Fatalf("attachments of 40,000,004 bytes of base64: fields %q (%v)", got, err)
+	}
+	h.nothingAppended(t, "a send past the limit")
+}
+
 // A domain with an internationalised name is kept as punycode; a send from
 // it, its name written in Unicode or in punycode, is a send from that
 // verified domain.

@@ -474,7 +474,12 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 			if p := domain.TextProblem(a, false); p != "" {
 				v.Add(f, "%s", p)
 			} else if _, err := mailmsg.ParseNewAddress(a); err != nil {
-				v.Add(f, "%s", err.Error())
+				var several *mailmsg.AddressError
+				if errors.As(err, &several) && several.Several {
+					v.Add(f, "%s; send each as an item of the list", err.Error())
+				} else {
+					v.Add(f, "%s", err.Error())
+				}
 			}
 		}
 	}

@@ -106,6 +106,9 @@ var ErrInvalidAddress = errors.New("is not a valid email address")
 // (the domain needs a dot)".
 type AddressError struct {
 	Reason string
+	// Several: the string is a list of addresses, which a field that takes
+	// a list accepts item by item.
+	Several bool
 }
 
 func (e *AddressError) Error() string {
@@ -150,7 +153,7 @@ func ParseAddress(s string) (Address, error) {
 	// in one string: say so rather than blame a character.
 	if strings.Contains(s, ",") {
 		if list, err := mail.ParseAddressList(s); err == nil && len(list) > 1 {
-			return Address{}, addrErr("it holds more than one address; send each as an item of a list")
+			return Address{}, &AddressError{Reason: "it holds more than one address", Several: true}
 		}
 	}
 	raw, namePart := s, ""

@@ -805,9 +805,9 @@ func TestParseAddress(t *testing.T) {
 	}
 	// Some refusals name what the sender most likely meant.
 	for in, reason := range map[string]string{
-		"a@b.com, c@d.com":                   "it holds more than one address; send each as an item of a list",
-		"a@b.com,c@d.com":                    "it holds more than one address; send each as an item of a list",
-		"Name <a@b.com>, Other <c@d.com>":    "it holds more than one address; send each as an item of a list",
+		"a@b.com, c@d.com":                   "it holds more than one address",
+		"a@b.com,c@d.com":                    "it holds more than one address",
+		"Name <a@b.com>, Other <c@d.com>":    "it holds more than one address",
 		"Doe, John <john@example.com>":       "the display name is malformed; put it in double quotes",
 		"jöhn@example.com":                   "the part before @ must be ASCII: addresses that need SMTPUTF8 are not supported",
 		"@example.com":                       "the part before @ is missing",
