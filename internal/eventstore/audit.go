@@ -34,10 +34,12 @@ func (b Break) String() string {
 //
 // A change to an event breaks its own hash; an insertion or removal breaks
 // the revision sequence and the next event's hash. Removing the last events
-// of a stream leaves no trace in the chain; a store that records each
-// stream's head apart (HeadRecorder) shows it, unless that record was
-// changed too. The heads are read before the log, so a stream appended to
-// meanwhile is judged at the head it had then. Verify sees the log as
+// of a stream, or adding events past them, leaves no trace in the chain; a
+// store that records each stream's head apart (HeadRecorder) shows it,
+// unless that record was changed too. The heads are read before the log,
+// so a stream appended to meanwhile is judged at the head it had then; one
+// whose log ends elsewhere is judged again at the head it has after the
+// scan. Verify sees the log as
 // ReadAll does, so events committed while it runs may or may not be
 // included; give it a store of its own (as `mailroom events verify` does),
 // since a store may serve the head of the log from what it read before.
@@ -48,13 +50,17 @@ func Verify(ctx context.Context, s Store, report func(Break)) (checked, foreign 
 	type head struct {
 		next uint64
 		hash string
+		// atRecorded: the event at next-1 is the stream's recorded head
+		// (read before the scan), whose hash has been compared.
+		atRecorded bool
 	}
 	heads := map[string]*head{}
 	if report == nil {
 		report = func(Break) {}
 	}
+	hr, _ := s.(HeadRecorder)
 	var recorded map[string]StreamHead
-	if hr, ok := s.(HeadRecorder); ok {
+	if hr != nil {
 		if recorded, err = hr.RecordedHeads(ctx); err != nil {
 			return 0, 0, err
 		}
@@ -70,15 +76,54 @@ func Verify(ctx context.Context, s Store, report func(Break)) (checked, foreign 
 			// order does not show yet (an older transaction still open):
 			// the stream itself says whether the event is there.
 			for stream, r := range recorded {
-				got, err := s.ReadStream(ctx, stream, r.Revision, 1)
-				if err != nil && !errors.Is(err, ErrStreamNotFound) {
+				if err := reachHead(ctx, s, stream, r, report); err != nil {
 					return checked, foreign, err
 				}
-				if len(got) == 1 && got[0].StreamRevision == r.Revision && got[0].Hash == r.Hash {
-					continue
+			}
+			if hr == nil {
+				return checked, foreign, nil
+			}
+			// A stream whose log ends elsewhere than its recorded head was
+			// appended to during the scan, or had events added outside an
+			// append: its head as recorded now tells which.
+			var past []string
+			last := map[string]StreamHead{}
+			for stream, h := range heads {
+				if _, unreached := recorded[stream]; !h.atRecorded && !unreached { // those are judged above
+					past = append(past, stream)
+					last[stream] = StreamHead{Revision: h.next - 1, Hash: h.hash}
 				}
-				report(Break{stream, r.Revision, uuid.Nil,
-					fmt.Sprintf("the stream's recorded head is revision %d, which the log does not reach: events removed from its end", r.Revision)})
+			}
+			for len(past) > 0 {
+				chunk := past[:min(len(past), auditBatch)]
+				past = past[len(chunk):]
+				now, err := hr.RecordedHeads(ctx, chunk...)
+				if err != nil {
+					return checked, foreign, err
+				}
+				for _, stream := range chunk {
+					l := last[stream]
+					r, ok := now[stream]
+					switch {
+					case !ok:
+						if err := added(ctx, s, stream, 0, report,
+							fmt.Sprintf("the log holds the stream up to revision %d, but it has no recorded head: events added outside an append", l.Revision)); err != nil {
+							return checked, foreign, err
+						}
+					case r.Revision < l.Revision:
+						if err := added(ctx, s, stream, r.Revision+1, report,
+							fmt.Sprintf("the log holds the stream up to revision %d, past its recorded head, revision %d: events added outside an append", l.Revision, r.Revision)); err != nil {
+							return checked, foreign, err
+						}
+					case r.Revision == l.Revision && r.Hash != l.Hash:
+						report(Break{stream, l.Revision, uuid.Nil,
+							fmt.Sprintf("hash %s differs from the stream's recorded head %s", l.Hash, r.Hash)})
+					case r.Revision > l.Revision: // appended to after the scan passed it
+						if err := reachHead(ctx, s, stream, r, report); err != nil {
+							return checked, foreign, err
+						}
+					}
+				}
 			}
 			return checked, foreign, nil
 		}
@@ -88,17 +133,19 @@ func Verify(ctx context.Context, s Store, report func(Break)) (checked, foreign 
 				foreign++
 				continue
 			}
+			h := heads[e.StreamID]
+			if h == nil {
+				h = &head{}
+				heads[e.StreamID] = h
+			}
+			h.atRecorded = false
 			if r, ok := recorded[e.StreamID]; ok && r.Revision == e.StreamRevision {
 				if r.Hash != e.Hash {
 					report(Break{e.StreamID, e.StreamRevision, e.ID,
 						fmt.Sprintf("hash %s differs from the stream's recorded head %s", e.Hash, r.Hash)})
 				}
 				delete(recorded, e.StreamID)
-			}
-			h := heads[e.StreamID]
-			if h == nil {
-				h = &head{}
-				heads[e.StreamID] = h
+				h.atRecorded = true
 			}
 			if e.StreamRevision != h.next {
 				report(Break{e.StreamID, e.StreamRevision, e.ID,
@@ -112,6 +159,35 @@ func Verify(ctx context.Context, s Store, report func(Break)) (checked, foreign 
 			checked++
 		}
 	}
+}
+
+// reachHead reports a break unless stream holds its recorded head r.
+func reachHead(ctx context.Context, s Store, stream string, r StreamHead, report func(Break)) error {
+	got, err := s.ReadStream(ctx, stream, r.Revision, 1)
+	if err != nil && !errors.Is(err, ErrStreamNotFound) {
+		return err
+	}
+	if len(got) == 1 && got[0].StreamRevision == r.Revision && got[0].Hash == r.Hash {
+		return nil
+	}
+	report(Break{stream, r.Revision, uuid.Nil,
+		fmt.Sprintf("the stream's recorded head is revision %d, which the log does not reach: events removed from its end", r.Revision)})
+	return nil
+}
+
+// added reports the event at revision rev of stream, the first of those
+// added outside an append, with why.
+func added(ctx context.Context, s Store, stream string, rev uint64, report func(Break), why string) error {
+	got, err := s.ReadStream(ctx, stream, rev, 1)
+	if err != nil && !errors.Is(err, ErrStreamNotFound) {
+		return err
+	}
+	id := uuid.Nil
+	if len(got) == 1 {
+		id = got[0].ID
+	}
+	report(Break{stream, rev, id, why})
+	return nil
 }
 
 // VerifyExport checks the hash chains of an export (Export's NDJSON) as

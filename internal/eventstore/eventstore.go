@@ -277,9 +277,11 @@ type AppendResult struct {
 // HeadRecorder is implemented by stores that keep each stream's last
 // revision and hash apart from its events (PostgreSQL's streams table).
 // Verify checks the log against them, which shows events removed from the
-// end of a stream, where its chain alone cannot.
+// end of a stream, or added past it, where its chain alone cannot.
 type HeadRecorder interface {
-	RecordedHeads(ctx context.Context) (map[string]StreamHead, error)
+	// RecordedHeads returns the recorded heads of the streams named, or of
+	// every stream when none is; a stream without one is left out.
+	RecordedHeads(ctx context.Context, streams ...string) (map[string]StreamHead, error)
 }
 
 // StreamHead is a stream's last revision and that event's hash.

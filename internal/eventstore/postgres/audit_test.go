@@ -267,3 +267,93 @@ func TestVerifyBesideAnOpenTransaction(t *testing.T) {
 		t.Fatalf("verify beside an open transaction: %d events, breaks %v, err %v; want the one visible event and no break", n, breaks, err)
 	}
 }
+
+// Events written into the log by hand, past a stream's recorded head or in
+// a stream without one, chain as an append would chain them: only the
+// recorded heads show them. Streams appended to while verify runs are no
+// break.
+func TestVerifyFindsEventsAddedOutsideAnAppend(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	s := newStore(t, pool)
+	ctx := context.Background()
+	mustAppend(t, s, "apikey-a", eventstore.NoStream, testEvent("E"))
+	mustAppend(t, s, "apikey-b", eventstore.NoStream, testEvent("E"))
+	mustAppend(t, s, "apikey-c", eventstore.NoStream, testEvent("E"))
+	waitVisible(t, s, 3)
+
+	// An event chained after apikey-a's head, and a whole stream, inserted
+	// as an append would write them, without the streams table.
+	forge := func(stream string, rev uint64, prev string) uuid.UUID {
+		t.Helper()
+		e := testEvent("Revoked")
+		_, err := pool.Exec(ctx, `INSERT INTO events (event_id, stream_id, stream_revision, event_type, schema_version, data, metadata, hash)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, e.ID, stream, int64(rev), e.Type, e.SchemaVersion, string(e.Data),
+			`{"actor":"system:test"}`, eventstore.ChainHash(prev, stream, rev, e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.ID
+	}
+	var headHash string
+	if err := pool.QueryRow(ctx, "SELECT last_hash FROM streams WHERE stream_id = 'apikey-a'").Scan(&headHash); err != nil {
+		t.Fatal(err)
+	}
+	past := forge("apikey-a", 1, headHash)
+	unrecorded := forge("apikey-forged", 0, "")
+	// And a stream whose recorded head was deleted.
+	if _, err := pool.Exec(ctx, "DELETE FROM streams WHERE stream_id = 'apikey-b'"); err != nil {
+		t.Fatal(err)
+	}
+	var bID uuid.UUID
+	if err := pool.QueryRow(ctx, "SELECT event_id FROM events WHERE stream_id = 'apikey-b'").Scan(&bID); err != nil {
+		t.Fatal(err)
+	}
+	waitVisible(t, s, 5)
+
+	// apikey-c and a new stream are appended to after the heads are read,
+	// before the log is: no break.
+	v := &appendingAfterHeads{Store: newStore(t, pool), then: func() {
+		mustAppend(t, s, "apikey-c", eventstore.Exact(0), testEvent("E"))
+		mustAppend(t, s, "apikey-new", eventstore.NoStream, testEvent("E"))
+		waitVisible(t, s, 7)
+	}}
+	var breaks []eventstore.Break
+	n, _, err := eventstore.Verify(ctx, v, func(b eventstore.Break) { breaks = append(breaks, b) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 7 {
+		t.Fatalf("checked %d events, want 7", n)
+	}
+	want := map[string]eventstore.Break{
+		"apikey-a":      {Stream: "apikey-a", Revision: 1, EventID: past},
+		"apikey-forged": {Stream: "apikey-forged", Revision: 0, EventID: unrecorded},
+		"apikey-b":      {Stream: "apikey-b", Revision: 0, EventID: bID},
+	}
+	for _, b := range breaks {
+		w, ok := want[b.Stream]
+		if !ok || b.Revision != w.Revision || b.EventID != w.EventID || !strings.Contains(b.Reason, "added outside an append") {
+			t.Errorf("unexpected break %v", b)
+		}
+		delete(want, b.Stream)
+	}
+	if len(want) != 0 {
+		t.Fatalf("breaks %v; none for %v", breaks, want)
+	}
+}
+
+// appendingAfterHeads runs then once the recorded heads are read, as an
+// append made while verify runs would be.
+type appendingAfterHeads struct {
+	*Store
+	then func()
+}
+
+func (a *appendingAfterHeads) RecordedHeads(ctx context.Context, streams ...string) (map[string]eventstore.StreamHead, error) {
+	heads, err := a.Store.RecordedHeads(ctx, streams...)
+	if a.then != nil {
+		a.then()
+		a.then = nil
+	}
+	return heads, err
+}

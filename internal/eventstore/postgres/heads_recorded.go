@@ -4,15 +4,24 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
 var _ eventstore.HeadRecorder = (*Store)(nil)
 
-// RecordedHeads returns every stream's last revision and hash as the
-// streams table holds them, which appends keep beside the events.
-func (s *Store) RecordedHeads(ctx context.Context) (map[string]eventstore.StreamHead, error) {
-	rows, err := s.pool.Query(ctx, `SELECT stream_id, last_revision, last_hash FROM streams`)
+// RecordedHeads returns the last revision and hash of the streams named,
+// or of every stream, as the streams table holds them, which appends keep
+// beside the events.
+func (s *Store) RecordedHeads(ctx context.Context, streams ...string) (map[string]eventstore.StreamHead, error) {
+	var rows pgx.Rows
+	var err error
+	if len(streams) == 0 {
+		rows, err = s.pool.Query(ctx, `SELECT stream_id, last_revision, last_hash FROM streams`)
+	} else {
+		rows, err = s.pool.Query(ctx, `SELECT stream_id, last_revision, last_hash FROM streams WHERE stream_id = ANY($1)`, streams)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("eventstore/postgres: stream heads: %w", err)
 	}
