@@ -80,7 +80,7 @@ func TestAnAttemptGoesByTheEndpointAsItIsWhenItPosts(t *testing.T) {
 			done <- w.attempt(ctx, AttemptArgs{DeliveryID: c.DeliveryID, Attempt: 1, AccountID: "acct", EndpointID: "ep", Listed: &listed},
 				st, expected, false, 0)
 		}()
-		<-waiting // the attempt has read its endpoint and waits
+		<-waiting // the attempt waits for the read model
 		if _, err := pool.Exec(ctx, change); err != nil {
 			t.Fatal(err)
 		}

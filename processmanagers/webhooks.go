@@ -534,7 +534,7 @@ func (f *fanoutWorker) Work(ctx context.Context, job *river.Job[FanoutArgs]) err
 		return err
 	}
 	// The first attempts wait for the read model to list the deliveries,
-	// and read their endpoints meanwhile.
+	// then read their endpoints.
 	var jobs []river.InsertManyParams
 	var only *commands.NewDelivery
 	for i, d := range ds {
@@ -816,6 +816,12 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 		// the endpoint's.
 		return w.Commands.DropDelivery(ctx, a.DeliveryID, false, a.meta())
 	}
+	if a.Listed != nil {
+		// A receiver that hears of a delivery finds it listed. Waited for
+		// before the endpoint is read: read after, it is seldom to be read
+		// again before the post.
+		_ = w.Settle(ctx, *a.Listed, projections.WebhooksName)
+	}
 	ep, held, err := w.endpointFor(ctx, a, st)
 	if held || err != nil {
 		return err
@@ -830,10 +836,6 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 	}
 	if now := w.Now(); !st.Due(now) {
 		return river.JobSnooze(st.NextAt.Sub(now))
-	}
-	if a.Listed != nil {
-		// A receiver that hears of a delivery finds it listed.
-		_ = w.Settle(ctx, *a.Listed, projections.WebhooksName)
 	}
 	// The shares bound the time spent on receivers; recording is the
 	// database's and holds none.
