@@ -470,7 +470,7 @@ func TestAProviderStillDownStaysFailingWhileOldEmailsGiveUp(t *testing.T) {
 			t.Fatalf("provider down: %v, want a transient error", err)
 		}
 	}
-	if err := r.outcomes.ProviderFailing(); err == nil {
+	if err := r.outcomes.ProviderFailing(r.now); err == nil {
 		t.Fatal("five failed sends in a row, and the provider is not reported failing")
 	}
 	r.now = queuedAt.Add(r.pipeline.MaxAge + time.Second)
@@ -480,7 +480,7 @@ func TestAProviderStillDownStaysFailingWhileOldEmailsGiveUp(t *testing.T) {
 	if f := r.failure(t, old); f == nil || f.Reason != email.ReasonProviderUnavailable {
 		t.Fatalf("the old email: %q", r.types(t, old))
 	}
-	err := r.outcomes.ProviderFailing()
+	err := r.outcomes.ProviderFailing(r.now)
 	if err == nil || !strings.Contains(err.Error(), "6 sends in a row") {
 		t.Fatalf("the provider is still down after an email gave up on it: %v", err)
 	}
@@ -492,7 +492,7 @@ func TestAProviderStillDownStaysFailingWhileOldEmailsGiveUp(t *testing.T) {
 	if err := r.process(r.queue(t, "<p>new</p>", []string{"bob@example.org"})); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.outcomes.ProviderFailing(); err != nil {
+	if err := r.outcomes.ProviderFailing(r.now); err != nil {
 		t.Fatalf("the provider answered with a rejection, and is still reported failing: %v", err)
 	}
 }

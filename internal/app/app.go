@@ -383,7 +383,7 @@ func (a *App) Ready(ctx context.Context) (map[string]any, error) {
 		return nil, err
 	}
 	if a.Config.Has("workers") {
-		if err := a.Outcomes.ProviderFailing(); err != nil {
+		if err := a.Outcomes.ProviderFailing(a.Now()); err != nil {
 			return nil, err
 		}
 	}

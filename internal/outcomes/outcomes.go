@@ -24,8 +24,17 @@ type Recorder struct {
 	mu          sync.Mutex
 	failing     int // consecutive transient provider failures
 	lastFailure string
-	since       time.Time
+	since, last time.Time // of the run's first and last failure
 }
+
+// RunLapse is how long after its last failure a run of failures stops
+// counting. While emails wait for a provider that is down, each asks it
+// again at least every minute and a quarter (the longest retry wait), so a
+// longer silence means none is waiting: nothing shows the provider still
+// down, and a process that reported it would stay unready until a send
+// came through it, which a load balancer trusting /readyz would never let
+// happen.
+const RunLapse = 3 * time.Minute
 
 // New registers the counters on reg.
 func New(reg prometheus.Registerer) *Recorder {
@@ -93,6 +102,7 @@ func (o *Recorder) failed(err error, now time.Time) {
 		o.since = now
 	}
 	o.failing++
+	o.last = now
 	o.lastFailure = logs.Redacted(err) // readiness shows it, and the log keeps it
 }
 
@@ -117,11 +127,11 @@ func (o *Recorder) Attempt(success bool) {
 }
 
 // ProviderFailing reports a provider whose last sends have all failed,
-// five or more in a row.
-func (o *Recorder) ProviderFailing() error {
+// five or more in a row, the last within RunLapse of now.
+func (o *Recorder) ProviderFailing(now time.Time) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.failing >= 5 {
+	if o.failing >= 5 && now.Sub(o.last) <= RunLapse {
 		return fmt.Errorf("the mail provider has failed %d sends in a row since %s: %s", o.failing, o.since.UTC().Format(time.RFC3339), o.lastFailure)
 	}
 	return nil

@@ -19,20 +19,44 @@ func TestFiveFailuresInARowMakeTheProviderFailingUntilASendGoesOut(t *testing.T)
 	for i := range 4 {
 		r.Send("retrying", errors.New("connection refused"), at.Add(time.Duration(i)*time.Second))
 	}
-	if err := r.ProviderFailing(); err != nil {
+	if err := r.ProviderFailing(at.Add(4 * time.Second)); err != nil {
 		t.Fatalf("after 4 failures: %v", err)
 	}
 	r.Send("retrying", errors.New("451 try later"), at.Add(5*time.Second))
-	err := r.ProviderFailing()
+	err := r.ProviderFailing(at.Add(5 * time.Second))
 	if err == nil || !strings.Contains(err.Error(), "5 sends in a row since 2026-05-01T12:00:00Z") || !strings.Contains(err.Error(), "451 try later") {
 		t.Fatalf("after 5 failures: %v", err)
 	}
 	r.Send("sent", nil, at.Add(6*time.Second))
-	if err := r.ProviderFailing(); err != nil {
+	if err := r.ProviderFailing(at.Add(6 * time.Second)); err != nil {
 		t.Fatalf("after a send went out: %v", err)
 	}
 	if got := testutil.ToFloat64(r.Sends.WithLabelValues("retrying")); got != 5 {
 		t.Fatalf("retrying counted %v, want 5", got)
+	}
+}
+
+// A run of failures stops counting once none has come for RunLapse:
+// emails waiting for a provider that is down ask it more often than that,
+// so the silence means none is waiting, and a process must not stay
+// unready until a send it may never be given comes through.
+func TestARunOfFailuresLapsesWhenNoSendAsksTheProvider(t *testing.T) {
+	r := outcomes.New(prometheus.NewRegistry())
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for i := range 5 {
+		r.Send("retrying", errors.New("connection refused"), at.Add(time.Duration(i)*time.Minute))
+	}
+	last := at.Add(4 * time.Minute)
+	if err := r.ProviderFailing(last.Add(outcomes.RunLapse)); err == nil {
+		t.Fatal("a run whose last failure is RunLapse old, not more, still counts")
+	}
+	if err := r.ProviderFailing(last.Add(outcomes.RunLapse + time.Second)); err != nil {
+		t.Fatalf("RunLapse after the last failure: %v", err)
+	}
+	// A failure after the lapse takes the run up again, not from the start.
+	r.Send("retrying", errors.New("connection refused"), last.Add(10*time.Minute))
+	if err := r.ProviderFailing(last.Add(10 * time.Minute)); err == nil || !strings.Contains(err.Error(), "6 sends in a row") {
+		t.Fatalf("a failure after the lapse: %v", err)
 	}
 }
 
@@ -46,18 +70,18 @@ func TestAnEmailGivingUpDoesNotEndTheProvidersRunOfFailures(t *testing.T) {
 		r.Send("retrying", errors.New("connection refused"), at.Add(time.Duration(i)*time.Second))
 	}
 	r.GaveUp(&provider.ThrottledError{Reason: "452 mailbox full"}, at.Add(4*time.Second))
-	if err := r.ProviderFailing(); err != nil {
+	if err := r.ProviderFailing(at.Add(4 * time.Second)); err != nil {
 		t.Fatalf("four failures and a throttle: %v", err)
 	}
 	r.GaveUp(errors.New("connection refused"), at.Add(5*time.Second))
-	if err := r.ProviderFailing(); err == nil || !strings.Contains(err.Error(), "5 sends in a row since 2026-05-01T12:00:00Z") {
+	if err := r.ProviderFailing(at.Add(5 * time.Second)); err == nil || !strings.Contains(err.Error(), "5 sends in a row since 2026-05-01T12:00:00Z") {
 		t.Fatalf("four failures and an email giving up after a fifth: %v", err)
 	}
 	if got := testutil.ToFloat64(r.Sends.WithLabelValues("failed")); got != 2 {
 		t.Fatalf("failed counted %v, want 2", got)
 	}
 	r.Send("failed", &provider.RejectedError{Reason: "550 no such user"}, at.Add(6*time.Second))
-	if err := r.ProviderFailing(); err != nil {
+	if err := r.ProviderFailing(at.Add(6 * time.Second)); err != nil {
 		t.Fatalf("after a rejection, an answer from a provider that works: %v", err)
 	}
 }
@@ -134,7 +158,7 @@ func TestTheProviderFailureReportNamesNoRecipient(t *testing.T) {
 	for range 5 {
 		r.Send("retrying", errors.New("451 4.7.1 <alice@example.com>: greylisted"), at)
 	}
-	err := r.ProviderFailing()
+	err := r.ProviderFailing(at)
 	if err == nil || strings.Contains(err.Error(), "alice") || !strings.Contains(err.Error(), "greylisted") {
 		t.Fatalf("provider failing: %v", err)
 	}
