@@ -148,7 +148,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	str(fs, &c.BlobS3Endpoint, "blob-s3-endpoint", "MAILROOM_BLOB_S3_ENDPOINT", "", "S3 endpoint override (MinIO, emulators); path-style addressing is used with it")
 	str(fs, &c.ClamdAddr, "clamd-addr", "MAILROOM_CLAMD_ADDR", "", "ClamAV daemon (host:port or unix:/path) that scans every email; empty: built-in checks only")
 	str(fs, &c.EgressAllowCIDRs, "egress-allow-cidrs", "MAILROOM_EGRESS_ALLOW_CIDRS", "", "development only: address ranges webhooks and attachment downloads may reach although not public, e.g. 127.0.0.0/8,::1/128")
-	str(fs, &c.SMTPURL, "smtp-url", "MAILROOM_SMTP_URL", "", "relay of the smtp provider: smtp://user:pass@host:587 (STARTTLS) or smtps://user:pass@host:465"+secretNote)
+	str(fs, &c.SMTPURL, "smtp-url", "MAILROOM_SMTP_URL", "", "relay of the smtp provider: smtp://user:pass@host:587 (STARTTLS when the relay offers it; add ?starttls=require to refuse a relay without it; credentials are only ever sent over TLS) or smtps://user:pass@host:465 (implicit TLS)"+secretNote)
 	str(fs, &c.SESConfigSet, "ses-configuration-set", "MAILROOM_SES_CONFIGURATION_SET", "", "SES configuration set whose event publishing feeds MAILROOM_SES_EVENTS_QUEUE_URL")
 	str(fs, &c.SESEventsQueueURL, "ses-events-queue-url", "MAILROOM_SES_EVENTS_QUEUE_URL", "", "SQS queue (fed by SNS from SES event publishing) that Mailroom long-polls for delivery feedback")
 	str(fs, &c.SESEndpoint, "ses-endpoint", "MAILROOM_SES_ENDPOINT", "", "endpoint override for SES, SQS and STS (emulators)")
@@ -320,7 +320,7 @@ func (c *Config) validateBackends() error {
 	case "sandbox", "ses":
 	case "smtp":
 		if c.SMTPURL == "" {
-			return invalid("smtp-url", "required with the smtp provider: smtp://user:pass@host:587 (STARTTLS) or smtps://user:pass@host:465")
+			return invalid("smtp-url", "required with the smtp provider: smtp://user:pass@host:587 (STARTTLS) or smtps://user:pass@host:465 (implicit TLS)")
 		}
 	default:
 		return invalid("provider", "%q is not one of sandbox, ses, smtp", c.Provider)

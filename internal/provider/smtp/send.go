@@ -232,7 +232,7 @@ func (r *Relay) dial(ctx context.Context, startTLS bool) (*gosmtp.Client, bool, 
 // auth logs in with PLAIN, or LOGIN when that is all the relay offers.
 func (r *Relay) auth(c *gosmtp.Client, isTLS bool) error {
 	if !isTLS && !r.insecureAuth {
-		return errors.New("refusing to send credentials without TLS (the relay did not offer STARTTLS; see WithInsecureAuth)")
+		return errors.New("refusing to send credentials without TLS: the relay did not offer STARTTLS (give a relay that does, smtps://, or a URL without credentials for a relay that takes this host's mail without them)")
 	}
 	ok, mechs := c.Extension("AUTH")
 	if !ok {
