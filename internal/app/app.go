@@ -112,8 +112,10 @@ func (a *App) routed() []routedManager {
 // CheckPoolSize refuses a pool too small for cfg's roles to make progress.
 // Each projector, and each of the routed process managers of a worker,
 // holds a connection in a transaction while it reads the log or does its
-// work on another one: with every connection held so, all of them wait for
-// ever. One more than those holders is the least that always moves.
+// work on another one, and the log's readers share one more, held on
+// LISTEN for as long as they run: with every connection held so, all of
+// them wait for ever. One more than those holders is the least that always
+// moves.
 func CheckPoolSize(cfg config.Config, conns, routed int) error {
 	need := 1
 	if cfg.Has("projections") {
@@ -122,9 +124,12 @@ func CheckPoolSize(cfg config.Config, conns, routed int) error {
 	if cfg.Has("workers") {
 		need += routed
 	}
+	if cfg.Has("projections") || cfg.Has("workers") {
+		need++ // the log's LISTEN connection
+	}
 	if conns < need {
 		return fmt.Errorf("the database pool holds %d connections (pool_max_conns in MAILROOM_DATABASE_URL); the roles %s need at least %d: "+
-			"each projector and process manager holds one while it works on another", conns, strings.Join(cfg.Roles, ","), need)
+			"each projector and process manager holds one while it works on another, and the log's readers one on LISTEN", conns, strings.Join(cfg.Roles, ","), need)
 	}
 	return nil
 }

@@ -1,15 +1,25 @@
 package app_test
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mailroom/mailroom/internal/app"
+	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/config"
+	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
 // A pool too small for the roles' holders (five projectors, two process
-// managers of the router) is refused with the least that works.
+// managers of the router, the log's LISTEN connection) is refused with the
+// least that works.
 func TestCheckPoolSize(t *testing.T) {
 	for _, c := range []struct {
 		roles []string
@@ -17,12 +27,13 @@ func TestCheckPoolSize(t *testing.T) {
 		ok    bool
 	}{
 		{[]string{"api", "projections", "workers"}, 4, false},
-		{[]string{"api", "projections", "workers"}, 7, false},
-		{[]string{"api", "projections", "workers"}, 8, true},
-		{[]string{"api", "projections"}, 5, false},
-		{[]string{"api", "projections"}, 6, true},
-		{[]string{"workers"}, 2, false},
-		{[]string{"workers"}, 3, true},
+		{[]string{"api", "projections", "workers"}, 8, false},
+		{[]string{"api", "projections", "workers"}, 9, true},
+		{[]string{"api", "projections"}, 6, false},
+		{[]string{"api", "projections"}, 7, true},
+		{[]string{"projections"}, 7, true},
+		{[]string{"workers"}, 3, false},
+		{[]string{"workers"}, 4, true},
 		{[]string{"api"}, 1, true},
 	} {
 		err := app.CheckPoolSize(config.Config{Roles: c.roles}, c.conns, 2)
@@ -31,6 +42,82 @@ func TestCheckPoolSize(t *testing.T) {
 		}
 		if err != nil && !strings.Contains(err.Error(), "pool_max_conns") {
 			t.Errorf("the refusal does not say what to change: %v", err)
+		}
+	}
+}
+
+// A process whose pool is the least its roles accept keeps moving while
+// every projector has work at once (sends arrive together, a worker process
+// sends them and their webhooks are recorded): each send is answered 202
+// and readable at once, and each email and webhook is projected.
+func TestTheLeastPoolTheRolesAcceptKeepsThemMoving(t *testing.T) {
+	roles := []string{"api", "projections"}
+	least := 1
+	for app.CheckPoolSize(config.Config{Roles: roles}, least, 0) != nil {
+		least++
+	}
+	url := pgtest.NewURL(t)
+	shared := t.TempDir()
+	cfgOf := func(roles []string, url string) config.Config {
+		cfg := apptest.Config(t, url)
+		cfg.Roles, cfg.DataDir, cfg.BlobDir, cfg.SandboxOutbox = roles, shared, shared+"/blobs", shared+"/outbox"
+		cfg.EgressAllowCIDRs, cfg.WebhookAllowHTTP = "127.0.0.0/8", true
+		return cfg
+	}
+	s := apptest.StartWith(t, cfgOf(roles, url+fmt.Sprintf("&pool_max_conns=%d", least)))
+	apptest.StartWith(t, cfgOf([]string{"workers"}, url))
+	_, _, key := s.Sender("acme.test")
+	var heard atomic.Int32
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		heard.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer receiver.Close()
+	if r := s.Do("POST", "/v1/webhooks", key, map[string]any{"url": receiver.URL}); r.Status != 201 {
+		t.Fatalf("webhook: %d %s", r.Status, r.Body)
+	}
+	var mu sync.Mutex
+	var ids []string
+	var wg sync.WaitGroup
+	for c := range 8 {
+		wg.Go(func() {
+			for i := range 8 {
+				r := s.Do("POST", "/v1/emails/send", key, map[string]any{"from": "a@acme.test",
+					"to": fmt.Sprintf("u%d-%d@example.org", c, i), "subject": "s", "text": "t"})
+				if r.Status != 202 {
+					t.Errorf("send with a pool of %d: %d %s", least, r.Status, r.Body)
+					return
+				}
+				id := r.JSON(t)["id"].(string)
+				if g := s.Do("GET", "/v1/emails/"+id, key, nil); g.Status != 200 {
+					t.Errorf("the email just sent, with a pool of %d: %d %s", least, g.Status, g.Body)
+					return
+				}
+				mu.Lock()
+				ids = append(ids, id)
+				mu.Unlock()
+			}
+		})
+	}
+	sent := make(chan struct{})
+	go func() { wg.Wait(); close(sent) }()
+	select {
+	case <-sent:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("with a pool of %d, the sends were not answered within a minute: every connection held, none moves", least)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var delivered, listed int
+		if err := s.Pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM emails WHERE id = ANY($1) AND status = 'delivered'),
+			(SELECT count(*) FROM webhook_deliveries WHERE email_id = ANY($1) AND status = 'delivered')`, ids).Scan(&delivered, &listed); err != nil {
+			t.Fatal(err)
+		}
+		if delivered == len(ids) && listed == 2*len(ids) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with a pool of %d: %d of %d emails delivered, %d of %d webhooks listed delivered (%d received)",
+				least, delivered, len(ids), listed, 2*len(ids), heard.Load())
 		}
 	}
 }
