@@ -204,6 +204,7 @@ func TestSendEmailRefusesInvalidRequests(t *testing.T) {
 			r.Attachments = []commands.SendAttachment{{Filename: "a.bin", Content: big}, {Filename: "b.bin", Content: big}}
 		}, "", []string{"attachments"}},
 		{"content without a filename", func(r *commands.SendEmail) { r.Attachments[0].Filename = " " }, "", []string{"attachments.0.filename"}},
+		{"a filename of dots", func(r *commands.SendEmail) { r.Attachments[0].Filename = ".." }, "", []string{"attachments.0.filename"}},
 		{"long filename", func(r *commands.SendEmail) {
 			r.Attachments[0].Filename = strings.Repeat("ü", commands.MaxFilenameLength+1)
 		}, "", []string{"attachments.0.filename"}},

@@ -625,7 +625,9 @@ func filenameProblem(name string) string {
 	switch {
 	case utf8.RuneCountInString(name) > MaxFilenameLength:
 		return fmt.Sprintf("must be at most %d characters", MaxFilenameLength)
-	case strings.ContainsAny(name, "/\\"):
+	case strings.ContainsAny(name, "/\\"), strings.Contains(name, ".") && strings.Trim(name, ". ") == "":
+		// A path, or a name of dots alone (".", ".."): a mail client
+		// saving the file would take it for a directory.
 		return "must be a plain file name"
 	}
 	return domain.TextProblem(name, false)
@@ -637,7 +639,7 @@ func filenameOf(raw string) string {
 	if err != nil {
 		return "attachment"
 	}
-	if name := path.Base(u.Path); name != "" && name != "/" && name != "." {
+	if name := path.Base(u.Path); name != "/" && strings.Trim(name, ". ") != "" {
 		return name
 	}
 	return "attachment"
