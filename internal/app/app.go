@@ -415,6 +415,10 @@ func (a *App) storesReady(ctx context.Context) (map[string]any, error) {
 
 func (a *App) checkStores(ctx context.Context) (map[string]any, error) {
 	if err := a.Pool.Ping(ctx); err != nil {
+		if st := a.Pool.Stat(); ctx.Err() != nil && st.AcquiredConns() >= st.MaxConns() {
+			// PostgreSQL may be fine: the pool had no connection to ask it on.
+			return nil, fmt.Errorf("postgres: all %d connections of the pool are in use and none came free in time (pool_max_conns in MAILROOM_DATABASE_URL)", st.MaxConns())
+		}
 		return nil, fmt.Errorf("postgres unreachable: %s", whyUnreachable(err))
 	}
 	if err := eventstore.Ping(ctx, a.Store); err != nil {

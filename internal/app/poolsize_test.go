@@ -121,3 +121,24 @@ func TestTheLeastPoolTheRolesAcceptKeepsThemMoving(t *testing.T) {
 		}
 	}
 }
+
+// Readiness tells a pool with every connection in use from PostgreSQL not
+// answering.
+func TestReadinessNamesAPoolWithNoConnectionFree(t *testing.T) {
+	cfg := apptest.Config(t, pgtest.NewURL(t)+"&pool_max_conns=2")
+	cfg.Roles = []string{"api"}
+	s := apptest.StartWith(t, cfg)
+	ctx := context.Background()
+	for range 2 {
+		c, err := s.Pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+	}
+	time.Sleep(1100 * time.Millisecond) // past an answer shared from before
+	_, err := s.App.Ready(ctx)
+	if err == nil || !strings.Contains(err.Error(), "all 2 connections of the pool are in use") {
+		t.Fatalf("ready with no connection free: %v", err)
+	}
+}
