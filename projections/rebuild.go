@@ -23,8 +23,10 @@ import (
 // past a running transaction: every write's wait for its read models
 // would time out for as long as the build lasted (17 s for the recipients'
 // trigrams of 1.5 million emails). CONCURRENTLY takes an id only for its
-// short catalog steps, and as nothing else uses the shadow tables, it waits
-// for nobody.
+// short catalog steps. It does wait, between them, for every transaction
+// of the database older than itself to end; Mailroom's are short, and no
+// session of Mailroom's waits for a lock inside a statement (see
+// pglock.Wait), since one waiting for the rebuild lock would wait for good.
 func (r *Runner) buildIndex(ctx context.Context, shadow, ddl string) error {
 	rest, ok := strings.CutPrefix(ddl, "CREATE INDEX IF NOT EXISTS ")
 	if !ok {
@@ -52,7 +54,7 @@ type Progress func(applied int64)
 // into place together with the new checkpoint.
 func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) error {
 	// One rebuild of a projector at a time, across processes.
-	return pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(string(p.Name())), pglock.Options{Wait: pglock.Block},
+	return pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(string(p.Name())), pglock.Options{},
 		func(ctx context.Context, _ *pglock.Conn) error { return r.rebuild(ctx, p, progress) })
 }
 

@@ -623,13 +623,7 @@ func TestProcessesStartingTogetherRebuildOnce(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	// The rebuild lock is held while the processes start, so that all of
 	// them find the projection stale before any rebuilds it.
-	started, release := make(chan struct{}), make(chan struct{})
-	holder := make(chan error, 1)
-	go func() {
-		holder <- pglock.Hold(ctx, pool.Config().ConnConfig, pglock.Rebuild("tally"), pglock.Options{Wait: pglock.Block},
-			func(context.Context, *pglock.Conn) error { close(started); <-release; return nil })
-	}()
-	<-started
+	release, holder := holdingRebuild(t, pool, "tally")
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() {
@@ -638,14 +632,7 @@ func TestProcessesStartingTogetherRebuildOnce(t *testing.T) {
 			}
 		})
 	}
-	for waiting := 0; waiting < 3; {
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	close(release)
+	release(3)
 	wg.Wait()
 	if err := <-holder; err != nil {
 		t.Fatal(err)
@@ -657,6 +644,66 @@ func TestProcessesStartingTogetherRebuildOnce(t *testing.T) {
 	catchUpTo(t, r, tally{version: 2}, last)
 	if total, seen := counts(t, pool); total != 30 || seen != 30 {
 		t.Fatalf("after the rebuild: total %d seen %d, want 30", total, seen)
+	}
+}
+
+// holdingRebuild holds the named projector's rebuild lock until release(n)
+// is called, which lets it go once n other sessions are asking for it; the
+// holder's result comes on the channel.
+func holdingRebuild(t *testing.T, pool *pgxpool.Pool, name string) (release func(n int), holder <-chan error) {
+	t.Helper()
+	pids, let := make(chan uint32), make(chan struct{})
+	result := make(chan error, 1)
+	go func() {
+		result <- pglock.Hold(context.Background(), pool.Config().ConnConfig, pglock.Rebuild(name), pglock.Options{},
+			func(_ context.Context, c *pglock.Conn) error {
+				c.Do(func(conn *pgx.Conn) error { pids <- conn.PgConn().PID(); return nil })
+				<-let
+				return nil
+			})
+	}()
+	pid := <-pids
+	return func(n int) {
+		t.Helper()
+		// A session asking for an advisory lock, whether it waits in the
+		// statement or tries it again and again, shows it as its query.
+		for asking := 0; asking < n; time.Sleep(10 * time.Millisecond) {
+			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> $1 AND query LIKE '%advisory_lock($1)%'`, int64(pid)).Scan(&asking); err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(let)
+	}, result
+}
+
+// Processes starting together on a fresh database (a first deployment:
+// every projection to build) all start. The one that builds a projection
+// runs its index statements CONCURRENTLY, and such a statement waits for
+// every statement older than it in the database: the others must not wait
+// for the rebuild lock inside a statement, or the build waits for them
+// while they wait for it, for good.
+func TestStartsTogetherOnAFreshDatabaseAllFinish(t *testing.T) {
+	pool, store := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	release, holder := holdingRebuild(t, pool, "emails")
+	done := make(chan error, 2)
+	for range 2 {
+		go func() { done <- projections.NewRunner(pool, store, nil, quiet, projections.Emails{}).Prepare(ctx) }()
+	}
+	release(2)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("a start did not finish: %v", err)
+		}
+	}
+	if err := <-holder; err != nil {
+		t.Fatal(err)
+	}
+	var indexed bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass('emails_account_created_idx') IS NOT NULL").Scan(&indexed); err != nil || !indexed {
+		t.Fatalf("the emails projection was not built with its indexes (%v)", err)
 	}
 }
 

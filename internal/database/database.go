@@ -186,7 +186,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 func migrate(ctx context.Context, db *sql.DB, pool *pgxpool.Pool) error {
-	return pglock.Hold(ctx, pool.Config().ConnConfig, pglock.Migrations, pglock.Options{Wait: pglock.Block},
+	return pglock.Hold(ctx, pool.Config().ConnConfig, pglock.Migrations, pglock.Options{},
 		func(ctx context.Context, _ *pglock.Conn) error { return up(ctx, db, pool) })
 }
 

@@ -58,7 +58,7 @@ func KeepAlive(ctx context.Context, pool *pgxpool.Pool, clientID string, log *sl
 }
 
 func keepAlive(ctx context.Context, rescue *Rescuer, log *slog.Logger, markHeld func()) error {
-	opts := pglock.Options{Wait: pglock.Block, Every: rescueEvery}
+	opts := pglock.Options{Every: rescueEvery}
 	return pglock.Hold(ctx, rescue.Pool.Config().ConnConfig, pglock.RiverClient(rescue.Self), opts, func(ctx context.Context, _ *pglock.Conn) error {
 		markHeld()
 		tick := time.NewTicker(rescueEvery)

@@ -12,13 +12,18 @@ import (
 )
 
 // Wait says what Hold does while another session holds the lock.
+//
+// No session waits for a lock inside a statement: a waiting statement
+// holds a snapshot, and CREATE INDEX CONCURRENTLY waits for every snapshot
+// older than it in the database. Had a process that holds a lock built an
+// index so while another process waited for that lock in a statement,
+// each would wait for the other for good, across two processes where
+// PostgreSQL's deadlock detection cannot see it.
 type Wait int
 
 const (
 	// Poll tries the lock again every Options.Every until it is free.
 	Poll Wait = iota
-	// Block queues for the lock.
-	Block
 	// Try gives up at once, with ErrHeld.
 	Try
 )
@@ -86,15 +91,6 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 	if err != nil {
 		return fmt.Errorf("lock connection: %w", err)
 	}
-	// A lock connection waits for its lock as long as it takes: a
-	// statement_timeout the role or database sets for other sessions would
-	// end the wait (migrations, rebuilds) with an error. Set after
-	// connecting, as poolers refuse it as a startup parameter. (It pings
-	// while it holds, so an idle_session_timeout does not drop the lock.)
-	if _, err := pc.Exec(ctx, "SET statement_timeout = 0"); err != nil {
-		pc.Close(context.Background())
-		return fmt.Errorf("lock connection: %w", err)
-	}
 	held := false
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
@@ -114,6 +110,7 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 	conn := &Conn{conn: pc}
 	lctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
+	// The checks also keep an idle_session_timeout from dropping the lock.
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -130,15 +127,6 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 
 // acquire takes key on conn as o.Wait says.
 func acquire(ctx context.Context, conn *pgx.Conn, key Key, o Options) error {
-	if o.Wait == Block {
-		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(key)); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("advisory lock: %w", err)
-		}
-		return nil
-	}
 	standby := false
 	for {
 		var ok bool

@@ -62,7 +62,7 @@ func holding(t *testing.T, cfg *pgx.ConnConfig, key pglock.Key) (pid uint32, sto
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pglock.Hold(ctx, cfg, key, pglock.Options{Wait: pglock.Block}, func(ctx context.Context, c *pglock.Conn) error {
+		pglock.Hold(ctx, cfg, key, pglock.Options{}, func(ctx context.Context, c *pglock.Conn) error {
 			c.Do(func(conn *pgx.Conn) error {
 				held <- conn.PgConn().PID()
 				return nil
