@@ -4,11 +4,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,4 +88,123 @@ func TestServeWaitingForARebuildAnswersItsProbes(t *testing.T) {
 	if code, body := probe("http://" + addr + "/readyz"); code != 503 {
 		t.Errorf("/readyz while waiting for the rebuild: %d %s", code, body)
 	}
+}
+
+// A process started before its database answers (a machine's boot, a
+// compose file, a failover under way) waits for it, answering its probes
+// meanwhile, and serves once it answers, instead of exiting for a
+// supervisor to start again.
+func TestServeStartedBeforeItsDatabaseServesOnceItAnswers(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := url.Parse(pgtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The process reaches the database through a port where nothing
+	// listens until the test forwards it to the real server.
+	server := db.Host
+	db.Host = freeAddr(t)
+	addr, ops := freeAddr(t), freeAddr(t)
+	dataDir := t.TempDir()
+	cmd := exec.Command(bin, "serve", "--http-addr", addr, "--ops-addr", ops, "--data-dir", dataDir,
+		"--sandbox-outbox", filepath.Join(dataDir, "outbox"), "--blob-dir", filepath.Join(dataDir, "blobs"),
+		"--dns-resolvers", "127.0.0.1:9", "--log-level", "error")
+	cmd.Env = append(os.Environ(), "MAILROOM_DATABASE_URL="+db.String(), "MAILROOM_MASTER_KEY="+apptest.MasterKey)
+	cmd.Stderr = os.Stderr
+	dieWithTest(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waited error
+	exited := make(chan struct{})
+	go func() { waited = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+
+	client := http.Client{Timeout: 5 * time.Second}
+	probe := func(url string) (int, string) {
+		resp, err := client.Get(url)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	until := func(what, url string, ok func(code int, body string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			code, body := probe(url)
+			if ok(code, body) {
+				return
+			}
+			select {
+			case <-exited:
+				t.Fatalf("the process exited (%v) before %s", waited, what)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: never; last %d %s", what, code, body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	until("/readyz says it waits for the database", "http://"+ops+"/readyz", func(code int, body string) bool {
+		return code == 503 && strings.Contains(body, "waiting for the database: connect: connection refused")
+	})
+	// Through a few of its tries.
+	time.Sleep(3 * time.Second)
+	if code, body := probe("http://" + addr + "/healthz"); code != 200 || !strings.Contains(body, "starting") {
+		t.Fatalf("/healthz while waiting for the database: %d %s", code, body)
+	}
+
+	forward(t, db.Host, server)
+	until("it serves", "http://"+addr+"/healthz", func(code int, body string) bool {
+		return code == 200 && strings.Contains(body, `"ok"`)
+	})
+	until("it is ready", "http://"+ops+"/readyz", func(code int, _ string) bool { return code == 200 })
+}
+
+// forward accepts connections at addr and joins each to one of its own to
+// to, until the test ends.
+func forward(t *testing.T, addr, to string) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var open []net.Conn
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range open {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", to)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			open = append(open, c, s)
+			mu.Unlock()
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { io.Copy(c, s); c.Close() }()
+		}
+	}()
 }

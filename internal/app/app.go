@@ -150,13 +150,8 @@ func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listen
 	if unknown := cfg.UnknownVariables(); len(unknown) > 0 {
 		log.Warn("MAILROOM_* variables that name no setting have no effect; misspelt?", "variables", strings.Join(unknown, ","))
 	}
-	pool, err := database.OpenSized(ctx, cfg.DatabaseURL, PoolSize(cfg))
+	pool, err := openMigrated(ctx, cfg, log, ls)
 	if err != nil {
-		return nil, err
-	}
-	ls.Starting("migrating the database")
-	if err := database.Migrate(ctx, pool); err != nil {
-		pool.Close()
 		return nil, err
 	}
 	masterKey, generated, err := cfg.LoadMasterKey()
@@ -234,6 +229,42 @@ func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listen
 	a.warnUnopenable(ctx)
 	return a, nil
 }
+
+// openMigrated opens the database and migrates it. A serving process (ls
+// set) whose database does not answer waits for it, trying again after a
+// pause that grows to startPauseMax: started with or before PostgreSQL (a
+// machine's boot, a compose file, a failover under way), it serves once
+// the database does, instead of exiting for a supervisor to start again.
+// Meanwhile /healthz answers starting and /readyz says why. Operator
+// commands (ls nil) fail at once.
+func openMigrated(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listeners) (*pgxpool.Pool, error) {
+	for pause := time.Second; ; pause = min(2*pause, startPauseMax) {
+		pool, err := database.OpenSized(ctx, cfg.DatabaseURL, PoolSize(cfg))
+		if err == nil {
+			ls.Starting("migrating the database")
+			if err = database.Migrate(ctx, pool); err == nil {
+				return pool, nil
+			}
+			pool.Close()
+		}
+		if ls == nil || ctx.Err() != nil || !database.Unreachable(err) {
+			return nil, err
+		}
+		ls.Starting("waiting for the database: " + whyUnreachable(err))
+		log.Warn("database unreachable while starting; trying again", "in", pause, "err", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// startPauseMax is the longest pause between a starting process's tries
+// to reach its database.
+const startPauseMax = 15 * time.Second
 
 // open builds the rest of the app on its stores.
 func (a *App) open(ctx context.Context, ls *Listeners) error {

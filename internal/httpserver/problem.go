@@ -8,18 +8,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
+
+	"github.com/mailroom/mailroom/internal/database"
 )
 
 // ProblemTypeBase prefixes every problem's code to form its "type" URI.
@@ -260,7 +259,7 @@ func toProblem(err error) *Problem {
 	if errors.As(err, &he) {
 		return fromHTTPError(he)
 	}
-	if storeUnreachable(err) {
+	if database.Unreachable(err) {
 		p := NewProblem(http.StatusServiceUnavailable, "store_unavailable",
 			"the database cannot be reached at the moment; retry after Retry-After seconds (a write may or may not have been recorded; a send repeated with the same Idempotency-Key is recorded once)")
 		p.RetryAfter = 5 * time.Second
@@ -277,26 +276,6 @@ func heldTooLong() *Problem {
 		"the request waited on the database longer than its body may take to arrive, and nothing was recorded; retry after Retry-After seconds")
 	p.RetryAfter = 5 * time.Second
 	return p
-}
-
-// storeUnreachable reports whether err is the database's connection
-// failing (refused, reset, timed out, the server shutting down or full)
-// rather than a statement failing: a passing outage, which a client should
-// retry, not a bug.
-func storeUnreachable(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "57P01", "57P02", "57P03", "53300", // admin/crash shutdown, cannot connect now, too many connections
-			"53100", "53200", "25006", "57014": // disk full, out of memory, read-only, statement cancelled (a timeout)
-			return true
-		}
-		return false
-	}
-	var connect *pgconn.ConnectError
-	var netErr net.Error
-	return errors.As(err, &connect) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		pgconn.Timeout(err) || pgconn.SafeToRetry(err)
 }
 
 func internalProblem() *Problem {

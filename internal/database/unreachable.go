@@ -1,0 +1,31 @@
+package database
+
+import (
+	"errors"
+	"io"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Unreachable reports whether err is the database's connection failing
+// (refused, reset, timed out, the server shutting down, starting or full)
+// or the server unable to take writes for a while (disk full, out of
+// memory, read-only, a statement cancelled by a timeout), rather than a
+// statement failing: a passing outage, which a client should retry and a
+// starting process wait out, not a bug.
+func Unreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", "53300", // admin/crash shutdown, cannot connect now, too many connections
+			"53100", "53200", "25006", "57014": // disk full, out of memory, read-only, statement cancelled (a timeout)
+			return true
+		}
+		return false
+	}
+	var connect *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connect) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		pgconn.Timeout(err) || pgconn.SafeToRetry(err)
+}
