@@ -496,6 +496,16 @@ func whyUnreachable(err error) string {
 	var dnsErr *net.DNSError
 	switch {
 	case errors.As(err, &pgErr):
+		switch pgErr.Code {
+		case "57P01":
+			return "the server ended the connection: shutting down, or an administrator's command (SQLSTATE 57P01)"
+		case "57P02":
+			return "the server ended the connection: recovering from a crash (SQLSTATE 57P02)"
+		case "57P03":
+			return "the server is starting up or shutting down (SQLSTATE 57P03)"
+		case "53300":
+			return "the server has no connection slot left (SQLSTATE 53300, max_connections)"
+		}
 		return "the server refused the connection (SQLSTATE " + pgErr.Code + ")"
 	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
 		return "no answer in time"

@@ -45,3 +45,30 @@ func TestWhyUnreachableNamesNoConnectionDetails(t *testing.T) {
 		}
 	}
 }
+
+// A connection the server ended (a restart, an administrator) is named as
+// such, not as a connection refused.
+func TestWhyUnreachableNamesAConnectionTheServerEnded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	admin, err := pgx.Connect(ctx, pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1)", int64(conn.PgConn().PID())); err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, "SELECT 1")
+	if err == nil {
+		t.Fatal("a query on an ended connection succeeded")
+	}
+	if got, want := whyUnreachable(err), "the server ended the connection: shutting down, or an administrator's command (SQLSTATE 57P01)"; got != want {
+		t.Errorf("%q, want %q (from %v)", got, want, err)
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,23 +262,33 @@ func TestAnswersArePrivate(t *testing.T) {
 }
 
 func TestHTTPErrorMapping(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	cases := []struct {
 		err    error
+		method string
 		status int
 		code   string
 		detail string
 	}{
-		{echo.NewHTTPError(400, "bad thing"), 400, "bad_request", "bad thing"},
-		{echo.ErrUnauthorized, 401, "unauthorized", "Unauthorized"},
-		{echo.ErrStatusRequestEntityTooLarge, 413, "payload_too_large", "the request body is too large"},
-		{echo.ErrUnsupportedMediaType, 415, "unsupported_media_type", "Unsupported Media Type"},
-		{echo.NewHTTPError(500, "db password=x").SetInternal(errors.New("x")), 500, "internal_error", ""},
-		{echo.ErrServiceUnavailable, 503, "service_unavailable", ""},
-		{fmt.Errorf("wrapped: %w", NotFound("gone")), 404, "not_found", "gone"},
-		{&http.MaxBytesError{Limit: 1 << 20}, 413, "payload_too_large", "the request body exceeds the limit of 1 MiB"},
+		{echo.NewHTTPError(400, "bad thing"), "", 400, "bad_request", "bad thing"},
+		{echo.ErrUnauthorized, "", 401, "unauthorized", "Unauthorized"},
+		{echo.ErrStatusRequestEntityTooLarge, "", 413, "payload_too_large", "the request body is too large"},
+		{echo.ErrUnsupportedMediaType, "", 415, "unsupported_media_type", "Unsupported Media Type"},
+		{echo.NewHTTPError(500, "db password=x").SetInternal(errors.New("x")), "", 500, "internal_error", ""},
+		{echo.ErrServiceUnavailable, "", 503, "service_unavailable", ""},
+		{fmt.Errorf("wrapped: %w", NotFound("gone")), "", 404, "not_found", "gone"},
+		{&http.MaxBytesError{Limit: 1 << 20}, "", 413, "payload_too_large", "the request body exceeds the limit of 1 MiB"},
+		// A read changes nothing; only a write may have been recorded.
+		{fmt.Errorf("query: %w", refused), "GET", 503, "store_unavailable",
+			"the database cannot be reached at the moment; retry after Retry-After seconds"},
+		{fmt.Errorf("append: %w", refused), "POST", 503, "store_unavailable",
+			"the database cannot be reached at the moment; retry after Retry-After seconds (a write may or may not have been recorded; a send repeated with the same Idempotency-Key is recorded once)"},
 	}
 	for _, tc := range cases {
-		p := toProblem(tc.err)
+		if tc.method == "" {
+			tc.method = "GET"
+		}
+		p := toProblem(tc.err, tc.method)
 		if p.Status != tc.status || p.Code != tc.code || (tc.detail != "" && p.Detail != tc.detail) {
 			t.Errorf("%v => %+v, want %d %s %q", tc.err, p, tc.status, tc.code, tc.detail)
 		}

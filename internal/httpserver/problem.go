@@ -192,7 +192,7 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			c.Response().WriteHeader(StatusClientClosed)
 			return
 		}
-		p := toProblem(err)
+		p := toProblem(err, c.Request().Method)
 		// Refusals that shed load, or that readiness logs itself when it
 		// changes, are answers, not failures: the request line has them.
 		if p.Status >= 500 && p.Code != "not_ready" && p.Code != "server_busy" {
@@ -245,8 +245,9 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	}
 }
 
-// toProblem maps any error to the problem to send.
-func toProblem(err error) *Problem {
+// toProblem maps any error of a request made with method to the problem to
+// send.
+func toProblem(err error, method string) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
 		return p
@@ -260,8 +261,11 @@ func toProblem(err error) *Problem {
 		return fromHTTPError(he)
 	}
 	if database.Unreachable(err) {
-		p := NewProblem(http.StatusServiceUnavailable, "store_unavailable",
-			"the database cannot be reached at the moment; retry after Retry-After seconds (a write may or may not have been recorded; a send repeated with the same Idempotency-Key is recorded once)")
+		detail := "the database cannot be reached at the moment; retry after Retry-After seconds"
+		if method != http.MethodGet && method != http.MethodHead {
+			detail += " (a write may or may not have been recorded; a send repeated with the same Idempotency-Key is recorded once)"
+		}
+		p := NewProblem(http.StatusServiceUnavailable, "store_unavailable", detail)
 		p.RetryAfter = 5 * time.Second
 		return p
 	}
