@@ -391,6 +391,9 @@ func (a *App) healthServer(operator bool) *echo.Echo {
 // so a storm of probes costs the database one check per interval.
 const readyCacheTTL = time.Second
 
+// readyBudget bounds one check of the stores, every step of it together.
+const readyBudget = 2 * time.Second
+
 // failingAfter is how many failed batches in a row make a projection count
 // as failing for readiness; a single blip is retried within a second.
 const failingAfter = 3
@@ -437,7 +440,7 @@ func (a *App) storesReady(ctx context.Context) (map[string]any, error) {
 	}
 	// Not the probe's context: one client hanging up must not fail the
 	// answer every other probe shares.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyBudget)
 	defer cancel()
 	c.notes, c.err = a.checkStores(ctx)
 	c.at = time.Now()
@@ -453,11 +456,17 @@ func (a *App) checkStores(ctx context.Context) (map[string]any, error) {
 		return nil, fmt.Errorf("postgres unreachable: %s", whyUnreachable(err))
 	}
 	if err := eventstore.Ping(ctx, a.Store); err != nil {
+		if ctx.Err() != nil {
+			return nil, slowCheck("the event store's ping")
+		}
 		return nil, fmt.Errorf("event store unreachable: %s", whyUnreachable(err))
 	}
 	// Lag is counted no further than the bound, however far behind.
 	statuses, err := a.Runner.Status(ctx, a.Config.ReadyMaxLag+1)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, slowCheck("counting the projections' lag")
+		}
 		return nil, fmt.Errorf("projection status: %v", err)
 	}
 	for _, s := range statuses {
@@ -485,6 +494,12 @@ func (a *App) checkStores(ctx context.Context) (map[string]any, error) {
 		notes["quarantined_streams"] = total
 	}
 	return notes, nil
+}
+
+// slowCheck is the reason for a check of the stores that ran out of time
+// at step after PostgreSQL had answered its ping: slow, not down.
+func slowCheck(step string) error {
+	return fmt.Errorf("%s did not finish within the readiness check's %s, though PostgreSQL answered its ping: the database or this process is overloaded", step, readyBudget)
 }
 
 // whyUnreachable says why a store did not answer without naming its user,

@@ -142,3 +142,27 @@ func TestReadinessNamesAPoolWithNoConnectionFree(t *testing.T) {
 		t.Fatalf("ready with no connection free: %v", err)
 	}
 }
+
+// A check of the stores that runs out of time after PostgreSQL answered is
+// named as slow, at the step it was at, not as a store unreachable.
+func TestReadinessNamesACheckThatRanOutOfTime(t *testing.T) {
+	cfg := apptest.Config(t, pgtest.NewURL(t))
+	cfg.Roles = []string{"api"}
+	s := apptest.StartWith(t, cfg)
+	ctx := context.Background()
+	// The lag count reads the checkpoints, which a lock taken elsewhere
+	// holds up past the check's time.
+	tx, err := s.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE projection_checkpoints IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // past an answer shared from before
+	_, err = s.App.Ready(ctx)
+	if err == nil || !strings.Contains(err.Error(), "counting the projections' lag did not finish within the readiness check's 2s, though PostgreSQL answered its ping") {
+		t.Fatalf("ready with its lag count held up: %v", err)
+	}
+}

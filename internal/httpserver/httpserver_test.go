@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/mailroom/mailroom/internal/logs"
 )
 
 func TestProblemConstructors(t *testing.T) {
@@ -490,5 +491,29 @@ func TestUnreachableDatabaseIs503(t *testing.T) {
 	}
 	if res := s.get(t, "/refused"); res.status != 500 || res.problem(t).Code != "internal_error" {
 		t.Fatalf("refused statement: %d %s", res.status, res.body)
+	}
+}
+
+// Readiness that flaps for the same reason is logged at each change, also
+// through the process's logger, which folds a warning repeated within its
+// window: a "ready again" never follows another without "not ready"
+// between.
+func TestReadinessFlappingIsLoggedAtEachChange(t *testing.T) {
+	var notReady error
+	ready := func(context.Context) (map[string]any, error) { return nil, notReady }
+	healthLog := &syncBuffer{}
+	log := slog.New(logs.Fold(slog.NewJSONHandler(healthLog, nil), time.Hour))
+	s := newServer(t, func(e *echo.Echo) { Health(e, ready, true, log) })
+	for range 2 {
+		notReady = errors.New("projection emails lags more than 10000 events")
+		s.get(t, "/readyz")
+		notReady = nil
+		s.get(t, "/readyz")
+	}
+	if n := strings.Count(healthLog.String(), `"msg":"not ready"`); n != 2 {
+		t.Errorf("%d lines say not ready, want 2:\n%s", n, healthLog.String())
+	}
+	if n := strings.Count(healthLog.String(), `"msg":"ready again"`); n != 2 {
+		t.Errorf("%d lines say ready again, want 2:\n%s", n, healthLog.String())
 	}
 }

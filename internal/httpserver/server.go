@@ -8,10 +8,11 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime/debug"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/mailroom/mailroom/internal/logs"
 )
 
 // Options configures New.
@@ -179,12 +180,26 @@ type ReadyFunc func(ctx context.Context) (notes map[string]any, err error)
 // secrets) and adds the notes to a 200; without (a public listener beside an
 // operator one), it says only ready or not ready. A nil ready is always
 // ready. Probes come every few seconds, so log gets a line when readiness
-// changes, not one per probe.
+// changes, not one per probe (and never folded as a repeat), saying how
+// long the state it ends lasted.
 func Health(e *echo.Echo, ready ReadyFunc, detail bool, log *slog.Logger) {
 	if log == nil {
 		log = slog.Default()
 	}
-	var notReady atomic.Bool
+	var mu sync.Mutex
+	notReady, since := false, time.Now()
+	// change records readiness and reports how long the state it ended
+	// lasted; ok is false when it did not change.
+	change := func(down bool) (lasted time.Duration, ok bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if notReady == down {
+			return 0, false
+		}
+		now := time.Now()
+		lasted, notReady, since = now.Sub(since).Round(time.Millisecond), down, now
+		return lasted, true
+	}
 	e.Match(ReadMethods, "/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -195,16 +210,16 @@ func Health(e *echo.Echo, ready ReadyFunc, detail bool, log *slog.Logger) {
 			defer cancel()
 			notes, err := ready(ctx)
 			if err != nil {
-				if !notReady.Swap(true) {
-					log.Warn("not ready", "reason", err.Error())
+				if lasted, ok := change(true); ok {
+					log.WarnContext(logs.Change(c.Request().Context()), "not ready", "reason", err.Error(), "ready_for", lasted)
 				}
 				if !detail {
 					return NewProblem(http.StatusServiceUnavailable, "not_ready", "the service is not ready")
 				}
 				return NewProblem(http.StatusServiceUnavailable, "not_ready", err.Error())
 			}
-			if notReady.Swap(false) {
-				log.Info("ready again")
+			if lasted, ok := change(false); ok {
+				log.Info("ready again", "not_ready_for", lasted)
 			}
 			if detail {
 				for k, v := range notes {

@@ -88,8 +88,16 @@ const maxKeys = 4096
 
 func (h *folding) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
 
+type changeKey struct{}
+
+// Change marks ctx for a line that reports a change of state, which its
+// writer already writes once per change (readiness lost): Fold passes such
+// a warning on however recently the same was, so that each change of a
+// state that flaps shows.
+func Change(ctx context.Context) context.Context { return context.WithValue(ctx, changeKey{}, true) }
+
 func (h *folding) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level < slog.LevelWarn {
+	if r.Level < slog.LevelWarn || ctx.Value(changeKey{}) != nil {
 		return h.next.Handle(ctx, r)
 	}
 	var key strings.Builder
