@@ -183,8 +183,8 @@ func TestSendValidation(t *testing.T) {
 	}
 	// ...and such an email is sent: the message builder takes what the API took.
 	w.waitFor(t, r.JSON(t)["id"].(string), status("delivered"))
-	// The Idempotency-Key header is bounded and printable too.
-	for _, key := range []string{strings.Repeat("k", 257), "a\tb", "k\u0085", "k\xff"} {
+	// The Idempotency-Key header is bounded, printable and not empty too.
+	for _, key := range []string{strings.Repeat("k", 257), "a\tb", "k\u0085", "k\xff", ""} {
 		r := w.DoHeader("POST", "/v1/emails/send", w.key, http.Header{"Idempotency-Key": {key}}, base())
 		wantProblem(t, r, 422, "validation_failed")
 		if !strings.Contains(string(r.Body), `"field":"Idempotency-Key"`) {

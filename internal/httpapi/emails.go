@@ -37,12 +37,19 @@ func (h handlers) sendEmail(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// Two keys are no key: a proxy joining them would make a third.
+	// Two keys are no key: a proxy joining them would make a third. An
+	// empty one is no key either, and most likely a client's unset
+	// variable: sent without one, a retry would be a second email.
 	keys := c.Request().Header.Values(commands.IdempotencyKeyField)
-	if len(keys) > 1 {
-		var v domain.ValidationError
+	var v domain.ValidationError
+	switch {
+	case len(keys) > 1:
 		v.Add(commands.IdempotencyKeyField, "must be given once, not %d times", len(keys))
-		return v.OrNil()
+	case len(keys) == 1 && keys[0] == "":
+		v.Add(commands.IdempotencyKeyField, "must not be empty; leave the header out to send without one")
+	}
+	if err := v.OrNil(); err != nil {
+		return err
 	}
 	acc, err := h.commands.SendEmail(c.Request().Context(), authn.From(c).AccountID, commands.SendEmail{
 		From: req.From, To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo, Subject: req.Subject,
