@@ -131,11 +131,11 @@ func From(c echo.Context) Principal {
 // see another caller than the server does.
 func bearer(c echo.Context) (string, error) {
 	hs := c.Request().Header.Values(echo.HeaderAuthorization)
-	if len(hs) == 0 || hs[0] == "" {
-		return "", httpserver.Unauthorized("missing Authorization header; send Authorization: Bearer <key>")
-	}
 	if len(hs) > 1 {
 		return "", httpserver.Unauthorized("more than one Authorization header; send one")
+	}
+	if len(hs) == 0 || hs[0] == "" {
+		return "", httpserver.Unauthorized("missing Authorization header; send Authorization: Bearer <key>")
 	}
 	h := hs[0]
 	scheme, secret, ok := strings.Cut(h, " ")

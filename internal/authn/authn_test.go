@@ -72,6 +72,7 @@ func TestCredentialsRefusedBeforeAnyLookup(t *testing.T) {
 		{"no header", nil, a.APIKeys(), "missing Authorization header; send Authorization: Bearer <key>"},
 		{"an empty header", bearerHeader(""), a.APIKeys(), "missing Authorization header; send Authorization: Bearer <key>"},
 		{"two headers", bearerHeader("Bearer "+wellFormedKey, "Bearer "+wellFormedKey), a.APIKeys(), "more than one Authorization header; send one"},
+		{"an empty header before another", bearerHeader("", "Bearer "+wellFormedKey), a.APIKeys(), "more than one Authorization header; send one"},
 		{"another scheme", bearerHeader("Basic " + wellFormedKey), a.APIKeys(), "malformed Authorization header; want Bearer <key>"},
 		{"no space", bearerHeader("Bearer" + wellFormedKey), a.APIKeys(), "malformed Authorization header; want Bearer <key>"},
 		{"no secret", bearerHeader("Bearer   "), a.APIKeys(), "malformed Authorization header; want Bearer <key>"},
