@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -299,13 +300,20 @@ func TestHTTPErrorMapping(t *testing.T) {
 	}
 }
 
+// A HEAD refused gets GET's status and headers, its length included, and
+// no body.
 func TestHeadGetsNoBody(t *testing.T) {
 	s := newServer(t, func(e *echo.Echo) {
-		e.HEAD("/gone", func(c echo.Context) error { return NotFound("gone") })
+		e.Match(ReadMethods, "/gone", func(c echo.Context) error { return NotFound("gone") })
 	})
-	res := s.do(t, "HEAD", "/gone", nil, nil)
+	id := map[string]string{HeaderRequestID: "req-1"}
+	get := s.do(t, "GET", "/gone", nil, id)
+	res := s.do(t, "HEAD", "/gone", nil, id)
 	if res.status != 404 || len(res.body) != 0 || res.header.Get(HeaderRequestID) == "" {
 		t.Errorf("HEAD: %d %q %v", res.status, res.body, res.header)
+	}
+	if got, want := res.header.Get("Content-Length"), strconv.Itoa(len(get.body)); got != want {
+		t.Errorf("HEAD's Content-Length %q, GET's body %s bytes", got, want)
 	}
 }
 

@@ -228,14 +228,16 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			// RFC 9110 asks a 401 to name the scheme it wants.
 			h.Set("WWW-Authenticate", `Bearer realm="mailroom"`)
 		}
-		if c.Request().Method == http.MethodHead {
-			c.Response().WriteHeader(out.Status)
-			return
-		}
 		body, merr := json.Marshal(&out)
 		if merr != nil { // cannot happen with these field types
 			logger.LogAttrs(context.Background(), slog.LevelError, "encoding problem", append(ids, slog.Any("error", merr))...)
 			c.Response().WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		if c.Request().Method == http.MethodHead {
+			// GET's headers, its length included, without its body.
+			h.Set(echo.HeaderContentLength, strconv.Itoa(len(body)+1))
+			c.Response().WriteHeader(out.Status)
 			return
 		}
 		c.Response().WriteHeader(out.Status)
