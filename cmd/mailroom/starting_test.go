@@ -58,17 +58,6 @@ func TestServeWaitingForARebuildAnswersItsProbes(t *testing.T) {
 		cmd.Wait()
 	})
 
-	// As kubelet probes: an answer that does not come in time is a failure.
-	client := http.Client{Timeout: 5 * time.Second}
-	probe := func(url string) (int, string) {
-		resp, err := client.Get(url)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		code, body := probe("http://" + ops + "/readyz")
@@ -126,16 +115,6 @@ func TestServeStartedBeforeItsDatabaseServesOnceItAnswers(t *testing.T) {
 		<-exited
 	})
 
-	client := http.Client{Timeout: 5 * time.Second}
-	probe := func(url string) (int, string) {
-		resp, err := client.Get(url)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
 	until := func(what, url string, ok func(code int, body string) bool) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
@@ -169,6 +148,19 @@ func TestServeStartedBeforeItsDatabaseServesOnceItAnswers(t *testing.T) {
 		return code == 200 && strings.Contains(body, `"ok"`)
 	})
 	until("it is ready", "http://"+ops+"/readyz", func(code int, _ string) bool { return code == 200 })
+}
+
+// probe gets url as kubelet probes: an answer that does not come in time
+// is a failure. It returns the status and body, or 0 and the error.
+func probe(url string) (int, string) {
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 // forward accepts connections at addr and joins each to one of its own to
