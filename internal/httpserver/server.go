@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
 	"github.com/mailroom/mailroom/internal/logs"
 )
 
