@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -60,7 +59,7 @@ func TestServeWaitingForARebuildAnswersItsProbes(t *testing.T) {
 
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		code, body := probe("http://" + ops + "/readyz")
+		code, body := apptest.Probe("http://" + ops + "/readyz")
 		if code == 503 && strings.Contains(body, "waiting for a projections process of this release to rebuild") {
 			break
 		}
@@ -70,11 +69,11 @@ func TestServeWaitingForARebuildAnswersItsProbes(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	for _, base := range []string{addr, ops} {
-		if code, body := probe("http://" + base + "/healthz"); code != 200 {
+		if code, body := apptest.Probe("http://" + base + "/healthz"); code != 200 {
 			t.Errorf("%s/healthz while waiting for the rebuild: %d %s", base, code, body)
 		}
 	}
-	if code, body := probe("http://" + addr + "/readyz"); code != 503 {
+	if code, body := apptest.Probe("http://" + addr + "/readyz"); code != 503 {
 		t.Errorf("/readyz while waiting for the rebuild: %d %s", code, body)
 	}
 }
@@ -119,7 +118,7 @@ func TestServeStartedBeforeItsDatabaseServesOnceItAnswers(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			code, body := probe(url)
+			code, body := apptest.Probe(url)
 			if ok(code, body) {
 				return
 			}
@@ -139,7 +138,7 @@ func TestServeStartedBeforeItsDatabaseServesOnceItAnswers(t *testing.T) {
 	})
 	// Through a few of its tries.
 	time.Sleep(3 * time.Second)
-	if code, body := probe("http://" + addr + "/healthz"); code != 200 || !strings.Contains(body, "starting") {
+	if code, body := apptest.Probe("http://" + addr + "/healthz"); code != 200 || !strings.Contains(body, "starting") {
 		t.Fatalf("/healthz while waiting for the database: %d %s", code, body)
 	}
 
@@ -148,19 +147,6 @@ func TestServeStartedBeforeItsDatabaseServesOnceItAnswers(t *testing.T) {
 		return code == 200 && strings.Contains(body, `"ok"`)
 	})
 	until("it is ready", "http://"+ops+"/readyz", func(code int, _ string) bool { return code == 200 })
-}
-
-// probe gets url as kubelet probes: an answer that does not come in time
-// is a failure. It returns the status and body, or 0 and the error.
-func probe(url string) (int, string) {
-	client := http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
 }
 
 // forward accepts connections at addr and joins each to one of its own to

@@ -2,12 +2,10 @@ package app_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mailroom/mailroom/internal/app"
 	"github.com/mailroom/mailroom/internal/app/apptest"
@@ -61,24 +59,24 @@ func TestAProcessWaitingForARebuildIsAliveAndNotReady(t *testing.T) {
 
 	public, ops := "http://"+cfg.HTTPAddr, "http://"+cfg.OpsAddr
 	eventually(t, "operator /readyz says it waits for a rebuild", func() (bool, string) {
-		code, body := probe(ops + "/readyz")
+		code, body := apptest.Probe(ops + "/readyz")
 		return code == 503 && strings.Contains(body, "waiting for a projections process of this release to rebuild"), body
 	})
 	for _, base := range []string{public, ops} {
-		if code, body := probe(base + "/healthz"); code != 200 || !strings.Contains(body, "starting") {
+		if code, body := apptest.Probe(base + "/healthz"); code != 200 || !strings.Contains(body, "starting") {
 			t.Errorf("%s/healthz while waiting: %d %s", base, code, body)
 		}
 	}
-	if code, body := probe(public + "/readyz"); code != 503 || strings.Contains(body, "rebuild") {
+	if code, body := apptest.Probe(public + "/readyz"); code != 503 || strings.Contains(body, "rebuild") {
 		t.Errorf("public /readyz while waiting: %d %s, want a 503 without detail", code, body)
 	}
 	// Scrapes go on: a target that failed them for as long as a start
 	// takes would page as down. What the start has opened is measured.
-	if code, body := probe(ops + "/metrics"); code != 200 || !strings.Contains(body, "\nmailroom_starting 1\n") ||
+	if code, body := apptest.Probe(ops + "/metrics"); code != 200 || !strings.Contains(body, "\nmailroom_starting 1\n") ||
 		!strings.Contains(body, "\ngo_goroutines ") || !strings.Contains(body, `mailroom_projection_lag_events{projection="emails"}`) {
 		t.Errorf("operator /metrics while waiting: %d %s", code, body)
 	}
-	if code, _ := probe(public + "/metrics"); code == 200 {
+	if code, _ := apptest.Probe(public + "/metrics"); code == 200 {
 		t.Errorf("public /metrics while waiting: %d, want it on the operator listener only", code)
 	}
 	if resp, err := http.Get(public + "/v1/emails"); err != nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "5" {
@@ -91,17 +89,4 @@ func TestAProcessWaitingForARebuildIsAliveAndNotReady(t *testing.T) {
 		t.Fatalf("the start did not wait for the rebuild: %v", err)
 	default:
 	}
-}
-
-// probe gets url as a kubelet probe does: an answer that does not come
-// within its timeout is a failure.
-func probe(url string) (int, string) {
-	client := http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
 }

@@ -264,3 +264,17 @@ func (s *Server) Try(method, path, credential string, header http.Header, body a
 	}
 	return Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
 }
+
+// Probe gets url as a kubelet probe does: an answer that does not come
+// within its timeout is a failure. It returns the status and body, or 0 and
+// the error.
+func Probe(url string) (int, string) {
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
