@@ -17,8 +17,10 @@ import (
 // SESFeedback long-polls the SES events queue while this instance holds the
 // feedback lock, recording each feedback event once on its email. A message
 // is deleted from the queue only after its events are recorded.
-func SESFeedback(ctx context.Context, p *ses.Provider, cmds *commands.Service, pool *pgxpool.Pool, log *slog.Logger) {
-	pglock.Lead(ctx, pool.Config().ConnConfig, pglock.SESFeedback, log, "ses-feedback", func(ctx context.Context) {
+// tenures records how the poller is doing.
+func SESFeedback(ctx context.Context, p *ses.Provider, cmds *commands.Service, pool *pgxpool.Pool, tenures *pglock.Tenures, log *slog.Logger) {
+	o := pglock.Options{Name: "ses-feedback", Tenures: tenures}
+	pglock.Lead(ctx, pool.Config().ConnConfig, pglock.SESFeedback, o, log, func(ctx context.Context) {
 		err := p.PollFeedback(ctx, func(ctx context.Context, fbs []ses.Feedback) error {
 			for _, fb := range fbs {
 				if fb.Ignored {

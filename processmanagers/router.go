@@ -45,6 +45,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/pglock"
 )
 
 // PoisonTopic is the watermill-sql topic of the poison queue; its table is
@@ -86,6 +87,7 @@ type config struct {
 	lockPoll        time.Duration
 	checkpointEvery time.Duration
 	closeTimeout    time.Duration
+	tenures         *pglock.Tenures
 }
 
 // Option configures a Router.
@@ -121,6 +123,12 @@ func WithCheckpointInterval(d time.Duration) Option {
 // handlers still running. The default is 30 s.
 func WithCloseTimeout(d time.Duration) Option {
 	return func(c *config) { c.closeTimeout = d }
+}
+
+// WithTenures records how each handler's lock tenure is doing in t, under
+// the handler's name.
+func WithTenures(t *pglock.Tenures) Option {
+	return func(c *config) { c.tenures = t }
 }
 
 // NewRouter returns a router whose handlers read events from store and keep

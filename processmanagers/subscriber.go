@@ -113,7 +113,7 @@ func (s *eventSubscriber) session(ctx context.Context, out chan<- *message.Messa
 	progressed := false
 	opts := pglock.Options{Every: s.cfg.lockPoll, Standby: func() {
 		s.log.Info("process manager is active in another instance; standing by")
-	}}
+	}, Name: s.name, Tenures: s.cfg.tenures}
 	// The same lock as a job reader of that name.
 	err := pglock.Hold(ctx, s.connCfg, pglock.ProcessManager(s.name), opts, func(lctx context.Context, conn *pglock.Conn) error {
 		var err error

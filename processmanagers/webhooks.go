@@ -27,6 +27,7 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/outcomes"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	"github.com/mailroom/mailroom/projections"
 	"github.com/mailroom/mailroom/readapi"
@@ -72,6 +73,7 @@ type Webhooks struct {
 	UserAgent   string
 	Outcomes    *outcomes.Recorder // may be nil
 	Sweep       time.Duration      // between sweeps of the read model
+	Tenures     *pglock.Tenures    // records how the sweep is doing; may be nil
 
 	planMu sync.Mutex
 	queued map[string]queuedEmail // the emails Plan saw queued, by id

@@ -152,7 +152,8 @@ func insertDue(ctx context.Context, client *river.Client[pgx.Tx], jobs []river.I
 // RunSweep sweeps the read model every w.Sweep while this process holds
 // the sweep lock, until ctx ends. It needs the River client to queue with.
 func (w *Webhooks) RunSweep(ctx context.Context, client *river.Client[pgx.Tx]) {
-	pglock.Lead(ctx, w.Pool.Config().ConnConfig, pglock.WebhookSweep, w.Log, "webhook-sweep", func(ctx context.Context) {
+	o := pglock.Options{Name: "webhook-sweep", Tenures: w.Tenures}
+	pglock.Lead(ctx, w.Pool.Config().ConnConfig, pglock.WebhookSweep, o, w.Log, func(ctx context.Context) {
 		t := time.NewTicker(w.Sweep)
 		defer t.Stop()
 		for {

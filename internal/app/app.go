@@ -41,6 +41,7 @@ import (
 	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/outcomes"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/scan"
 	"github.com/mailroom/mailroom/internal/secretbox"
@@ -66,6 +67,7 @@ type App struct {
 	DNS           commands.DNSChecker
 	Identities    provider.Identities
 	Outcomes      *outcomes.Recorder
+	Tenures       *pglock.Tenures // how the workers' log readers and lock holders are doing
 	provider      mailProvider
 	Sender        provider.Sender
 	keysGenerated func()                 // counts DKIM keys made, for /metrics
@@ -220,6 +222,8 @@ func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listen
 			"webhook signature times and recorded times follow each process's clock", "ahead_by", skew.Round(time.Millisecond))
 	}
 	a.Outcomes = outcomes.New(metrics.Registry())
+	a.Tenures = &pglock.Tenures{}
+	metrics.Registry().MustRegister(newTenureCollector(a.Tenures))
 	a.keysGenerated = newKeyCounter(metrics.Registry())
 	a.readModelLate = newLateCounter(metrics.Registry())
 	if err := a.open(ctx, ls); err != nil {
@@ -410,7 +414,8 @@ type readyCache struct {
 
 // Ready reports whether this instance can serve: both stores reachable, no
 // projection failing and each close enough to the head of the log, and
-// (workers) the provider not failing. Quarantined streams do not make it
+// (workers) the provider not failing and no log reader or lock holder
+// failing. Quarantined streams do not make it
 // unready, as the service works for every other stream; they are returned
 // as notes.
 func (a *App) Ready(ctx context.Context) (map[string]any, error) {
@@ -425,8 +430,32 @@ func (a *App) Ready(ctx context.Context) (map[string]any, error) {
 		if err := a.Outcomes.ProviderFailing(a.Now()); err != nil {
 			return nil, err
 		}
+		if err := workersFailing(a.Tenures); err != nil {
+			return nil, err
+		}
 	}
 	return notes, nil
+}
+
+// workersFailing names a log reader or lock holder of this process that
+// has failed failingAfter times in a row and not recovered: its work
+// (sending, webhooks, taking over a dead process's jobs) is not being done
+// here while everything else may answer.
+func workersFailing(t *pglock.Tenures) error {
+	for _, w := range t.List() {
+		if w.State != pglock.Failing || w.Failures < failingAfter {
+			continue
+		}
+		// Connection errors name the user, database and host; readiness
+		// detail may be served to anyone.
+		why := w.Err.Error()
+		var connect *pgconn.ConnectError
+		if errors.As(w.Err, &connect) || database.Unreachable(w.Err) {
+			why = "postgres: " + whyUnreachable(w.Err)
+		}
+		return fmt.Errorf("worker %s is failing since %s (%d attempts): %s", w.Name, apitime.Format(w.Since), w.Failures, why)
+	}
+	return nil
 }
 
 // storesReady checks the stores and projections at most once per
@@ -519,7 +548,7 @@ func whyUnreachable(err error) string {
 		case "57P03":
 			return "the server is starting up or shutting down (SQLSTATE 57P03)"
 		case "53300":
-			return "the server has no connection slot left (SQLSTATE 53300, max_connections)"
+			return "the server has no connection slot left (SQLSTATE 53300: max_connections, or a role's or database's connection limit)"
 		}
 		return "the server refused the connection (SQLSTATE " + pgErr.Code + ")"
 	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
@@ -701,7 +730,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	// The router's handlers and the send planner go by clear fields only
 	// (ids, accounts, types), so they read the log as recorded and open
 	// no personal data they would not use.
-	router, err := processmanagers.NewRouter(a.Pool, a.Ledger, a.Log)
+	router, err := processmanagers.NewRouter(a.Pool, a.Ledger, a.Log, processmanagers.WithTenures(a.Tenures))
 	if err != nil {
 		return err
 	}
@@ -736,6 +765,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	}
 	sends := jobs.NewReader(processmanagers.EmailReaderName, a.Pool, a.Ledger, processmanagers.PlanSends, a.Log)
 	sends.Inherit = processmanagers.EmailShardCheckpoints
+	sends.Tenures = a.Tenures
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return router.Run(ctx) })
 	g.Go(func() error { return sends.Run(ctx) })
@@ -747,7 +777,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	liveCtx, endLife := context.WithCancel(context.WithoutCancel(ctx))
 	defer endLife()
 	g.Go(func() error {
-		jobs.KeepAlive(liveCtx, a.Pool, clientID, a.Log, alive)
+		jobs.KeepAlive(liveCtx, a.Pool, clientID, a.Tenures, a.Log, alive)
 		return nil
 	})
 	g.Go(func() error {
@@ -770,7 +800,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	g.Go(func() error { return retention.Run(ctx) })
 	if a.provider.ses != nil && a.Config.SESEventsQueueURL != "" {
 		g.Go(func() error {
-			processmanagers.SESFeedback(ctx, a.provider.ses, a.Commands, a.Pool, a.Log)
+			processmanagers.SESFeedback(ctx, a.provider.ses, a.Commands, a.Pool, a.Tenures, a.Log)
 			return nil
 		})
 	}

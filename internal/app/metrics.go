@@ -10,6 +10,7 @@ import (
 
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/projections"
 	"github.com/mailroom/mailroom/readapi"
 )
@@ -195,4 +196,33 @@ func newHeldBackCollector(store *postgres.Store) *gauge {
 			n, err := store.HeldBack(ctx, projections.MetricsLagCap)
 			return float64(n), err
 		})
+}
+
+// tenureCollector reports, when scraped, what each of the workers' log
+// readers and lock holders is doing: 1 for its current state, 0 for the
+// others. A process whose readers cannot open their lock connections sends
+// nothing while its API and pool answer.
+type tenureCollector struct {
+	tenures *pglock.Tenures
+	state   *prometheus.Desc
+}
+
+func newTenureCollector(t *pglock.Tenures) *tenureCollector {
+	return &tenureCollector{tenures: t, state: prometheus.NewDesc("mailroom_worker_state",
+		"What each of a worker process's log readers and lock holders is doing: active (holds its lock and works), standby (another process holds it) or failing (cannot take or keep it; it tries again).",
+		[]string{"worker", "state"}, nil)}
+}
+
+func (c *tenureCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.state }
+
+func (c *tenureCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range c.tenures.List() {
+		for _, s := range pglock.States {
+			v := 0.0
+			if t.State == s {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, v, t.Name, string(s))
+		}
+	}
 }

@@ -26,6 +26,7 @@ func (a *App) webhooks() *processmanagers.Webhooks {
 		UserAgent:   "Mailroom-Webhooks/" + Version,
 		Outcomes:    a.Outcomes,
 		Sweep:       5 * time.Second,
+		Tenures:     a.Tenures,
 		Endpoints: func(ctx context.Context, accountID, eventType string, at time.Time) ([]processmanagers.Target, error) {
 			targets, err := readapi.WebhookTargets(ctx, a.Pool, accountID, eventType, at)
 			out := make([]processmanagers.Target, len(targets))
@@ -44,5 +45,6 @@ func (a *App) webhookJobs(hooks *processmanagers.Webhooks, workers *river.Worker
 	r := jobs.NewReader(processmanagers.WebhookReaderName, a.Pool, a.Store, hooks.Plan, a.Log)
 	r.Inherit = processmanagers.WebhookShardCheckpoints
 	r.Prepare = hooks.Prepare
+	r.Tenures = a.Tenures
 	return r
 }

@@ -41,14 +41,18 @@ const rescueEvery = 2 * time.Second
 // once would run them twice.
 const deadAfter = 5 * time.Second
 
+// LivenessName names the liveness lock's holder in a Tenures record.
+const LivenessName = "job-queue-liveness"
+
 // KeepAlive holds clientID's liveness lock and hands back the jobs of dead
 // clients until ctx ends; it closes held once it first holds the lock (the
-// client must not claim jobs before). It returns once ctx ends.
-func KeepAlive(ctx context.Context, pool *pgxpool.Pool, clientID string, log *slog.Logger, held chan<- struct{}) {
+// client must not claim jobs before). It returns once ctx ends. tenures
+// records how the lock is held, under LivenessName.
+func KeepAlive(ctx context.Context, pool *pgxpool.Pool, clientID string, tenures *pglock.Tenures, log *slog.Logger, held chan<- struct{}) {
 	markHeld := sync.OnceFunc(func() { close(held) })
 	rescue := &Rescuer{Pool: pool, Self: clientID, DeadAfter: deadAfter}
 	for ctx.Err() == nil {
-		err := keepAlive(ctx, rescue, log, markHeld)
+		err := keepAlive(ctx, rescue, tenures, log, markHeld)
 		if ctx.Err() != nil {
 			return
 		}
@@ -57,8 +61,8 @@ func KeepAlive(ctx context.Context, pool *pgxpool.Pool, clientID string, log *sl
 	}
 }
 
-func keepAlive(ctx context.Context, rescue *Rescuer, log *slog.Logger, markHeld func()) error {
-	opts := pglock.Options{Every: rescueEvery}
+func keepAlive(ctx context.Context, rescue *Rescuer, tenures *pglock.Tenures, log *slog.Logger, markHeld func()) error {
+	opts := pglock.Options{Every: rescueEvery, Name: LivenessName, Tenures: tenures}
 	return pglock.Hold(ctx, rescue.Pool.Config().ConnConfig, pglock.RiverClient(rescue.Self), opts, func(ctx context.Context, _ *pglock.Conn) error {
 		markHeld()
 		tick := time.NewTicker(rescueEvery)

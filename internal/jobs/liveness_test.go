@@ -52,7 +52,7 @@ func TestRescueDeadClientsJobs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	held := make(chan struct{})
-	go jobs.KeepAlive(ctx, pool, live, slog.New(slog.DiscardHandler), held)
+	go jobs.KeepAlive(ctx, pool, live, nil, slog.New(slog.DiscardHandler), held)
 	<-held
 
 	liveJob, deadJob, backJob := runningJob(t, pool, live), runningJob(t, pool, dead), runningJob(t, pool, back)
@@ -63,7 +63,7 @@ func TestRescueDeadClientsJobs(t *testing.T) {
 	backCtx, backGone := context.WithCancel(ctx)
 	defer backGone()
 	backHeld := make(chan struct{})
-	go jobs.KeepAlive(backCtx, pool, back, slog.New(slog.DiscardHandler), backHeld)
+	go jobs.KeepAlive(backCtx, pool, back, nil, slog.New(slog.DiscardHandler), backHeld)
 	<-backHeld
 	time.Sleep(400 * time.Millisecond)
 	n, err := r.Pass(ctx)

@@ -50,6 +50,9 @@ type Reader struct {
 	// LockPoll is how often a standby tries the lock, and how often the
 	// holder checks its lock connection while idle.
 	LockPoll time.Duration
+	// Tenures, when set, records how the reader's lock tenure is doing,
+	// under its name.
+	Tenures *pglock.Tenures
 	// Inherit, when set, is a LIKE pattern naming older checkpoints this
 	// reader replaces: with no checkpoint of its own, the reader starts at
 	// the lowest of them, and deletes them when it first saves its own.
@@ -102,7 +105,7 @@ func (r *Reader) session(ctx context.Context) (bool, error) {
 	progressed := false
 	opts := pglock.Options{Every: r.LockPoll, Standby: func() {
 		r.log.Info("job reader is active in another process; standing by")
-	}}
+	}, Name: r.name, Tenures: r.Tenures}
 	err := pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.ProcessManager(r.name), opts, func(ctx context.Context, _ *pglock.Conn) error {
 		var err error
 		progressed, err = r.read(ctx)

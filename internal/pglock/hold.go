@@ -45,6 +45,15 @@ type Options struct {
 	// Standby, when set, is called the first time Poll finds the lock
 	// held elsewhere.
 	Standby func()
+	// Name, with Tenures, records how this holder is doing under Name:
+	// for the long-lived holders that readiness and metrics show.
+	Name    string
+	Tenures *Tenures
+}
+
+// record notes a holder's state when o names one.
+func (o Options) record(state State, err error) {
+	o.Tenures.set(o.Name, state, time.Now(), err)
 }
 
 // statementTimeout bounds each statement of Hold's own. A check that
@@ -89,7 +98,11 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 	}
 	pc, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("lock connection: %w", err)
+		err = fmt.Errorf("lock connection: %w", err)
+		if ctx.Err() == nil {
+			o.record(Failing, err)
+		}
+		return err
 	}
 	held := false
 	defer func() {
@@ -104,9 +117,13 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 		pc.Close(cctx)
 	}()
 	if err := acquire(ctx, pc, key, o); err != nil {
+		if ctx.Err() == nil && err != ErrHeld {
+			o.record(Failing, err)
+		}
 		return err
 	}
 	held = true
+	o.record(Active, nil)
 	conn := &Conn{conn: pc}
 	lctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -120,7 +137,10 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 	stop(nil)
 	<-watched
 	if cause := context.Cause(lctx); errors.Is(cause, ErrLost) && (err == nil || errors.Is(err, context.Canceled)) {
-		return cause
+		err = cause
+	}
+	if err != nil && ctx.Err() == nil {
+		o.record(Failing, err)
 	}
 	return err
 }
@@ -143,10 +163,14 @@ func acquire(ctx context.Context, conn *pgx.Conn, key Key, o Options) error {
 			return nil
 		}
 		if o.Wait == Try {
+			o.record(Standby, nil)
 			return ErrHeld
 		}
-		if !standby && o.Standby != nil {
-			o.Standby()
+		if !standby {
+			o.record(Standby, nil)
+			if o.Standby != nil {
+				o.Standby()
+			}
 		}
 		standby = true
 		if !sleep(ctx, o.Every) {
@@ -177,15 +201,16 @@ func watch(ctx context.Context, conn *Conn, every time.Duration, stop context.Ca
 
 // Lead runs run whenever this process holds key, until ctx ends: it waits
 // for the lock, runs run while it holds it, and after losing it waits a
-// second and waits for it again. Failures are logged as the worker name's.
-func Lead(ctx context.Context, cfg *pgx.ConnConfig, key Key, log *slog.Logger, name string, run func(ctx context.Context)) {
+// second and waits for it again. o.Name names the worker in logs and, with
+// o.Tenures, in its record.
+func Lead(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, log *slog.Logger, run func(ctx context.Context)) {
 	for {
-		err := Hold(ctx, cfg, key, Options{}, func(ctx context.Context, _ *Conn) error {
+		err := Hold(ctx, cfg, key, o, func(ctx context.Context, _ *Conn) error {
 			run(ctx)
 			return nil
 		})
 		if err != nil && ctx.Err() == nil {
-			log.Warn("exclusive worker", "worker", name, "err", err)
+			log.Warn("exclusive worker", "worker", o.Name, "err", err)
 		}
 		if !sleep(ctx, time.Second) {
 			return

@@ -3,6 +3,8 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,4 +158,84 @@ func TestLosingTheConnectionEndsTheTenure(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("tenure went on without its connection")
 	}
+}
+
+func stateOf(ts *pglock.Tenures, name string) pglock.Tenure {
+	for _, v := range ts.List() {
+		if v.Name == name {
+			return v
+		}
+	}
+	return pglock.Tenure{Name: name}
+}
+
+// eventually waits until ok holds of name's tenure.
+func eventually(t *testing.T, ts *pglock.Tenures, name string, ok func(pglock.Tenure) bool) pglock.Tenure {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v := stateOf(ts, name)
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %+v", name, v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Hold records what each named holder is doing: the holder active, the
+// one waiting for it on standby, one that cannot connect failing with its
+// reason, and the holder whose connection is lost failing too.
+func TestTenuresSayWhatEachHolderIsDoing(t *testing.T) {
+	cfg := connConfig(t)
+	ts := &pglock.Tenures{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go pglock.Lead(ctx, cfg, 46, pglock.Options{Every: 20 * time.Millisecond, Name: "first", Tenures: ts},
+		slog.New(slog.DiscardHandler), func(ctx context.Context) {
+			<-ctx.Done()
+		})
+	eventually(t, ts, "first", func(v pglock.Tenure) bool { return v.State == pglock.Active })
+	go pglock.Hold(ctx, cfg, 46, pglock.Options{Every: 20 * time.Millisecond, Name: "second", Tenures: ts},
+		func(ctx context.Context, c *pglock.Conn) error {
+			<-ctx.Done()
+			return nil
+		})
+	eventually(t, ts, "second", func(v pglock.Tenure) bool { return v.State == pglock.Standby })
+
+	down := cfg.Copy()
+	down.Port = 9 // nothing listens
+	for range 2 {
+		pglock.Hold(ctx, down, 47, pglock.Options{Name: "third", Tenures: ts}, func(context.Context, *pglock.Conn) error {
+			t.Error("ran without a connection")
+			return nil
+		})
+	}
+	v := stateOf(ts, "third")
+	if v.State != pglock.Failing || v.Failures != 2 || v.Err == nil || !strings.Contains(v.Err.Error(), "lock connection") {
+		t.Fatalf("holder that cannot connect: %+v", v)
+	}
+
+	// The first holder's connection goes: it fails, and the second takes over.
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	var pid int64
+	if err := admin.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND (classid::bigint << 32 | objid::bigint) = 46`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	v = eventually(t, ts, "first", func(v pglock.Tenure) bool { return v.State != pglock.Active })
+	if v.State != pglock.Failing || !errors.Is(v.Err, pglock.ErrLost) {
+		t.Fatalf("first after losing its connection: %+v", v)
+	}
+	eventually(t, ts, "second", func(v pglock.Tenure) bool { return v.State == pglock.Active })
+	eventually(t, ts, "first", func(v pglock.Tenure) bool { return v.State == pglock.Standby })
 }
