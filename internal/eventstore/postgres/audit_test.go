@@ -114,6 +114,13 @@ func TestVerifyDetectsTampering(t *testing.T) {
 	if len(b) != 7 || !forged {
 		t.Fatalf("breaks %v, want the six above and one for email-b's recorded head", b)
 	}
+	// A recorded head no append could write stops the audit with its name,
+	// not as a revision read as a huge number.
+	exec(`UPDATE streams SET last_revision = -1 WHERE stream_id = 'email-b'`)
+	_, _, err := eventstore.Verify(ctx, newStore(t, pool), func(eventstore.Break) {})
+	if err == nil || !strings.Contains(err.Error(), "stream email-b has recorded head revision -1, which is no revision") {
+		t.Fatalf("verify with a negative recorded head: %v", err)
+	}
 }
 
 type exportLine struct {

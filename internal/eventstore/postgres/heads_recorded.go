@@ -33,6 +33,10 @@ func (s *Store) RecordedHeads(ctx context.Context, streams ...string) (map[strin
 		if err := rows.Scan(&stream, &rev, &hash); err != nil {
 			return nil, fmt.Errorf("eventstore/postgres: stream heads: %w", err)
 		}
+		if rev < 0 {
+			// No append writes one: the table was changed by hand.
+			return nil, fmt.Errorf("eventstore/postgres: stream heads: stream %s has recorded head revision %d, which is no revision: the streams table was changed outside an append", stream, rev)
+		}
 		heads[stream] = eventstore.StreamHead{Revision: uint64(rev), Hash: hash}
 	}
 	if err := rows.Err(); err != nil {
