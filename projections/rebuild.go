@@ -25,7 +25,7 @@ import (
 // trigrams of 1.5 million emails). CONCURRENTLY takes an id only for its
 // short catalog steps. It does wait, between them, for every transaction
 // of the database older than itself to end; Mailroom's are short, and no
-// session of Mailroom's waits for a lock inside a statement (see
+// session of Mailroom's waits for a session lock inside a statement (see
 // pglock.Wait), since one waiting for the rebuild lock would wait for good.
 func (r *Runner) buildIndex(ctx context.Context, shadow, ddl string) error {
 	rest, ok := strings.CutPrefix(ddl, "CREATE INDEX IF NOT EXISTS ")

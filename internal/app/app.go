@@ -80,7 +80,8 @@ type App struct {
 	Now           func() time.Time
 	proxies       []netip.Prefix // MAILROOM_TRUSTED_PROXIES
 	ready         readyCache
-	stopping      atomic.Bool // a stop signal came: /readyz answers 503
+	readiness     *httpserver.ReadinessLog // shared by the listeners, so each change is one line
+	stopping      atomic.Bool              // a stop signal came: /readyz answers 503
 }
 
 // PoolSize is the database pool a process needs unless the database URL
@@ -221,6 +222,7 @@ func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listen
 		log.Warn("this process's clock differs from PostgreSQL's; keep every machine's clock in sync (NTP): job schedules, "+
 			"webhook signature times and recorded times follow each process's clock", "ahead_by", skew.Round(time.Millisecond))
 	}
+	a.readiness = httpserver.NewReadinessLog(log)
 	a.Outcomes = outcomes.New(metrics.Registry())
 	a.Tenures = &pglock.Tenures{}
 	metrics.Registry().MustRegister(newTenureCollector(a.Tenures))
@@ -251,7 +253,7 @@ func openMigrated(ctx context.Context, cfg config.Config, log *slog.Logger, ls *
 			}
 			pool.Close()
 		}
-		if ls == nil || ctx.Err() != nil || !database.Unreachable(err) {
+		if ls == nil || ctx.Err() != nil || !database.Down(err) {
 			return nil, err
 		}
 		ls.Starting("waiting for the database: " + whyUnreachable(err))
@@ -387,7 +389,7 @@ func (a *App) OpsHandler() http.Handler { return a.healthServer(true) }
 func (a *App) healthServer(operator bool) *echo.Echo {
 	e := httpserver.New(httpserver.Options{Logger: a.Log, Metrics: a.Metrics, NoMetricsRoute: !operator,
 		TrustedProxies: a.proxies, MaxInflightBytes: a.Config.MaxInflightBytes})
-	httpserver.Health(e, a.Ready, operator, a.Log)
+	httpserver.Health(e, a.Ready, operator, a.readiness)
 	return e
 }
 
@@ -485,7 +487,9 @@ func (a *App) checkStores(ctx context.Context) (map[string]any, error) {
 		return nil, fmt.Errorf("postgres unreachable: %s", whyUnreachable(err))
 	}
 	if err := eventstore.Ping(ctx, a.Store); err != nil {
-		if ctx.Err() != nil {
+		// Kept in PostgreSQL, which just answered, the log is slow; on its
+		// own servers (EventStoreDB) it does not answer.
+		if _, inPostgres := a.Ledger.(*postgres.Store); ctx.Err() != nil && inPostgres {
 			return nil, slowCheck("the event store's ping")
 		}
 		return nil, fmt.Errorf("event store unreachable: %s", whyUnreachable(err))

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mailroom/mailroom/internal/eventstore/esdb"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -70,5 +72,37 @@ func TestWhyUnreachableNamesAConnectionTheServerEnded(t *testing.T) {
 	}
 	if got, want := whyUnreachable(err), "the server ended the connection: shutting down, or an administrator's command (SQLSTATE 57P01)"; got != want {
 		t.Errorf("%q, want %q (from %v)", got, want, err)
+	}
+}
+
+// An EventStoreDB that does not answer the readiness check in time is
+// unreachable, not slow: PostgreSQL answering says nothing of its own
+// servers.
+func TestReadinessNamesASilentEventStoreDBUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close() // held open, silent
+		}
+	}()
+	store, err := esdb.New("esdb://" + ln.Addr().String() + "?tls=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	a := &App{Pool: pgtest.NewPool(t), Store: store, Ledger: store}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err = a.checkStores(ctx)
+	if err == nil || err.Error() != "event store unreachable: no answer in time" {
+		t.Fatalf("readiness with a silent EventStoreDB: %v", err)
 	}
 }

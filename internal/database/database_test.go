@@ -184,3 +184,63 @@ func TestConnectingToAServerThatNeverAnswersGivesUp(t *testing.T) {
 		cancel()
 	}
 }
+
+// A starting process waits for a server that is not up yet, and stops at
+// once on what waiting would not cure: a TLS setting the server cannot
+// meet, or statements the server refuses.
+func TestDownIsWhatAStartWaitsFor(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	connectErr := func(url string) error {
+		t.Helper()
+		c, err := pgx.Connect(ctx, url)
+		if err == nil {
+			c.Close(ctx)
+			t.Fatalf("%s connected", url)
+		}
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	refused := connectErr("postgres://postgres@" + closed + "/mailroom?sslmode=disable")
+
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var timedOut, readOnly error
+	if _, err := c.Exec(ctx, "SET statement_timeout = 1"); err != nil {
+		t.Fatal(err)
+	}
+	_, timedOut = c.Exec(ctx, "SELECT pg_sleep(1)")
+	if _, err := c.Exec(ctx, "SET statement_timeout = 0; SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	_, readOnly = c.Exec(ctx, "CREATE TABLE t (x int)")
+
+	for _, tc := range []struct {
+		name string
+		err  error
+		down bool
+	}{
+		{"connection refused", refused, true},
+		// The server has no certificate for this name and no CA trusts it,
+		// or no TLS at all: either way a setting to change, not a wait.
+		{"TLS verification", connectErr(url + "&sslmode=verify-full&sslrootcert=system"), false},
+		{"statement timeout", timedOut, false},
+		{"read-only", readOnly, false},
+	} {
+		if tc.err == nil {
+			t.Fatalf("%s: no error", tc.name)
+		}
+		t.Logf("%s: %v", tc.name, tc.err)
+		if got := database.Down(tc.err); got != tc.down {
+			t.Errorf("%s: Down = %v, want %v (%v)", tc.name, got, tc.down, tc.err)
+		}
+	}
+}

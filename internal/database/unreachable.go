@@ -29,3 +29,22 @@ func Unreachable(err error) bool {
 	return errors.As(err, &connect) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		pgconn.Timeout(err) || pgconn.SafeToRetry(err)
 }
+
+// Down reports whether err says the server cannot be reached or does not
+// take connections yet: refused, reset, timed out, a host name that does
+// not resolve (yet), the server starting, shutting down, recovering or out
+// of connection slots. That is what a process started with or before
+// PostgreSQL sees, and waits out. Refused credentials or TLS, a statement
+// timed out or a read-only server are not: waiting would not cure them.
+func Down(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", "53300":
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF)
+}

@@ -347,7 +347,9 @@ func TestHealth(t *testing.T) {
 		return notes, notReady
 	}
 	healthLog := &syncBuffer{}
-	s := newServer(t, func(e *echo.Echo) { Health(e, ready, true, slog.New(slog.NewJSONHandler(healthLog, nil))) })
+	s := newServer(t, func(e *echo.Echo) {
+		Health(e, ready, true, NewReadinessLog(slog.New(slog.NewJSONHandler(healthLog, nil))))
+	})
 	if res := s.get(t, "/healthz"); res.status != 200 || strings.TrimSpace(string(res.body)) != `{"status":"ok"}` {
 		t.Errorf("healthz: %d %s", res.status, res.body)
 	}
@@ -512,7 +514,7 @@ func TestReadinessFlappingIsLoggedAtEachChange(t *testing.T) {
 	ready := func(context.Context) (map[string]any, error) { return nil, notReady }
 	healthLog := &syncBuffer{}
 	log := slog.New(logs.Fold(slog.NewJSONHandler(healthLog, nil), time.Hour))
-	s := newServer(t, func(e *echo.Echo) { Health(e, ready, true, log) })
+	s := newServer(t, func(e *echo.Echo) { Health(e, ready, true, NewReadinessLog(log)) })
 	for range 2 {
 		notReady = errors.New("projection emails lags more than 10000 events")
 		s.get(t, "/readyz")
@@ -524,5 +526,33 @@ func TestReadinessFlappingIsLoggedAtEachChange(t *testing.T) {
 	}
 	if n := strings.Count(healthLog.String(), `"msg":"ready again"`); n != 2 {
 		t.Errorf("%d lines say ready again, want 2:\n%s", n, healthLog.String())
+	}
+}
+
+// An instance's listeners (the API's and the operator's) share one log of
+// its readiness: a change seen by both is one line, and the first answer,
+// not ready, claims no time ready before it.
+func TestReadinessIsLoggedOnceForAllListeners(t *testing.T) {
+	notReady := errors.New("starting: migrating the database")
+	ready := func(context.Context) (map[string]any, error) { return nil, notReady }
+	healthLog := &syncBuffer{}
+	rlog := NewReadinessLog(slog.New(slog.NewJSONHandler(healthLog, nil)))
+	public := New(Options{Logger: slog.New(slog.DiscardHandler), Metrics: NewMetrics(), NoMetricsRoute: true})
+	Health(public, ready, false, rlog)
+	ops := New(Options{Logger: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
+	Health(ops, ready, true, rlog)
+	for _, e := range []*echo.Echo{public, ops, public} {
+		serve(e, "GET", "/readyz")
+	}
+	notReady = nil
+	for _, e := range []*echo.Echo{ops, public} {
+		serve(e, "GET", "/readyz")
+	}
+	got := healthLog.String()
+	if n := strings.Count(got, `"msg":"not ready"`); n != 1 || strings.Contains(got, `"ready_for"`) {
+		t.Errorf("%d lines say not ready, want 1 without ready_for:\n%s", n, got)
+	}
+	if n := strings.Count(got, `"msg":"ready again"`); n != 1 {
+		t.Errorf("%d lines say ready again, want 1:\n%s", n, got)
 	}
 }

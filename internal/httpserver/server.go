@@ -175,31 +175,61 @@ const readyTimeout = 5 * time.Second
 // are added to the 200 body for operators (e.g. what is degraded).
 type ReadyFunc func(ctx context.Context) (notes map[string]any, err error)
 
+// ReadinessLog logs an instance's readiness when it changes, once however
+// many listeners answer its probes: probes come every few seconds, so a
+// line per change, not per probe (and never folded as a repeat), saying
+// how long the state it ends lasted.
+type ReadinessLog struct {
+	log *slog.Logger
+
+	mu       sync.Mutex
+	answered bool // a probe has been answered: since is the state's start
+	notReady bool
+	since    time.Time
+}
+
+// NewReadinessLog returns a ReadinessLog writing to log (nil: the default
+// logger).
+func NewReadinessLog(log *slog.Logger) *ReadinessLog {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &ReadinessLog{log: log}
+}
+
+// note records a probe's answer, err nil meaning ready, and logs it when
+// readiness changed; the first answer only when not ready. The lines are
+// written under the lock, so they come in the order of the changes.
+func (r *ReadinessLog) note(ctx context.Context, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	down := err != nil
+	if r.answered && r.notReady == down {
+		return
+	}
+	lasted := time.Since(r.since).Round(time.Millisecond)
+	first := !r.answered
+	r.answered, r.notReady, r.since = true, down, time.Now()
+	switch {
+	case first && down:
+		r.log.WarnContext(logs.Change(ctx), "not ready", "reason", err.Error())
+	case down:
+		r.log.WarnContext(logs.Change(ctx), "not ready", "reason", err.Error(), "ready_for", lasted)
+	case !first:
+		r.log.InfoContext(ctx, "ready again", "not_ready_for", lasted)
+	}
+}
+
 // Health registers GET (and HEAD) /healthz (liveness: always 200) and GET /readyz (200
 // when ready, else a 503 problem "not_ready"). With detail, /readyz says why
 // it is not ready (the error text, which readiness checks keep free of
 // secrets) and adds the notes to a 200; without (a public listener beside an
 // operator one), it says only ready or not ready. A nil ready is always
-// ready. Probes come every few seconds, so log gets a line when readiness
-// changes, not one per probe (and never folded as a repeat), saying how
-// long the state it ends lasted.
-func Health(e *echo.Echo, ready ReadyFunc, detail bool, log *slog.Logger) {
-	if log == nil {
-		log = slog.Default()
-	}
-	var mu sync.Mutex
-	notReady, since := false, time.Now()
-	// change records readiness and reports how long the state it ended
-	// lasted; ok is false when it did not change.
-	change := func(down bool) (lasted time.Duration, ok bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if notReady == down {
-			return 0, false
-		}
-		now := time.Now()
-		lasted, notReady, since = now.Sub(since).Round(time.Millisecond), down, now
-		return lasted, true
+// ready. Changes are logged to rlog, which the listeners of one instance
+// share (nil: a log of this listener's own, to the default logger).
+func Health(e *echo.Echo, ready ReadyFunc, detail bool, rlog *ReadinessLog) {
+	if rlog == nil {
+		rlog = NewReadinessLog(nil)
 	}
 	e.Match(ReadMethods, "/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
@@ -210,17 +240,12 @@ func Health(e *echo.Echo, ready ReadyFunc, detail bool, log *slog.Logger) {
 			ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
 			defer cancel()
 			notes, err := ready(ctx)
+			rlog.note(c.Request().Context(), err)
 			if err != nil {
-				if lasted, ok := change(true); ok {
-					log.WarnContext(logs.Change(c.Request().Context()), "not ready", "reason", err.Error(), "ready_for", lasted)
-				}
 				if !detail {
 					return NewProblem(http.StatusServiceUnavailable, "not_ready", "the service is not ready")
 				}
 				return NewProblem(http.StatusServiceUnavailable, "not_ready", err.Error())
-			}
-			if lasted, ok := change(false); ok {
-				log.Info("ready again", "not_ready_for", lasted)
 			}
 			if detail {
 				for k, v := range notes {

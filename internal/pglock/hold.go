@@ -13,12 +13,14 @@ import (
 
 // Wait says what Hold does while another session holds the lock.
 //
-// No session waits for a lock inside a statement: a waiting statement
-// holds a snapshot, and CREATE INDEX CONCURRENTLY waits for every snapshot
-// older than it in the database. Had a process that holds a lock built an
-// index so while another process waited for that lock in a statement,
-// each would wait for the other for good, across two processes where
-// PostgreSQL's deadlock detection cannot see it.
+// No session waits for a session lock (migrations, rebuilds, leadership)
+// inside a statement: a waiting statement holds a snapshot, and CREATE
+// INDEX CONCURRENTLY waits for every snapshot older than it in the
+// database. Had a process that holds a lock built an index so while
+// another process waited for that lock in a statement, each would wait for
+// the other for good, across two processes where PostgreSQL's deadlock
+// detection cannot see it. Transaction locks are still waited for in
+// statements; their holders are short and never wait for an index build.
 type Wait int
 
 const (
