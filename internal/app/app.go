@@ -553,6 +553,14 @@ func whyUnreachable(err error) string {
 			return "the server is starting up or shutting down (SQLSTATE 57P03)"
 		case "53300":
 			return "the server has no connection slot left (SQLSTATE 53300: max_connections, or a role's or database's connection limit)"
+		case "57014":
+			return "a statement was cancelled by a timeout (SQLSTATE 57014: statement_timeout, say)"
+		case "25006":
+			return "the server takes no writes: read-only (SQLSTATE 25006)"
+		case "53100":
+			return "the server's disk is full (SQLSTATE 53100)"
+		case "53200":
+			return "the server is out of memory (SQLSTATE 53200)"
 		}
 		return "the server refused the connection (SQLSTATE " + pgErr.Code + ")"
 	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):

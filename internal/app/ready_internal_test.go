@@ -106,3 +106,27 @@ func TestReadinessNamesASilentEventStoreDBUnreachable(t *testing.T) {
 		t.Fatalf("readiness with a silent EventStoreDB: %v", err)
 	}
 }
+
+// A statement cancelled by a timeout, or refused by a read-only server, is
+// named as such, not as a connection refused.
+func TestWhyUnreachableNamesWhatTheServerRefused(t *testing.T) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	conn.Exec(ctx, "SET statement_timeout = 1")
+	_, timedOut := conn.Exec(ctx, "SELECT pg_sleep(1)")
+	conn.Exec(ctx, "SET statement_timeout = 0")
+	conn.Exec(ctx, "SET default_transaction_read_only = on")
+	_, readOnly := conn.Exec(ctx, "CREATE TEMPORARY SEQUENCE s")
+	for err, want := range map[error]string{
+		timedOut: "a statement was cancelled by a timeout (SQLSTATE 57014: statement_timeout, say)",
+		readOnly: "the server takes no writes: read-only (SQLSTATE 25006)",
+	} {
+		if got := whyUnreachable(err); got != want {
+			t.Errorf("%q, want %q (from %v)", got, want, err)
+		}
+	}
+}

@@ -223,12 +223,25 @@ func TestDownIsWhatAStartWaitsFor(t *testing.T) {
 	}
 	_, readOnly = c.Exec(ctx, "CREATE TABLE t (x int)")
 
+	ended, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ended.Close(ctx)
+	if _, err := c.Exec(ctx, "SELECT pg_terminate_backend($1)", ended.PgConn().PID()); err != nil {
+		t.Fatal(err)
+	}
+	_, endedFirst := ended.Exec(ctx, "SELECT 1") // the server's message
+	_, endedThen := ended.Exec(ctx, "SELECT 1")  // the connection, closed
+
 	for _, tc := range []struct {
 		name string
 		err  error
 		down bool
 	}{
 		{"connection refused", refused, true},
+		{"connection ended by the server", endedFirst, true},
+		{"connection closed", endedThen, true},
 		// The server has no certificate for this name and no CA trusts it,
 		// or no TLS at all: either way a setting to change, not a wait.
 		{"TLS verification", connectErr(url + "&sslmode=verify-full&sslrootcert=system"), false},

@@ -31,9 +31,10 @@ func Unreachable(err error) bool {
 }
 
 // Down reports whether err says the server cannot be reached or does not
-// take connections yet: refused, reset, timed out, a host name that does
-// not resolve (yet), the server starting, shutting down, recovering or out
-// of connection slots. That is what a process started with or before
+// take connections yet: refused, reset, closed, timed out, a host name that
+// does not resolve (yet), the server starting, shutting down, recovering or
+// out of connection slots. (A server stopped in immediate mode or crashing
+// warns its sessions and closes them: the client sees a closed connection.) That is what a process started with or before
 // PostgreSQL sees, and waits out. Refused credentials or TLS, a statement
 // timed out or a read-only server are not: waiting would not cure them.
 func Down(err error) bool {
@@ -46,5 +47,6 @@ func Down(err error) bool {
 		return false
 	}
 	var netErr net.Error
-	return errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF)
+	return errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, pgconn.ErrConnClosed)
 }

@@ -107,6 +107,7 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 		return err
 	}
 	held := false
+	var self *session // this tenure's session at the server, for a named holder
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
 		defer cancel()
@@ -114,7 +115,11 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 			// The server drops a closed session's locks in its own time:
 			// unlocked here, the lock is free for the next holder once
 			// Hold returns.
-			pc.Exec(cctx, "SELECT pg_advisory_unlock($1)", int64(key))
+			if _, err := pc.Exec(cctx, "SELECT pg_advisory_unlock($1)", int64(key)); err != nil && self != nil {
+				// Out of touch: the server may keep the session, and the
+				// lock, until it finds the connection dead.
+				o.Tenures.leave(o.Name, self)
+			}
 		}
 		pc.Close(cctx)
 	}()
@@ -125,6 +130,10 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 		return err
 	}
 	held = true
+	if o.Tenures != nil && o.Name != "" {
+		o.Tenures.leave(o.Name, nil) // whatever was left has let go
+		self, _ = sessionOf(ctx, pc) // unknown, it cannot be recognised later
+	}
 	o.record(Active, nil)
 	conn := &Conn{conn: pc}
 	lctx, stop := context.WithCancelCause(ctx)
@@ -168,6 +177,14 @@ func acquire(ctx context.Context, conn *pgx.Conn, key Key, o Options) error {
 			o.record(Standby, nil)
 			return ErrHeld
 		}
+		if ended, err := endLeftSession(ctx, conn, key, o); ended {
+			// Not another process: this one's own earlier session.
+			o.record(Failing, err)
+			if !sleep(ctx, o.Every) {
+				return ctx.Err()
+			}
+			continue
+		}
 		if !standby {
 			o.record(Standby, nil)
 			if o.Standby != nil {
@@ -179,6 +196,53 @@ func acquire(ctx context.Context, conn *pgx.Conn, key Key, o Options) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// session identifies a session at the server: a process id alone may be
+// reused once the session ends.
+type session struct {
+	pid     int64
+	started time.Time
+}
+
+// sessionOf returns conn's session.
+func sessionOf(ctx context.Context, conn *pgx.Conn) (*session, error) {
+	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	defer cancel()
+	s := &session{}
+	err := conn.QueryRow(ctx, `SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&s.pid, &s.started)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// endLeftSession handles a lock found held by a named holder that lost
+// touch with its previous session. When that session still holds the lock
+// (the server has not yet found its connection dead: until its TCP
+// keepalives give up, two hours by default), the holder is not standing
+// by for another process but kept from its work by itself: it ends that
+// session, whose work stopped with the tenure, and reports true with why
+// it cannot take the lock yet. Otherwise it forgets the session.
+func endLeftSession(ctx context.Context, conn *pgx.Conn, key Key, o Options) (bool, error) {
+	left := o.Tenures.left(o.Name)
+	if left == nil {
+		return false, nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	defer cancel()
+	var holder session
+	err := conn.QueryRow(qctx, `SELECT a.pid, a.backend_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND (l.classid::bigint << 32 | l.objid::bigint) = $1`,
+		int64(key)).Scan(&holder.pid, &holder.started)
+	if err != nil || holder.pid != left.pid || !holder.started.Equal(left.started) {
+		o.Tenures.leave(o.Name, nil)
+		return false, nil
+	}
+	if _, err := conn.Exec(qctx, "SELECT pg_terminate_backend($1)", holder.pid); err != nil {
+		return true, fmt.Errorf("the lock is held by this process's earlier session (server pid %d), which it lost touch with, and ending it failed: %w", holder.pid, err)
+	}
+	return true, fmt.Errorf("the lock is held by this process's earlier session (server pid %d), which it lost touch with; that session is being ended", holder.pid)
 }
 
 // watch checks conn every so often until ctx ends, and ends the tenure

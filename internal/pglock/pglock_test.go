@@ -3,8 +3,12 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,4 +242,109 @@ func TestTenuresSayWhatEachHolderIsDoing(t *testing.T) {
 	}
 	eventually(t, ts, "second", func(v pglock.Tenure) bool { return v.State == pglock.Active })
 	eventually(t, ts, "first", func(v pglock.Tenure) bool { return v.State == pglock.Standby })
+}
+
+// blackhole forwards connections to a PostgreSQL server until cut, after
+// which it drops what either side sends and keeps both sockets open: a
+// network partition as the server sees it, where its session lives on.
+type blackhole struct {
+	ln  net.Listener
+	cut atomic.Bool // applies to connections open when it is set
+	mu  sync.Mutex
+	cur []*atomic.Bool
+}
+
+func newBlackhole(t *testing.T, server string) *blackhole {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", server)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			cut := &atomic.Bool{}
+			b.mu.Lock()
+			b.cur = append(b.cur, cut)
+			b.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					if err != nil {
+						dst.Close()
+						return
+					}
+					if !cut.Load() {
+						dst.Write(buf[:n])
+					}
+				}
+			}
+			go pipe(s, c)
+			go pipe(c, s)
+			t.Cleanup(func() { c.Close(); s.Close() })
+		}
+	}()
+	return b
+}
+
+// cutOpen cuts the connections open now; later ones pass.
+func (b *blackhole) cutOpen() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.cur {
+		c.Store(true)
+	}
+}
+
+// A holder that loses touch with its session while the server keeps it,
+// and the lock with it, is not standing by for another process: it ends
+// its own earlier session and takes the lock again, and says meanwhile
+// that it is failing.
+func TestAHolderEndsItsOwnSessionLeftAtTheServer(t *testing.T) {
+	cfg := connConfig(t)
+	b := newBlackhole(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	via := cfg.Copy()
+	host, port, _ := net.SplitHostPort(b.ln.Addr().String())
+	via.Host = host
+	fmt.Sscan(port, &via.Port)
+
+	ts := &pglock.Tenures{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go pglock.Lead(ctx, via, 48, pglock.Options{Every: 100 * time.Millisecond, Name: "reader", Tenures: ts},
+		slog.New(slog.DiscardHandler), func(ctx context.Context) { <-ctx.Done() })
+	eventually(t, ts, "reader", func(v pglock.Tenure) bool { return v.State == pglock.Active })
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	holder := func() (pid int64) {
+		admin.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND (classid::bigint << 32 | objid::bigint) = 48`).Scan(&pid)
+		return pid
+	}
+	first := holder()
+
+	b.cutOpen()
+	v := eventually(t, ts, "reader", func(v pglock.Tenure) bool {
+		return v.State == pglock.Failing && v.Err != nil && strings.Contains(v.Err.Error(), "earlier session")
+	})
+	if !strings.Contains(v.Err.Error(), fmt.Sprint(first)) {
+		t.Errorf("failing for %v, which does not name the session %d", v.Err, first)
+	}
+	eventually(t, ts, "reader", func(v pglock.Tenure) bool { return v.State == pglock.Active })
+	if now := holder(); now == first || now == 0 {
+		t.Fatalf("lock held by %d, first by %d", now, first)
+	}
 }

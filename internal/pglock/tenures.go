@@ -51,6 +51,7 @@ type Tenures struct {
 }
 
 type holder struct {
+	leftAt   *session // a session that lost touch holding the lock
 	state    State
 	since    time.Time // the state's start
 	failures int       // in a row, kept through tenures that did not last
@@ -103,4 +104,30 @@ func (t *Tenures) set(name string, state State, now time.Time, err error) {
 	}
 	// Active keeps the run of failures until the tenure proves steady.
 	h.state, h.since, h.err = state, now, err
+}
+
+// leave records the session name's last tenure left at the server (nil:
+// none).
+func (t *Tenures) leave(name string, s *session) {
+	if t == nil || name == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h := t.m[name]; h != nil {
+		h.leftAt = s
+	}
+}
+
+// left returns the session name's last tenure left at the server, if any.
+func (t *Tenures) left(name string) *session {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h := t.m[name]; h != nil {
+		return h.leftAt
+	}
+	return nil
 }
