@@ -317,12 +317,18 @@ func (w *SendWorker) outcome(ctx context.Context, job *river.Job[SendArgs], err 
 	case ctx.Err() != nil:
 		return river.JobSnooze(0) // stopping: the next worker takes it at once
 	case provider.IsThrottled(err):
-		return river.JobSnooze(throttleWait(err, retried(ctx, job.Metadata)))
+		d := throttleWait(err, retried(ctx, job.Metadata))
+		if w.Log != nil {
+			// One line per window for every email the provider holds back.
+			w.Log.WarnContext(logs.Many(ctx), "provider asked to slow down; email send will be retried", "email_id", job.Args.EmailID,
+				"request_id", job.Args.CorrelationID, "err", logs.Redacted(err), "retry_in", d)
+		}
+		return river.JobSnooze(d)
 	case IsTransient(err):
 		n := retried(ctx, job.Metadata)
 		d := w.Retry.Delay(n)
 		if w.Log != nil && n > 1 {
-			w.Log.Warn("email send will be retried", "email_id", job.Args.EmailID, "request_id", job.Args.CorrelationID,
+			w.Log.WarnContext(logs.Many(ctx), "email send will be retried", "email_id", job.Args.EmailID, "request_id", job.Args.CorrelationID,
 				"err", logs.Redacted(err), "retry_in", d)
 		}
 		return river.JobSnooze(d)

@@ -68,7 +68,7 @@ func keepAlive(ctx context.Context, rescue *Rescuer, tenures *pglock.Tenures, lo
 		tick := time.NewTicker(rescueEvery)
 		defer tick.Stop()
 		for {
-			if n, err := rescue.Pass(ctx); err != nil {
+			if n, err := rescue.Pass(ctx); err != nil && ctx.Err() == nil {
 				log.Warn("job queue: looking for dead workers' jobs failed", "err", err)
 			} else if n > 0 {
 				log.Warn("job queue: handed back jobs of a stopped worker process", "jobs", n)

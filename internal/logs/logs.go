@@ -96,6 +96,14 @@ type changeKey struct{}
 // state that flaps shows.
 func Change(ctx context.Context) context.Context { return context.WithValue(ctx, changeKey{}, true) }
 
+type manyKey struct{}
+
+// Many marks ctx for a warning that one failure causes for many subjects
+// at once (every email's retry while the provider is down): Fold folds it
+// by its message alone, ids and all, so that an outage writes a line per
+// window however many emails wait, the line passed on naming one of them.
+func Many(ctx context.Context) context.Context { return context.WithValue(ctx, manyKey{}, true) }
+
 func (h *folding) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level < slog.LevelWarn || ctx.Value(changeKey{}) != nil {
 		return h.next.Handle(ctx, r)
@@ -105,12 +113,14 @@ func (h *folding) Handle(ctx context.Context, r slog.Record) error {
 	key.WriteString(r.Level.String())
 	key.WriteString("\x00")
 	key.WriteString(r.Message)
-	r.Attrs(func(a slog.Attr) bool {
-		if !unfolded[a.Key] {
-			key.WriteString("\x00" + a.String())
-		}
-		return true
-	})
+	if ctx.Value(manyKey{}) == nil {
+		r.Attrs(func(a slog.Attr) bool {
+			if !unfolded[a.Key] {
+				key.WriteString("\x00" + a.String())
+			}
+			return true
+		})
+	}
 	k, now := key.String(), r.Time
 	h.seen.mu.Lock()
 	f := h.seen.last[k]

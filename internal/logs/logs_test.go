@@ -154,3 +154,37 @@ func TestFoldedCountSurvivesOtherLines(t *testing.T) {
 		t.Fatalf("last line %v, want lock lost with repeated 29", last)
 	}
 }
+
+// A warning one failure causes for many emails at once is folded by its
+// message: a provider outage with a thousand emails waiting writes a line
+// per window, not one per email and retry.
+func TestWarningsAboutManyAreFoldedByMessage(t *testing.T) {
+	var b bytes.Buffer
+	h := Fold(slog.NewJSONHandler(&b, nil), 30*time.Second)
+	t0 := time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)
+	log := func(ctx context.Context, at time.Duration, id string) {
+		r := slog.NewRecord(t0.Add(at), slog.LevelWarn, "email send will be retried", 0)
+		r.AddAttrs(slog.String("email_id", id), slog.Duration("retry_in", at))
+		if err := h.Handle(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	many := Many(context.Background())
+	for i := range 1000 {
+		log(many, time.Duration(i)*20*time.Millisecond, fmt.Sprint("e", i))
+	}
+	log(many, 31*time.Second, "e1000")
+	log(context.Background(), 32*time.Second, "e1001") // about one email: its own line
+	log(context.Background(), 33*time.Second, "e1002")
+	var summary []string
+	for _, l := range lines(t, &b) {
+		s := l["email_id"].(string)
+		if n, ok := l["repeated"]; ok {
+			s += fmt.Sprint(" repeated=", n)
+		}
+		summary = append(summary, s)
+	}
+	if got, want := strings.Join(summary, " "), "e0 e1000 repeated=999 e1001 e1002"; got != want {
+		t.Errorf("lines %q, want %q", got, want)
+	}
+}

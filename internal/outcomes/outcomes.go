@@ -40,7 +40,7 @@ const RunLapse = 3 * time.Minute
 func New(reg prometheus.Registerer) *Recorder {
 	o := &Recorder{
 		Sends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_emails_sent_total",
-			Help: "Emails offered to the provider, by outcome (sent; failed: rejected, or not accepted in time; retrying; throttled)."}, []string{"outcome"}),
+			Help: "Offers of an email to the provider, each try counted, by outcome (sent; failed: rejected, or not accepted in time; retrying; throttled)."}, []string{"outcome"}),
 		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_emails_failed_total",
 			Help: "Emails that failed, for whatever reason, by the reason their email.failed event gives."}, []string{"reason"}),
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_webhook_attempts_total",

@@ -111,7 +111,7 @@ mailroom_emails_failed_total{reason="provider_rejected"} 0
 mailroom_emails_failed_total{reason="provider_unavailable"} 0
 mailroom_emails_failed_total{reason="rendering_failed"} 0
 mailroom_emails_failed_total{reason="suppressed"} 0
-# HELP mailroom_emails_sent_total Emails offered to the provider, by outcome (sent; failed: rejected, or not accepted in time; retrying; throttled).
+# HELP mailroom_emails_sent_total Offers of an email to the provider, each try counted, by outcome (sent; failed: rejected, or not accepted in time; retrying; throttled).
 # TYPE mailroom_emails_sent_total counter
 mailroom_emails_sent_total{outcome="failed"} 0
 mailroom_emails_sent_total{outcome="retrying"} 0

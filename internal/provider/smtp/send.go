@@ -203,9 +203,18 @@ func (r *Relay) dial(ctx context.Context, startTLS bool) (*gosmtp.Client, bool, 
 		}
 		c = gosmtp.NewClient(tc)
 	case startTLS:
+		// go-smtp greets, says EHLO and starts TLS inside, on its own
+		// minutes-long timeouts: bound the three by the command timeout.
+		gctx, cancel := context.WithTimeoutCause(ctx, r.commandTimeout, errSilent)
+		guard := context.AfterFunc(gctx, func() { conn.Close() })
 		c, err = gosmtp.NewClientStartTLS(conn, r.clientTLSConfig())
+		guard()
+		cancel()
 		if err != nil {
 			closeAll()
+			if errors.Is(context.Cause(gctx), errSilent) {
+				err = fmt.Errorf("%w within %s (%v)", errSilent, r.commandTimeout, err)
+			}
 			return nil, false, nil, r.fail(ctx, "STARTTLS", err)
 		}
 	default:
@@ -213,7 +222,9 @@ func (r *Relay) dial(ctx context.Context, startTLS bool) (*gosmtp.Client, bool, 
 	}
 	if r.commandTimeout > 0 {
 		c.CommandTimeout = r.commandTimeout
-		c.SubmissionTimeout = r.commandTimeout
+	}
+	if r.submissionTimeout > 0 {
+		c.SubmissionTimeout = r.submissionTimeout
 	}
 	// After STARTTLS this is the second EHLO (the first, inside go-smtp,
 	// says "localhost"); the TLS handshake happens on its way.
@@ -228,6 +239,9 @@ func (r *Relay) dial(ctx context.Context, startTLS bool) (*gosmtp.Client, bool, 
 	_, isTLS := c.TLSConnectionState()
 	return c, isTLS, closeAll, nil
 }
+
+// errSilent is a relay that did not answer in time.
+var errSilent = errors.New("no reply from the relay")
 
 // auth logs in with PLAIN, or LOGIN when that is all the relay offers.
 func (r *Relay) auth(c *gosmtp.Client, isTLS bool) error {

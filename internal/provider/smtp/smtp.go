@@ -44,11 +44,12 @@ type Relay struct {
 	user, pass  string
 	hasAuth     bool
 
-	tlsConfig      *tls.Config
-	dialTimeout    time.Duration
-	commandTimeout time.Duration
-	localName      string // the name given in EHLO: the host name
-	insecureAuth   bool
+	tlsConfig         *tls.Config
+	dialTimeout       time.Duration
+	commandTimeout    time.Duration
+	submissionTimeout time.Duration // 0: go-smtp's, within the send's own deadline
+	localName         string        // the name given in EHLO: the host name
+	insecureAuth      bool
 
 	// sawSTARTTLS is set once the relay has offered STARTTLS: from then on
 	// STARTTLS is mandatory, so a relay (or a man in the middle) that stops
@@ -72,9 +73,19 @@ func WithTLSConfig(c *tls.Config) Option { return func(r *Relay) { r.tlsConfig =
 func WithDialTimeout(d time.Duration) Option { return func(r *Relay) { r.dialTimeout = d } }
 
 // WithCommandTimeout bounds the wait for each reply of the relay, including
-// the one after the message data. The default is go-smtp's (5 minutes per
-// command, 12 after the data, as RFC 5321 recommends).
-func WithCommandTimeout(d time.Duration) Option { return func(r *Relay) { r.commandTimeout = d } }
+// the one after the message data. The default is DefaultCommandTimeout for
+// every reply but that last one, which waits as long as the send's own
+// deadline allows: the relay may have taken the message already, and
+// giving up on its answer sends it again.
+func WithCommandTimeout(d time.Duration) Option {
+	return func(r *Relay) { r.commandTimeout, r.submissionTimeout = d, d }
+}
+
+// DefaultCommandTimeout bounds the wait for the relay's greeting and each
+// reply before the message data. RFC 5321 suggests minutes, for relays of
+// old; a relay that is silent this long is down, and a send that waits the
+// minutes out would keep its place and show nothing until it ends.
+const DefaultCommandTimeout = 30 * time.Second
 
 // WithRequireTLS makes STARTTLS mandatory for smtp:// URLs: a relay that does
 // not offer it is never sent anything. Same as "?starttls=require".
@@ -110,7 +121,7 @@ func New(rawURL string, opts ...Option) (*Relay, error) {
 		}
 		return nil, fmt.Errorf("smtp url: %v", err)
 	}
-	r := &Relay{dialTimeout: 30 * time.Second}
+	r := &Relay{dialTimeout: 30 * time.Second, commandTimeout: DefaultCommandTimeout}
 	switch u.Scheme {
 	case "smtp":
 	case "smtps":

@@ -820,3 +820,55 @@ func TestNew(t *testing.T) {
 		}
 	}
 }
+
+// silentPeer accepts connections and never says a word; it returns its
+// address.
+func silentPeer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A relay that accepts the connection and never greets is given up on
+// after the command timeout, with STARTTLS required too, not after the
+// send's whole deadline: the failure shows (and counts towards the
+// provider failing) within seconds.
+func TestARelayThatNeverGreetsIsGivenUpOnInTime(t *testing.T) {
+	for _, rawURL := range []string{"smtp://" + silentPeer(t), "smtp://" + silentPeer(t) + "?starttls=require"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		start := time.Now()
+		_, err := newRelay(t, rawURL, WithCommandTimeout(300*time.Millisecond)).Send(ctx, outbound(testMessage(t), nil))
+		if err == nil || ctx.Err() != nil {
+			t.Fatalf("%s: err %v, context %v", rawURL, err, ctx.Err())
+		}
+		cancel()
+		wantTransient(t, err)
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: gave up after %v", rawURL, d)
+		}
+	}
+}
