@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/internal/eventstore/esdb"
+	"github.com/mailroom/mailroom/internal/nettest"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -79,21 +79,7 @@ func TestWhyUnreachableNamesAConnectionTheServerEnded(t *testing.T) {
 // unreachable, not slow: PostgreSQL answering says nothing of its own
 // servers.
 func TestReadinessNamesASilentEventStoreDBUnreachable(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer conn.Close() // held open, silent
-		}
-	}()
-	store, err := esdb.New("esdb://" + ln.Addr().String() + "?tls=false")
+	store, err := esdb.New("esdb://" + nettest.Silent(t) + "?tls=false")
 	if err != nil {
 		t.Fatal(err)
 	}

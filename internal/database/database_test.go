@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailroom/mailroom/internal/database"
+	"github.com/mailroom/mailroom/internal/nettest"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -159,21 +160,7 @@ func TestProcessesStartingTogetherAllFindTheDatabaseCreated(t *testing.T) {
 // itself, not only when the caller's patience ends; a URL's own
 // connect_timeout is kept.
 func TestConnectingToAServerThatNeverAnswersGivesUp(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer conn.Close() // held open, silent
-		}
-	}()
-	base := "postgres://postgres@" + ln.Addr().String() + "/mailroom?sslmode=disable"
+	base := "postgres://postgres@" + nettest.Silent(t) + "/mailroom?sslmode=disable"
 	for _, url := range []string{base, base + "&connect_timeout=1"} {
 		// The caller's limit only keeps a failing test from hanging.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*database.ConnectTimeout)

@@ -32,6 +32,7 @@ import (
 	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/dnscheck/dnstest"
 	"github.com/mailroom/mailroom/internal/mailmsg"
+	"github.com/mailroom/mailroom/internal/nettest"
 	"github.com/mailroom/mailroom/internal/provider"
 )
 
@@ -722,35 +723,11 @@ func TestNetworkErrors(t *testing.T) {
 	wantTransient(t, sendErr(t, newRelay(t, "smtp://"+closed), outbound(testMessage(t), nil)))
 
 	// A peer that never greets: the context's deadline ends the send.
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	var conns []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
+	silent := nettest.Silent(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = newRelay(t, "smtp://"+silent.Addr().String()).Send(ctx, outbound(testMessage(t), nil))
+	_, err = newRelay(t, "smtp://"+silent).Send(ctx, outbound(testMessage(t), nil))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want context.DeadlineExceeded", err)
 	}
@@ -821,44 +798,12 @@ func TestNew(t *testing.T) {
 	}
 }
 
-// silentPeer accepts connections and never says a word; it returns its
-// address.
-func silentPeer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // A relay that accepts the connection and never greets is given up on
 // after the command timeout, with STARTTLS required too, not after the
 // send's whole deadline: the failure shows (and counts towards the
 // provider failing) within seconds.
 func TestARelayThatNeverGreetsIsGivenUpOnInTime(t *testing.T) {
-	for _, rawURL := range []string{"smtp://" + silentPeer(t), "smtp://" + silentPeer(t) + "?starttls=require"} {
+	for _, rawURL := range []string{"smtp://" + nettest.Silent(t), "smtp://" + nettest.Silent(t) + "?starttls=require"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		start := time.Now()
 		_, err := newRelay(t, rawURL, WithCommandTimeout(300*time.Millisecond)).Send(ctx, outbound(testMessage(t), nil))
