@@ -249,9 +249,8 @@ func TestTenuresSayWhatEachHolderIsDoing(t *testing.T) {
 // network partition as the server sees it, where its session lives on.
 type blackhole struct {
 	ln  net.Listener
-	cut atomic.Bool // applies to connections open when it is set
 	mu  sync.Mutex
-	cur []*atomic.Bool
+	cur []*atomic.Bool // whether each connection is cut
 }
 
 func newBlackhole(t *testing.T, server string) *blackhole {
