@@ -375,11 +375,18 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 			fmt.Sprintf("the provider did not accept the message within %s", p.MaxAge))
 	case err != nil:
 		p.Outcomes.Send("retrying", err, p.Now())
-		return false, Transient(err)
+		return false, Transient(&providerTrouble{err})
 	}
 	p.Outcomes.Send("sent", nil, accepted)
 	return true, p.recordSent(ctx, st, ver, acceptedSend{msgID: msgID, at: accepted, atts: atts}, meta)
 }
+
+// providerTrouble marks a failure of the provider itself for now (down,
+// silent, refusing), which every email waiting for it meets alike.
+type providerTrouble struct{ err error }
+
+func (e *providerTrouble) Error() string { return e.err.Error() }
+func (e *providerTrouble) Unwrap() error { return e.err }
 
 // mayNotLeave reads what the read models say of the email now, in one
 // statement after one wait: stop says it does not leave. A suspended

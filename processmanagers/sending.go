@@ -328,7 +328,13 @@ func (w *SendWorker) outcome(ctx context.Context, job *river.Job[SendArgs], err 
 		n := retried(ctx, job.Metadata)
 		d := w.Retry.Delay(n)
 		if w.Log != nil && n > 1 {
-			w.Log.WarnContext(logs.Many(ctx), "email send will be retried", "email_id", job.Args.EmailID, "request_id", job.Args.CorrelationID,
+			lctx, msg := ctx, "email send will be retried"
+			if pt := (*providerTrouble)(nil); errors.As(err, &pt) {
+				// One line per window for every email the provider holds
+				// back; a cause of the email's own stays a line of its own.
+				lctx, msg = logs.Many(ctx), "provider did not take the email for now; send will be retried"
+			}
+			w.Log.WarnContext(lctx, msg, "email_id", job.Args.EmailID, "request_id", job.Args.CorrelationID,
 				"err", logs.Redacted(err), "retry_in", d)
 		}
 		return river.JobSnooze(d)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	neturl "net/url"
@@ -195,6 +196,25 @@ func TestDownIsWhatAStartWaitsFor(t *testing.T) {
 	ln.Close()
 	refused := connectErr("postgres://postgres@" + closed + "/mailroom?sslmode=disable")
 
+	// A service that is no PostgreSQL with TLS: it reads the request for
+	// TLS and hangs up.
+	notTLS, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notTLS.Close()
+	go func() {
+		for {
+			c, err := notTLS.Accept()
+			if err != nil {
+				return
+			}
+			io.ReadFull(c, make([]byte, 8))
+			c.Close()
+		}
+	}()
+	hungUp := connectErr("postgres://postgres@" + notTLS.Addr().String() + "/mailroom?sslmode=require")
+
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -229,6 +249,7 @@ func TestDownIsWhatAStartWaitsFor(t *testing.T) {
 		{"connection refused", refused, true},
 		{"connection ended by the server", endedFirst, true},
 		{"connection closed", endedThen, true},
+		{"TLS refused by hanging up", hungUp, false},
 		// The server has no certificate for this name and no CA trusts it,
 		// or no TLS at all: either way a setting to change, not a wait.
 		{"TLS verification", connectErr(url + "&sslmode=verify-full&sslrootcert=system"), false},

@@ -47,6 +47,6 @@ func Down(err error) bool {
 		return false
 	}
 	var netErr net.Error
-	return errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
-		errors.Is(err, pgconn.ErrConnClosed)
+	// Not io.EOF: a TLS setting the server cannot meet ends that way.
+	return errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -132,7 +133,7 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 	held = true
 	if o.Tenures != nil && o.Name != "" {
 		o.Tenures.leave(o.Name, nil) // whatever was left has let go
-		self, _ = sessionOf(ctx, pc) // unknown, it cannot be recognised later
+		self = markSession(ctx, pc)  // nil: it cannot be recognised later
 	}
 	o.record(Active, nil)
 	conn := &Conn{conn: pc}
@@ -198,23 +199,26 @@ func acquire(ctx context.Context, conn *pgx.Conn, key Key, o Options) error {
 	}
 }
 
-// session identifies a session at the server: a process id alone may be
-// reused once the session ends.
+// session is a tenure's session at the server, known by its process id
+// and by a lock of its own: the id alone is not enough, as a pooler in
+// session mode hands the same server session to its next client (after
+// DISCARD ALL, which releases every advisory lock, the mark too).
 type session struct {
-	pid     int64
-	started time.Time
+	pid  int64
+	mark int64 // an advisory lock only this session holds
 }
 
-// sessionOf returns conn's session.
-func sessionOf(ctx context.Context, conn *pgx.Conn) (*session, error) {
+// markSession takes a lock of a random key on conn and returns the
+// session so marked, or nil.
+func markSession(ctx context.Context, conn *pgx.Conn) *session {
 	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
-	s := &session{}
-	err := conn.QueryRow(ctx, `SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&s.pid, &s.started)
-	if err != nil {
-		return nil, err
+	s := &session{mark: rand.Int64()}
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid(), pg_try_advisory_lock($1)`, s.mark).Scan(&s.pid, &ok); err != nil || !ok {
+		return nil
 	}
-	return s, nil
+	return s
 }
 
 // endLeftSession handles a lock found held by a named holder that lost
@@ -223,7 +227,8 @@ func sessionOf(ctx context.Context, conn *pgx.Conn) (*session, error) {
 // keepalives give up, two hours by default), the holder is not standing
 // by for another process but kept from its work by itself: it ends that
 // session, whose work stopped with the tenure, and reports true with why
-// it cannot take the lock yet. Otherwise it forgets the session.
+// it cannot take the lock yet. When another session holds the lock, it
+// forgets its own.
 func endLeftSession(ctx context.Context, conn *pgx.Conn, key Key, o Options) (bool, error) {
 	left := o.Tenures.left(o.Name)
 	if left == nil {
@@ -231,18 +236,22 @@ func endLeftSession(ctx context.Context, conn *pgx.Conn, key Key, o Options) (bo
 	}
 	qctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
-	var holder session
-	err := conn.QueryRow(qctx, `SELECT a.pid, a.backend_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND (l.classid::bigint << 32 | l.objid::bigint) = $1`,
-		int64(key)).Scan(&holder.pid, &holder.started)
-	if err != nil || holder.pid != left.pid || !holder.started.Equal(left.started) {
+	var pid int64
+	err := conn.QueryRow(qctx, `SELECT l.pid FROM pg_locks l JOIN pg_locks m ON m.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND (l.classid::bigint << 32 | l.objid::bigint) = $1
+		AND m.locktype = 'advisory' AND m.granted AND m.objsubid = 1 AND (m.classid::bigint << 32 | m.objid::bigint) = $2`,
+		int64(key), left.mark).Scan(&pid)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || err == nil && pid != left.pid:
 		o.Tenures.leave(o.Name, nil)
 		return false, nil
+	case err != nil:
+		return false, nil // asked again at the next try
 	}
-	if _, err := conn.Exec(qctx, "SELECT pg_terminate_backend($1)", holder.pid); err != nil {
-		return true, fmt.Errorf("the lock is held by this process's earlier session (server pid %d), which it lost touch with, and ending it failed: %w", holder.pid, err)
+	if _, err := conn.Exec(qctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		return true, fmt.Errorf("the lock is held by this process's earlier session (server pid %d), which it lost touch with, and ending it failed: %w", pid, err)
 	}
-	return true, fmt.Errorf("the lock is held by this process's earlier session (server pid %d), which it lost touch with; that session is being ended", holder.pid)
+	return true, fmt.Errorf("the lock is held by this process's earlier session (server pid %d), which it lost touch with; that session is being ended", pid)
 }
 
 // watch checks conn every so often until ctx ends, and ends the tenure

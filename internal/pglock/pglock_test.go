@@ -347,3 +347,55 @@ func TestAHolderEndsItsOwnSessionLeftAtTheServer(t *testing.T) {
 		t.Fatalf("lock held by %d, first by %d", now, first)
 	}
 }
+
+// A holder ends a session holding its lock only when that session is the
+// one it lost: the same server process id is not enough, since a pooler in
+// session mode hands a server session to its next client (another
+// process, whose lock it must not end), after releasing every advisory
+// lock, the holder's mark too.
+func TestOnlyTheSessionLeftBehindIsEnded(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	connect := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		return c
+	}
+	const key, mark = pglock.Key(49), int64(7261049)
+	other, self := connect(), connect()
+	if _, err := other.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(key)); err != nil {
+		t.Fatal(err)
+	}
+	ts := &pglock.Tenures{}
+	o := pglock.Options{Name: "reader", Tenures: ts}
+	ts.LeaveForTest("reader", int64(other.PgConn().PID()), mark)
+
+	if ended, err := pglock.EndLeftSession(ctx, self, key, o); ended {
+		t.Fatalf("ended a session of the same process id without the mark: %v", err)
+	}
+	if err := other.Ping(ctx); err != nil {
+		t.Fatalf("the other client's session: %v", err)
+	}
+	if ts.LeftForTest("reader") {
+		t.Error("the lost session is still remembered after another was found holding the lock")
+	}
+
+	// The session that holds the mark is the one lost: it is ended.
+	if _, err := other.Exec(ctx, "SELECT pg_advisory_lock($1)", mark); err != nil {
+		t.Fatal(err)
+	}
+	ts.LeaveForTest("reader", int64(other.PgConn().PID()), mark)
+	if ended, err := pglock.EndLeftSession(ctx, self, key, o); !ended || err == nil {
+		t.Fatalf("left session not ended: %v %v", ended, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for other.Ping(ctx) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the left session lives on")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -203,9 +203,13 @@ func (r *Relay) dial(ctx context.Context, startTLS bool) (*gosmtp.Client, bool, 
 		}
 		c = gosmtp.NewClient(tc)
 	case startTLS:
-		// go-smtp greets, says EHLO and starts TLS inside, on its own
-		// minutes-long timeouts: bound the three by the command timeout.
-		gctx, cancel := context.WithTimeoutCause(ctx, r.commandTimeout, errSilent)
+		// go-smtp reads the greeting and says EHLO and STARTTLS inside, on
+		// its own minutes-long timeouts: bound them by the command timeout.
+		// (The handshake comes with the next command, under the client's.)
+		gctx, cancel := ctx, context.CancelFunc(func() {})
+		if r.commandTimeout > 0 {
+			gctx, cancel = context.WithTimeoutCause(ctx, r.commandTimeout, errSilent)
+		}
 		guard := context.AfterFunc(gctx, func() { conn.Close() })
 		c, err = gosmtp.NewClientStartTLS(conn, r.clientTLSConfig())
 		guard()

@@ -1,0 +1,45 @@
+package processmanagers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/internal/logs"
+)
+
+// Every email the provider does not take for now writes one warning per
+// window between them, however many wait; an email held back by a cause
+// of its own (its stored body missing, say) keeps a line of its own, so
+// the outage's lines do not hide it.
+func TestRetryWarningsFoldOnlyWhatTheProviderCauses(t *testing.T) {
+	var b bytes.Buffer
+	w := &SendWorker{Retry: jobs.Backoff{Min: time.Second, Max: time.Minute},
+		Log: slog.New(logs.Fold(slog.NewJSONHandler(&b, nil), time.Hour))}
+	retry := func(id string, err error) {
+		job := &river.Job[SendArgs]{JobRow: &rivertype.JobRow{Metadata: []byte(`{"send_tries":1}`)}, Args: SendArgs{EmailID: id}}
+		w.outcome(context.Background(), job, Transient(err))
+	}
+	for i := range 50 {
+		retry(fmt.Sprint("down-", i), &providerTrouble{errors.New("smtp connect via relay:25: connection refused")})
+	}
+	for i := range 3 {
+		retry(fmt.Sprint("own-", i), errors.New("blob emails/e/body not found"))
+	}
+	out := b.String()
+	if n := strings.Count(out, "provider did not take the email for now"); n != 1 {
+		t.Errorf("%d lines for the provider's outage, want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, `"msg":"email send will be retried"`); n != 3 {
+		t.Errorf("%d lines for emails held back by their own cause, want 3:\n%s", n, out)
+	}
+}
