@@ -315,6 +315,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 		`mailroom_eventstore_append_duration_seconds_count{outcome="ok"}`,
 		`mailroom_projection_lag_events{projection="api_keys"} 0`,
 		`mailroom_emails_failed_total{reason="suppressed"} 0`,
+		`mailroom_jobs{queue="webhook",state="retryable"} 0`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)

@@ -214,7 +214,7 @@ func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listen
 		Store: meter(sealed.New(store, keys), metrics.Registry()), Now: now, Metrics: metrics}
 	a.Waiter = projections.NewWaiter(pool, cfg.ConsistencyTimeout)
 	a.Runner = projections.NewRunner(pool, a.Store, a.Waiter, log, projections.All(addressKeys)...)
-	metrics.Registry().MustRegister(newProjectionCollector(a.Runner), newStuckCollector(pool), newClockCollector(pool))
+	metrics.Registry().MustRegister(newProjectionCollector(a.Runner), newStuckCollector(pool), newClockCollector(pool), newBacklogCollector(pool))
 	if pg, ok := store.(*postgres.Store); ok {
 		metrics.Registry().MustRegister(newHeldBackCollector(pg))
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
+	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/projections"
 	"github.com/mailroom/mailroom/readapi"
@@ -224,5 +225,34 @@ func (c *tenureCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, v, t.Name, string(s))
 		}
+	}
+}
+
+// backlogCollector reports, when scraped, the job queue's jobs not done
+// yet by queue and state: a provider or receiver in trouble shows as jobs
+// that wait, before any email is stuck long enough to count.
+type backlogCollector struct {
+	pool *pgxpool.Pool
+	jobs *prometheus.Desc
+}
+
+func newBacklogCollector(pool *pgxpool.Pool) *backlogCollector {
+	return &backlogCollector{pool: pool, jobs: prometheus.NewDesc("mailroom_jobs",
+		"Jobs of the job queue not done yet, by queue (email: sends; webhook: fan-outs and attempts) and state (available: due; scheduled: due later, retries and waits among them; retryable; running), each counted up to 10,000.",
+		[]string{"queue", "state"}, nil)}
+}
+
+func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.jobs }
+
+func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	counts, err := jobs.Backlogs(ctx, c.pool, projections.MetricsLagCap)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.jobs, err)
+		return
+	}
+	for _, b := range counts {
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(b.Jobs), b.Queue, b.State)
 	}
 }
