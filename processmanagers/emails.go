@@ -338,7 +338,9 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 			return false, p.retryOrExpire(ctx, st, meta, err)
 		}
 	}
+	offered := time.Now()
 	msgID, err := p.Sender.Send(ctx, provider.Outbound{EmailID: q.EmailID, From: mailmsg.WireAddress(q.FromEmail), Recipients: recipients, Raw: raw, Tags: q.Tags, DKIM: key})
+	p.Outcomes.ProviderAnswered(time.Since(offered), err)
 	accepted := p.Now()
 	// Retries are counted from when the email last set off: the time an
 	// email is held while its account is suspended is not retrying.

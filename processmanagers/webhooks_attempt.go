@@ -180,12 +180,13 @@ func (w *Webhooks) attempt(ctx context.Context, a AttemptArgs, st delivery.State
 	}
 	start := time.Now()
 	o, err := w.post(ctx, st.Created, ep.URL, ep.SealedSecret)
-	w.release(a.AccountID, a.EndpointID, time.Since(start))
+	took := time.Since(start)
+	w.release(a.AccountID, a.EndpointID, took)
 	placed = false
 	if err != nil {
 		return err
 	}
-	w.Outcomes.Attempt(o.Succeeded())
+	w.Outcomes.Attempt(o.Succeeded(), took)
 	final, disabled, err := w.Commands.RecordAttempt(ctx, st, expected, o, w.Schedule, rand.Float64()*2-1, ep.Clean, a.meta())
 	if err != nil {
 		return err

@@ -197,6 +197,17 @@ func TestWebhookSignedDeliveries(t *testing.T) {
 		}
 		w.waitDelivery(t, id, d["id"].(string), "delivered")
 	}
+	// The provider's and the receiver's answer times are observed.
+	m := string(w.Do("GET", "/metrics", "", nil).Body)
+	for _, want := range []string{
+		`mailroom_provider_send_duration_seconds_count{outcome="accepted"} 1` + "\n",
+		`mailroom_webhook_attempt_duration_seconds_count{outcome="success"} 2` + "\n",
+		`mailroom_webhook_attempt_duration_seconds_count{outcome="failure"} 0` + "\n",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 	d := w.deliveries(t, id, "?status=delivered")[0]
 	if d["attempts"] != 1.0 || d["response_status"] != 200.0 || d["error"] != nil || !timestamp.MatchString(d["delivered_at"].(string)) {
 		t.Fatalf("delivered delivery %v", d)

@@ -3,6 +3,7 @@
 package outcomes
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -20,6 +21,11 @@ type Recorder struct {
 	Sends    *prometheus.CounterVec // mailroom_emails_sent_total{outcome}
 	Failures *prometheus.CounterVec // mailroom_emails_failed_total{reason}
 	Attempts *prometheus.CounterVec // mailroom_webhook_attempts_total{outcome}
+
+	// How long the provider and the receivers take to answer: a slow
+	// provider or receiver shows here before it shows as a backlog.
+	SendDurations    *prometheus.HistogramVec // mailroom_provider_send_duration_seconds{outcome}
+	AttemptDurations *prometheus.HistogramVec // mailroom_webhook_attempt_duration_seconds{outcome}
 
 	mu          sync.Mutex
 	failing     int // consecutive transient provider failures
@@ -46,7 +52,14 @@ func New(reg prometheus.Registerer) *Recorder {
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mailroom_webhook_attempts_total",
 			Help: "Webhook delivery attempts, by outcome (success, failure)."}, []string{"outcome"}),
 	}
-	reg.MustRegister(o.Sends, o.Failures, o.Attempts)
+	// Up to the SMTP provider's 30 s command timeout and the receivers'
+	// 10 s: longer waits end in errors, counted in the last bucket.
+	buckets := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	o.SendDurations = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mailroom_provider_send_duration_seconds",
+		Help: "Time the provider took to answer each offer of an email, by its answer (accepted, throttled, rejected, error).", Buckets: buckets}, []string{"outcome"})
+	o.AttemptDurations = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mailroom_webhook_attempt_duration_seconds",
+		Help: "Time each webhook delivery attempt took, to the receiver's answer or the failure, by outcome (success, failure).", Buckets: buckets}, []string{"outcome"})
+	reg.MustRegister(o.Sends, o.Failures, o.Attempts, o.SendDurations, o.AttemptDurations)
 	// Every series exists from the start, so an alert on it sees 0, not nothing.
 	for _, outcome := range []string{"sent", "failed", "retrying", "throttled"} {
 		o.Sends.WithLabelValues(outcome)
@@ -56,6 +69,10 @@ func New(reg prometheus.Registerer) *Recorder {
 	}
 	for _, outcome := range []string{"success", "failure"} {
 		o.Attempts.WithLabelValues(outcome)
+		o.AttemptDurations.WithLabelValues(outcome)
+	}
+	for _, outcome := range []string{"accepted", "throttled", "rejected", "error"} {
+		o.SendDurations.WithLabelValues(outcome)
 	}
 	return o
 }
@@ -114,8 +131,27 @@ func (o *Recorder) Fail(reason string) {
 	o.Failures.WithLabelValues(reason).Inc()
 }
 
-// Attempt records a webhook delivery attempt.
-func (o *Recorder) Attempt(success bool) {
+// ProviderAnswered records how long the provider took to give err as its
+// answer to one offer of an email.
+func (o *Recorder) ProviderAnswered(took time.Duration, err error) {
+	if o == nil {
+		return
+	}
+	var rejected *provider.RejectedError
+	outcome := "accepted"
+	switch {
+	case provider.IsThrottled(err):
+		outcome = "throttled"
+	case errors.As(err, &rejected):
+		outcome = "rejected"
+	case err != nil:
+		outcome = "error"
+	}
+	o.SendDurations.WithLabelValues(outcome).Observe(took.Seconds())
+}
+
+// Attempt records a webhook delivery attempt and how long it took.
+func (o *Recorder) Attempt(success bool, took time.Duration) {
 	if o == nil {
 		return
 	}
@@ -124,6 +160,7 @@ func (o *Recorder) Attempt(success bool) {
 		outcome = "success"
 	}
 	o.Attempts.WithLabelValues(outcome).Inc()
+	o.AttemptDurations.WithLabelValues(outcome).Observe(took.Seconds())
 }
 
 // ProviderFailing reports a provider whose last sends have all failed,

@@ -2,12 +2,14 @@ package outcomes_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mailroom/mailroom/internal/outcomes"
 	"github.com/mailroom/mailroom/internal/provider"
@@ -91,7 +93,8 @@ func TestANilRecorderRecordsNothing(t *testing.T) {
 	r.Send("sent", nil, time.Now())
 	r.Fail("suppressed")
 	r.GaveUp(errors.New("connection refused"), time.Now())
-	r.Attempt(true)
+	r.Attempt(true, time.Second)
+	r.ProviderAnswered(time.Second, nil)
 }
 
 // Every outcome's series is there before anything happens, so alerts and
@@ -122,8 +125,13 @@ mailroom_emails_sent_total{outcome="throttled"} 0
 mailroom_webhook_attempts_total{outcome="failure"} 0
 mailroom_webhook_attempts_total{outcome="success"} 0
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "mailroom_emails_failed_total", "mailroom_emails_sent_total", "mailroom_webhook_attempts_total"); err != nil {
 		t.Fatal(err)
+	}
+	for name, series := range map[string]int{"mailroom_provider_send_duration_seconds": 4, "mailroom_webhook_attempt_duration_seconds": 2} {
+		if got, err := testutil.GatherAndCount(reg, name); err != nil || got != series {
+			t.Errorf("%s: %d series (%v), want %d", name, got, err, series)
+		}
 	}
 }
 
@@ -134,9 +142,9 @@ func TestFailuresAndWebhookAttemptsAreCountedByReasonAndOutcome(t *testing.T) {
 	r.Fail("suppressed")
 	r.Fail("suppressed")
 	r.Fail("malware_detected")
-	r.Attempt(true)
-	r.Attempt(false)
-	r.Attempt(false)
+	r.Attempt(true, 20*time.Millisecond)
+	r.Attempt(false, 10*time.Second)
+	r.Attempt(false, 3*time.Second)
 	for series, want := range map[prometheus.Counter]float64{
 		r.Failures.WithLabelValues("suppressed"):        2,
 		r.Failures.WithLabelValues("malware_detected"):  1,
@@ -148,6 +156,41 @@ func TestFailuresAndWebhookAttemptsAreCountedByReasonAndOutcome(t *testing.T) {
 			t.Errorf("%s = %v, want %v", series.Desc(), got, want)
 		}
 	}
+	for outcome, want := range map[string]histogram{"success": {1, 0.02}, "failure": {2, 13}} {
+		if got := observed(t, r.AttemptDurations, outcome); got != want {
+			t.Errorf("webhook attempt durations, %s: %+v, want %+v", outcome, got, want)
+		}
+	}
+}
+
+// Each provider answer's time is observed under what the answer was, so a
+// provider that has slowed down shows apart from one that refuses fast.
+func TestProviderAnswerTimesAreObservedByAnswer(t *testing.T) {
+	r := outcomes.New(prometheus.NewRegistry())
+	r.ProviderAnswered(50*time.Millisecond, nil)
+	r.ProviderAnswered(150*time.Millisecond, nil)
+	r.ProviderAnswered(2*time.Second, &provider.ThrottledError{Reason: "454 Throttling failure"})
+	r.ProviderAnswered(time.Second, &provider.RejectedError{Code: "MessageRejected"})
+	r.ProviderAnswered(30*time.Second, errors.New("i/o timeout"))
+	for outcome, want := range map[string]histogram{"accepted": {2, 0.2}, "throttled": {1, 2}, "rejected": {1, 1}, "error": {1, 30}} {
+		if got := observed(t, r.SendDurations, outcome); got != want {
+			t.Errorf("provider answer times, %s: %+v, want %+v", outcome, got, want)
+		}
+	}
+}
+
+type histogram struct {
+	count uint64
+	sum   float64 // seconds, to the millisecond
+}
+
+func observed(t *testing.T, h *prometheus.HistogramVec, outcome string) histogram {
+	t.Helper()
+	var m dto.Metric
+	if err := h.WithLabelValues(outcome).(prometheus.Histogram).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return histogram{m.GetHistogram().GetSampleCount(), math.Round(m.GetHistogram().GetSampleSum()*1000) / 1000}
 }
 
 // What /readyz says of a failing provider keeps the provider's last answer
