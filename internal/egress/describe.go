@@ -81,7 +81,15 @@ func Describe(err error) string {
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	return shorten(err.Error())
+	// net/http's answers to a response it cannot read are plain strings.
+	msg := strings.TrimPrefix(err.Error(), "net/http: HTTP/1.x transport connection broken: ")
+	switch {
+	case strings.Contains(msg, "server response headers exceeded"):
+		return "response headers too large"
+	case strings.Contains(msg, "malformed HTTP"), strings.Contains(msg, "malformed MIME header"):
+		return "not a valid HTTP response"
+	}
+	return shorten(msg)
 }
 
 // DescribeStatus describes a webhook receiver's response status for the

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -435,6 +436,45 @@ func blockUntilDone(release <-chan struct{}, r *http.Request) {
 	select {
 	case <-r.Context().Done():
 	case <-release:
+	}
+}
+
+// A receiver that answers with something other than HTTP, or with more
+// header than a client reads, gets a short description, not the
+// transport's words.
+func TestUnreadableResponsesAreDescribedBriefly(t *testing.T) {
+	for _, c := range []struct {
+		name, answer, want string
+	}{
+		{"not HTTP", "NOT HTTP AT ALL\r\n\r\n", "not a valid HTTP response"},
+		{"bad header line", "HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "not a valid HTTP response"},
+		{"headers too large", "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 2<<20) + "\r\n\r\n", "response headers too large"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				http.ReadRequest(bufio.NewReader(conn))
+				io.WriteString(conn, c.answer)
+			}()
+			p := Policy{AllowCIDRs: loopback(t), AllowHTTP: true}
+			resp, err := p.Client(5 * time.Second).Get("http://" + ln.Addr().String() + "/")
+			if err == nil {
+				resp.Body.Close()
+				t.Fatal("the answer was read as a response")
+			}
+			if got := Describe(err); got != c.want {
+				t.Errorf("Describe(%v) = %q, want %q", err, got, c.want)
+			}
+		})
 	}
 }
 
