@@ -50,13 +50,22 @@ func ActiveAPIKeys(ctx context.Context, q Querier, accountID string) (int, error
 
 // TokenAccount is the account of a management token, revoked or not.
 func TokenAccount(ctx context.Context, q Querier, tokenID string) (string, error) {
-	rows, err := q.Query(ctx, "SELECT account_id FROM management_tokens WHERE id = $1", tokenID)
+	return ownerOf(ctx, q, "SELECT account_id FROM management_tokens WHERE id = $1", tokenID)
+}
+
+// APIKeyAccount is the account of an API key, revoked or not.
+func APIKeyAccount(ctx context.Context, q Querier, keyID string) (string, error) {
+	return ownerOf(ctx, q, "SELECT account_id FROM api_keys WHERE id = $1", keyID)
+}
+
+func ownerOf(ctx context.Context, q Querier, query, id string) (string, error) {
+	rows, err := q.Query(ctx, query, id)
 	if err != nil {
 		return "", err
 	}
-	id, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
+	owner, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNotFound
 	}
-	return id, err
+	return owner, err
 }

@@ -88,29 +88,49 @@ func tokensCmd(cfg *config.Config) *cobra.Command {
 	create.Flags().BoolVar(&asJSON, "json", false, `print {"token", "id", "expires_at"} as JSON`)
 	create.MarkFlagRequired("account")
 
-	var revokeJSON bool
-	revoke := &cobra.Command{
+	revoke := revokeCmd(cfg, "token", "Revoke a management token: its next request on any instance gets 401",
+		func(a *app.App) (func(context.Context, string) (string, error), func(context.Context, string, string, commands.Meta) error) {
+			return a.TokenAccount, a.Commands.RevokeToken
+		})
+	cmd.AddCommand(create, revoke)
+	return cmd
+}
+
+func apiKeysCmd(cfg *config.Config) *cobra.Command {
+	cmd := &cobra.Command{Use: "api-keys", Short: "Revoke API keys for /v1 routes (a suspended account cannot revoke its own)"}
+	cmd.AddCommand(revokeCmd(cfg, "API key", "Revoke an API key: its next request on any instance gets 401",
+		func(a *app.App) (func(context.Context, string) (string, error), func(context.Context, string, string, commands.Meta) error) {
+			return a.APIKeyAccount, a.Commands.RevokeAPIKey
+		}))
+	return cmd
+}
+
+// revokeCmd revokes a credential known by its id alone: owner finds its
+// account, revoke revokes it there. Revoking a revoked one succeeds.
+func revokeCmd(cfg *config.Config, what, short string, ops func(*app.App) (owner func(context.Context, string) (string, error), revoke func(context.Context, string, string, commands.Meta) error)) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "revoke ID",
-		Short: "Revoke a management token: its next request on any instance gets 401",
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: withExistingApp(cfg, func(cmd *cobra.Command, a *app.App, args []string) error {
 			id := args[0]
-			acct, err := a.TokenAccount(cmd.Context(), id)
+			owner, revoke := ops(a)
+			acct, err := owner(cmd.Context(), id)
 			if err != nil {
-				return describe(err, "token", id)
+				return describe(err, what, id)
 			}
-			if err := a.Commands.RevokeToken(cmd.Context(), acct, id, operator()); err != nil {
-				return describe(err, "token", id)
+			if err := revoke(cmd.Context(), acct, id, operator()); err != nil {
+				return describe(err, what, id)
 			}
-			if revokeJSON {
+			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]string{"id": id, "account_id": acct, "status": "revoked"})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "token %s revoked\n", id)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s revoked\n", what, id)
 			return nil
 		}),
 	}
-	revoke.Flags().BoolVar(&revokeJSON, "json", false, `print {"id", "account_id", "status"} as JSON`)
-	cmd.AddCommand(create, revoke)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"id", "account_id", "status"} as JSON`)
 	return cmd
 }
 

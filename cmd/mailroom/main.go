@@ -71,6 +71,7 @@ func root() *cobra.Command {
 		migrateCmd(&cfg),
 		accountsCmd(&cfg),
 		tokensCmd(&cfg),
+		apiKeysCmd(&cfg),
 		projectionsCmd(&cfg),
 		eventsCmd(&cfg),
 		domainsCmd(&cfg),

@@ -89,3 +89,49 @@ func TestTokenCommands(t *testing.T) {
 		t.Fatalf("first admin token: %d %s", r.Status, r.Body)
 	}
 }
+
+// A suspended account cannot revoke its own keys; an operator can, so a
+// leaked key is dead before the account is reinstated.
+func TestAnOperatorRevokesAnAPIKeyOfASuspendedAccount(t *testing.T) {
+	db := pgtest.NewURL(t)
+	flags := []string{"--database-url", db, "--data-dir", t.TempDir(), "--master-key", apptest.MasterKey}
+	s := apptest.StartWith(t, apptest.Config(t, db))
+	acct, admin := s.Account("Acme")
+	created := s.Do("POST", "/api/auth/api-keys", admin, map[string]any{"name": "leaked"}).JSON(t)
+	key, keyID := created["key"].(string), created["id"].(string)
+	if r := s.Do("GET", "/v1/emails", key, nil); r.Status != 200 {
+		t.Fatalf("new key: %d %s", r.Status, r.Body)
+	}
+	if _, _, err := run(t, append([]string{"accounts", "suspend", acct}, flags...)...); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Do("DELETE", "/api/auth/api-keys/"+keyID, admin, nil); r.Status != 403 {
+		t.Fatalf("revocation by the suspended account: %d %s", r.Status, r.Body)
+	}
+
+	out, _, err := run(t, append([]string{"api-keys", "revoke", keyID, "--json"}, flags...)...)
+	var revoked map[string]string
+	if err != nil || json.Unmarshal([]byte(out), &revoked) != nil ||
+		revoked["id"] != keyID || revoked["account_id"] != acct || revoked["status"] != "revoked" {
+		t.Fatalf("api-keys revoke --json: %q %v", out, err)
+	}
+	if _, _, err := run(t, append([]string{"accounts", "reinstate", acct}, flags...)...); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Do("GET", "/v1/emails", key, nil); r.Status != 401 {
+		t.Fatalf("revoked key after reinstatement: %d %s", r.Status, r.Body)
+	}
+	// Again: success, nothing changes. An unknown id, or a token's, is named.
+	if out, _, err := run(t, append([]string{"api-keys", "revoke", keyID}, flags...)...); err != nil || out != "API key "+keyID+" revoked\n" {
+		t.Fatalf("revoke again: %q %v", out, err)
+	}
+	tokenID := s.Do("GET", "/api/auth/tokens", admin, nil).JSON(t)["data"].([]any)[0].(map[string]any)["id"].(string)
+	for _, id := range []string{uuid.NewString(), tokenID, "not-an-id"} {
+		if out, _, err := run(t, append([]string{"api-keys", "revoke", id}, flags...)...); err == nil || out != "" || err.Error() != "API key "+id+" not found" {
+			t.Fatalf("revoke %s: %q %v", id, out, err)
+		}
+	}
+	if r := s.Do("GET", "/api/auth/tokens", admin, nil); r.Status != 200 {
+		t.Fatalf("the token whose id was tried: %d %s", r.Status, r.Body)
+	}
+}

@@ -34,10 +34,20 @@ func (a *App) activeAPIKeys(ctx context.Context, accountID string) (int, error) 
 // know only the token's id. It brings the accounts projection up to date
 // first, so a token issued a moment ago is found.
 func (a *App) TokenAccount(ctx context.Context, tokenID string) (string, error) {
-	if _, err := a.Runner.CatchUp(ctx, a.Runner.Projector(projections.AccountsName)); err != nil {
+	return a.ownerOf(ctx, projections.AccountsName, readapi.TokenAccount, tokenID)
+}
+
+// APIKeyAccount finds the account of an API key, as TokenAccount does a
+// token's.
+func (a *App) APIKeyAccount(ctx context.Context, keyID string) (string, error) {
+	return a.ownerOf(ctx, projections.APIKeysName, readapi.APIKeyAccount, keyID)
+}
+
+func (a *App) ownerOf(ctx context.Context, projection projections.Name, read func(context.Context, readapi.Querier, string) (string, error), id string) (string, error) {
+	if _, err := a.Runner.CatchUp(ctx, a.Runner.Projector(projection)); err != nil {
 		return "", err
 	}
-	accountID, err := readapi.TokenAccount(ctx, a.Pool, tokenID)
+	accountID, err := read(ctx, a.Pool, id)
 	if errors.Is(err, readapi.ErrNotFound) {
 		return "", domain.ErrNotFound
 	}
