@@ -53,6 +53,12 @@ type Progress func(applied int64)
 // projector's lock, applies the last few events, and moves the new tables
 // into place together with the new checkpoint.
 func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) error {
+	// The log is read on one connection while the shadow tables are
+	// written on another: with a single one, the rebuild would wait for
+	// ever on itself.
+	if n := r.pool.Config().MaxConns; n < 2 {
+		return fmt.Errorf("rebuild %s: the database pool holds %d connection; a rebuild needs at least 2 (pool_max_conns in MAILROOM_DATABASE_URL)", p.Name(), n)
+	}
 	// One rebuild of a projector at a time, across processes.
 	return pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(string(p.Name())), pglock.Options{},
 		func(ctx context.Context, _ *pglock.Conn) error { return r.rebuild(ctx, p, progress) })
@@ -305,8 +311,8 @@ func (r *Runner) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 // swap applies the events after pos to the shadow tables and moves them
-// into place, in one transaction holding the projector's lock and its live
-// tables. The rebuild's quarantined streams replace the live projector's. It
+// into place, in one transaction holding the projector's lock (the live
+// projector waits) and, for the moves, its live tables (readers wait). The rebuild's quarantined streams replace the live projector's. It
 // returns the new checkpoint and the streams it quarantined itself.
 func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos eventstore.Position, applied *int64, t target, isolate bool) (eventstore.Position, []Quarantine, error) {
 	n0 := *applied
@@ -316,25 +322,6 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 	err := r.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pglock.Projection(string(p.Name())))); err != nil {
 			return err
-		}
-		present, _, err := liveTables(ctx, tx, p)
-		if err != nil {
-			return err
-		}
-		var live []string
-		for _, tb := range present {
-			live = append(live, "public."+pgx.Identifier{tb}.Sanitize())
-		}
-		if len(live) > 0 {
-			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '200ms'"); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(live, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 0"); err != nil {
-				return err
-			}
 		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL search_path TO %s, public", shadow)); err != nil {
 			return err
@@ -352,6 +339,28 @@ func (r *Runner) swap(ctx context.Context, p Projector, shadow string, pos event
 			*applied += int64(res.n)
 			if res.n < r.batchSize {
 				break
+			}
+		}
+		// The live tables are locked only now, for the moves alone: the
+		// last events are applied to the shadow tables while readers go
+		// on, so a slow read of the log never holds them up.
+		present, _, err := liveTables(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		var live []string
+		for _, tb := range present {
+			live = append(live, "public."+pgx.Identifier{tb}.Sanitize())
+		}
+		if len(live) > 0 {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '200ms'"); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(live, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 0"); err != nil {
+				return err
 			}
 		}
 		for _, tb := range p.Tables() {

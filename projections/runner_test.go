@@ -614,6 +614,84 @@ func TestRebuildAppliesWhatCameMeanwhileBeforeItsSwap(t *testing.T) {
 	}
 }
 
+// The swap's own share, the events that came after the last replay, is
+// applied before the live tables are locked: readers wait for the moves
+// alone, never for a read of the log.
+func TestTheSwapLocksTheLiveTablesOnlyToMoveThem(t *testing.T) {
+	pool, store := setup(t)
+	ctx := context.Background()
+	last := appendN(t, store, "w-1", "Counted", 20)
+	p := underLock{tally{version: 1}}
+	r := projections.NewRunner(pool, store, nil, quiet, p)
+	if err := r.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	catchUpTo(t, r, p, last)
+	// Holding the projector's lock stops the swap before it reads the log.
+	holder, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	key := int64(pglock.Projection(string(p.Name())))
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt := make(chan error, 1)
+	go func() { rebuilt <- r.Rebuild(ctx, p, nil) }()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event = 'advisory' AND query ILIKE '%pg_advisory_xact_lock%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the swap never waited for the projector's lock")
+		}
+	}
+	last = appendN(t, store, "w-2", "Counted", 30)
+	waitVisible(t, store, last)
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-rebuilt; err != nil {
+		t.Fatal(err)
+	}
+	var locked, all int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE locked), count(*) FROM tally_under_lock").Scan(&locked, &all); err != nil {
+		t.Fatal(err)
+	}
+	if all != 50 || locked != 0 {
+		t.Fatalf("%d of %d events were applied holding the live tables, want none of 50", locked, all)
+	}
+	if total, seen := counts(t, pool); total != 50 || seen != 50 {
+		t.Fatalf("after the rebuild: total %d seen %d, want 50", total, seen)
+	}
+}
+
+// A rebuild on a pool of one connection would wait for ever on itself,
+// holding the projector's lock: it is refused before it starts.
+func TestARebuildNeedsTwoConnections(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	r := projections.NewRunner(one, postgres.New(one), nil, quiet, tally{version: 1})
+	err = r.Rebuild(context.Background(), tally{version: 1}, nil)
+	if err == nil || !strings.Contains(err.Error(), "a rebuild needs at least 2") || !strings.Contains(err.Error(), "pool_max_conns") {
+		t.Fatalf("rebuild on one connection: %v", err)
+	}
+}
+
 // Processes of a new release starting together rebuild a changed
 // projection once: the others wait for that rebuild and use it.
 func TestProcessesStartingTogetherRebuildOnce(t *testing.T) {
