@@ -62,8 +62,11 @@ clean:
 # MAILROOM_DATABASE_URL's) and removes ./.mailroom, its master key, outbox
 # and blobs, together.
 DEV_POSTGRES ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
-reset: clean
-	@if [ -n "$$MAILROOM_DATABASE_URL$$MAILROOM_DATA_DIR" ]; then \
-		echo "make reset resets the default development setup only; unset MAILROOM_DATABASE_URL and MAILROOM_DATA_DIR" >&2; exit 1; fi
+# It refuses, touching nothing, while any setting moves part of that setup
+# elsewhere: what it would leave behind could not be read again.
+reset:
+	@if [ -n "$$MAILROOM_DATABASE_URL$$MAILROOM_DATA_DIR$$MAILROOM_BLOB_DIR$$MAILROOM_BLOB_S3_BUCKET$$MAILROOM_SANDBOX_OUTBOX" ]; then \
+		echo "make reset resets the default development setup only; unset MAILROOM_DATABASE_URL, MAILROOM_DATA_DIR, MAILROOM_BLOB_DIR, MAILROOM_BLOB_S3_BUCKET and MAILROOM_SANDBOX_OUTBOX" >&2; exit 1; fi
+	rm -rf bin
 	psql '$(DEV_POSTGRES)' -qc 'DROP DATABASE IF EXISTS mailroom WITH (FORCE)'
 	rm -rf .mailroom

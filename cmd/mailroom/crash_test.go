@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/database"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -347,5 +350,63 @@ func TestStopSignalDrainsThenExits(t *testing.T) {
 	case <-exited2:
 	case <-time.After(60 * time.Second):
 		t.Fatal("a second SIGTERM did not end the process")
+	}
+}
+
+// An operator command cut short by Ctrl-C exits as the signal would have
+// ended it (130), not as a failure (1): here a rebuild waiting for another
+// rebuild of the same projection.
+func TestAnInterruptedCommandExitsAsTheSignalWould(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := pgtest.NewURL(t)
+	if _, _, err := run(t, "migrate", "--database-url", db); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pool, err := database.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	holder, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(pglock.Rebuild("accounts"))); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "projections", "rebuild", "accounts", "--data-dir", t.TempDir())
+	cmd.Env = append(os.Environ(), "MAILROOM_DATABASE_URL="+db, "MAILROOM_MASTER_KEY="+apptest.MasterKey)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	dieWithTest(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var waiting bool
+		// The lock is tried again and again, each try leaving its query;
+		// the command's are the only other sessions.
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
+			AND query LIKE '%pg_try_advisory_lock($1)%' AND pid NOT IN ($1, pg_backend_pid()))`, holder.Conn().PgConn().PID()).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("the rebuild never waited for the other one:\n%s", stderr.String())
+		}
+	}
+	cmd.Process.Signal(os.Interrupt)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 130 {
+		t.Fatalf("interrupted rebuild: %v, want exit status 130\n%s", err, stderr.String())
 	}
 }

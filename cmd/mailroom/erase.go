@@ -31,7 +31,7 @@ suppressed. The request is recorded without the address.`,
 			}
 			er, err := a.Commands.EraseRecipient(cmd.Context(), accountID, recipient, operator())
 			if err != nil {
-				return describe(err, "account", accountID)
+				return asFlags(describe(err, "account", accountID), map[string]string{"email": "--recipient"})
 			}
 			out := views.ErasureOf(er.ID, er.EmailIDs, er.CreatedAt)
 			if asJSON {

@@ -78,8 +78,8 @@ func TestEraseCommand(t *testing.T) {
 		t.Errorf("another recipient's email: %d", r.Status)
 	}
 	if _, _, err := run(t, "erase", "--account", acct, "--recipient", "not an address", "--database-url", db, "--data-dir", s.Config.DataDir,
-		"--blob-dir", s.Config.BlobDir); err == nil {
-		t.Error("erase accepted a malformed address")
+		"--blob-dir", s.Config.BlobDir); err == nil || !strings.Contains(err.Error(), "--recipient: is not a valid email address") {
+		t.Errorf("erase of a malformed address: %v, want an error naming --recipient", err)
 	}
 	if _, _, err := run(t, "erase", "--account", "0198a1d0-0000-7000-8000-000000000000", "--recipient", "ann@example.org",
 		"--database-url", db, "--data-dir", s.Config.DataDir, "--blob-dir", s.Config.BlobDir); err == nil || !strings.Contains(err.Error(), "not found") {

@@ -14,3 +14,21 @@ func describe(err error, what, id string) error {
 	}
 	return err
 }
+
+// asFlags names the fields of a validation error by the flags they were
+// given with (the commands share their checks with the API, whose fields
+// have other names): "--recipient: ..." rather than "email: ...".
+func asFlags(err error, flags map[string]string) error {
+	var v *domain.ValidationError
+	if !errors.As(err, &v) {
+		return err
+	}
+	named := &domain.ValidationError{}
+	for _, f := range v.Errors {
+		if flag, ok := flags[f.Field]; ok {
+			f.Field = flag
+		}
+		named.Errors = append(named.Errors, f)
+	}
+	return named
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -34,8 +35,9 @@ func main() {
 	// first is never lost.
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	var stoppedBy atomic.Int32 // the first signal's number
 	go func() {
-		<-signals
+		stoppedBy.Store(int32((<-signals).(syscall.Signal)))
 		cancel()
 		// Exited with the status a shell gives a process the signal ended
 		// (130, 143): raising it again would do nothing where the signal
@@ -45,6 +47,12 @@ func main() {
 	}()
 	if err := root().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "mailroom:", err)
+		// A command a signal cut short ends as the signal would have
+		// ended it, so a script tells an interruption from a failure. A
+		// command that stopped gracefully (serve) returns no error.
+		if sig := stoppedBy.Load(); sig != 0 {
+			os.Exit(128 + int(sig))
+		}
 		os.Exit(1)
 	}
 }

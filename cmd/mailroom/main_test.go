@@ -20,9 +20,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
 
 	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/account"
+	"github.com/mailroom/mailroom/internal/app"
 	"github.com/mailroom/mailroom/internal/app/apptest"
 	"github.com/mailroom/mailroom/internal/codec"
 	"github.com/mailroom/mailroom/internal/database"
@@ -379,8 +381,9 @@ func TestRebuildWhileServing(t *testing.T) {
 			t.Errorf("rebuild output lacks %q: %q", "rebuilt "+name, out)
 		}
 	}
-	if !strings.Contains(errOut, "rebuild accounts") || !strings.Contains(errOut, "100") {
-		t.Errorf("no progress shown on stderr: %q", errOut)
+	// Not a terminal: progress as lines, not a bar's redrawn frames.
+	if !regexp.MustCompile(`(?m)^rebuild accounts: \d+ of \d+ events$`).MatchString(errOut) || strings.Contains(errOut, "\r") {
+		t.Errorf("no progress lines on stderr: %q", errOut)
 	}
 	if failures.Load() > 0 {
 		t.Fatalf("%d of %d requests failed during the rebuild; first: %s", failures.Load(), requests.Load(), firstFailure)
@@ -497,5 +500,26 @@ func TestVerifyPartialNeedsAnExport(t *testing.T) {
 	_, _, err := run(t, append([]string{"events", "verify", "--partial"}, flags...)...)
 	if err == nil || !strings.Contains(err.Error(), "--partial applies to an export given with --file") {
 		t.Fatalf("verify --partial without --file: %v", err)
+	}
+}
+
+// The first start names the address of its API, and only when it has one:
+// a process without the api role answers nothing there.
+func TestTheFirstStartsBannerNamesTheAPIOnlyWhereThereIsOne(t *testing.T) {
+	first := &app.FirstRun{AccountID: "acct", AdminToken: "mrt_x", APIKey: "mr_y", Domain: "example.test"}
+	for addr, want := range map[string]string{
+		"127.0.0.1:8080": "Mailroom is ready at http://127.0.0.1:8080 — first start, so here are your credentials.",
+		"":               "this process serves no API: use a process with the api role",
+	} {
+		var out bytes.Buffer
+		cmd := &cobra.Command{}
+		cmd.SetOut(&out)
+		printFirstRun(cmd, first, addr)
+		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "API key      mr_y") {
+			t.Errorf("banner for %q:\n%s\nwant %q", addr, out.String(), want)
+		}
+		if addr == "" && strings.Contains(out.String(), "http://") {
+			t.Errorf("a process without the api role names an address:\n%s", out.String())
+		}
 	}
 }

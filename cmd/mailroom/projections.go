@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime/debug"
 	"text/tabwriter"
 	"time"
@@ -75,17 +76,10 @@ serving the live tables, which stay current, until the new ones are swapped in.`
 				}
 			}
 			for _, p := range targets {
-				// The bar shows progress; the rate is printed at the end, over
-				// the whole rebuild (the bar's own rate reads the last jump).
-				bar := progressbar.NewOptions64(total,
-					progressbar.OptionSetDescription("rebuild "+string(p.Name())),
-					progressbar.OptionSetWriter(cmd.ErrOrStderr()),
-					progressbar.OptionShowCount(),
-					progressbar.OptionThrottle(100_000_000),
-				)
 				start, applied := time.Now(), int64(0)
-				err := a.Runner.Rebuild(cmd.Context(), p, func(n int64) { applied = n; bar.Set64(n) })
-				fmt.Fprintln(cmd.ErrOrStderr())
+				show, end := rebuildProgress(cmd.ErrOrStderr(), string(p.Name()), total)
+				err := a.Runner.Rebuild(cmd.Context(), p, func(n int64) { applied = n; show(n) })
+				end()
 				if err != nil {
 					return err // the bar stays where the rebuild stopped
 				}
@@ -162,6 +156,38 @@ and the command exits non-zero.`,
 	retry.Flags().BoolVar(&retryJSON, "json", false, "print as JSON")
 	cmd.AddCommand(status, rebuild, retry)
 	return cmd
+}
+
+// rebuildProgress shows a rebuild's progress on w: a bar on a terminal;
+// elsewhere (a log file, a pipe) a line every ten seconds, since a bar's
+// redrawn frames would fill it. The rate is printed at the end, over the
+// whole rebuild (the bar's own rate reads the last jump). end finishes the
+// bar's line.
+func rebuildProgress(w io.Writer, name string, total int64) (show func(applied int64), end func()) {
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			bar := progressbar.NewOptions64(total,
+				progressbar.OptionSetDescription("rebuild "+name),
+				progressbar.OptionSetWriter(w),
+				progressbar.OptionShowCount(),
+				progressbar.OptionThrottle(100*time.Millisecond),
+			)
+			return func(n int64) { bar.Set64(n) }, func() { fmt.Fprintln(w) }
+		}
+	}
+	var last time.Time
+	show = func(n int64) {
+		if time.Since(last) < 10*time.Second {
+			return
+		}
+		last = time.Now()
+		if total >= 0 {
+			fmt.Fprintf(w, "rebuild %s: %d of %d events\n", name, n, total)
+		} else {
+			fmt.Fprintf(w, "rebuild %s: %d events\n", name, n)
+		}
+	}
+	return show, func() {}
 }
 
 // printStatus prints projections as a table, then any failing projection and

@@ -65,7 +65,11 @@ migrated on start.`,
 					return fmt.Errorf("bootstrap: %w; %s", err, recovery)
 				}
 				if first != nil {
-					printFirstRun(cmd, first, ls.Addr().String())
+					addr := ""
+					if cfg.Has("api") {
+						addr = ls.Addr().String()
+					}
+					printFirstRun(cmd, first, addr)
 					if err := a.FirstRunShown(); err != nil {
 						log.Warn("the first start's credentials were shown, but the note that they were stays: the next start will issue new ones", "err", err)
 					}
@@ -76,15 +80,21 @@ migrated on start.`,
 	}
 }
 
+// printFirstRun shows the first start's credentials, and where the API
+// answers: addr, or "" when this process runs no api role.
 func printFirstRun(cmd *cobra.Command, f *app.FirstRun, addr string) {
+	where := "Mailroom is ready at http://" + addr + " — first start"
+	if addr == "" {
+		where = "Mailroom's first start (this process serves no API: use a process with the api role)"
+	}
 	fmt.Fprintf(cmd.OutOrStdout(), `
-  Mailroom is ready at http://%s — first start, so here are your credentials.
+  %s, so here are your credentials.
   They are shown once; keep them.
 
     account      %s
     admin token  %s    (Authorization for /api routes)
     API key      %s    (Authorization for /v1 routes)
-`, addr, f.AccountID, f.AdminToken, f.APIKey)
+`, where, f.AccountID, f.AdminToken, f.APIKey)
 	if f.Domain != "" {
 		fmt.Fprintf(cmd.OutOrStdout(), "    domain       %s    (verified for the sandbox provider; send from any address at it)\n", f.Domain)
 	}
