@@ -16,6 +16,19 @@ func Accounts(ctx context.Context, q Querier) (int, error) {
 	return pgx.CollectExactlyOneRow(rows, pgx.RowTo[int])
 }
 
+// FirstAccount is the oldest account's id, "" when there is none.
+func FirstAccount(ctx context.Context, q Querier) (string, error) {
+	rows, err := q.Query(ctx, "SELECT id FROM accounts ORDER BY created_at, id LIMIT 1")
+	if err != nil {
+		return "", err
+	}
+	id, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return id, err
+}
+
 // AccountSuspended tells whether an account is suspended; an account not
 // in the read model yet is not.
 func AccountSuspended(ctx context.Context, q Querier, accountID string) (bool, error) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -86,7 +87,29 @@ func root() *cobra.Command {
 		eraseCmd(&cfg),
 		masterKeyCmd(&cfg),
 	)
+	for _, group := range cmd.Commands() {
+		if group.HasSubCommands() && !group.Runnable() {
+			group.Args = cobra.ArbitraryArgs
+			group.RunE = unknownSubcommand
+			group.SuggestionsMinimumDistance = 2
+		}
+	}
 	return cmd
+}
+
+// unknownSubcommand answers a command group called without one of its
+// commands: help when none is named; an error otherwise, as cobra gives
+// for the top level, so that a script's typo (`projections stauts`) is no
+// success.
+func unknownSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if suggestions := cmd.SuggestionsFor(args[0]); len(suggestions) > 0 {
+		msg += "; did you mean " + strings.Join(suggestions, " or ") + "?"
+	}
+	return fmt.Errorf("%s (see %s --help)", msg, cmd.CommandPath())
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {

@@ -521,5 +521,30 @@ func TestTheFirstStartsBannerNamesTheAPIOnlyWhereThereIsOne(t *testing.T) {
 		if addr == "" && strings.Contains(out.String(), "http://") {
 			t.Errorf("a process without the api role names an address:\n%s", out.String())
 		}
+		// A later start tells how to get credentials again.
+		out.Reset()
+		printLaterRun(cmd, "acct", addr)
+		if !strings.Contains(out.String(), "mailroom tokens create --account acct --role org:admin") ||
+			(addr != "") != strings.Contains(out.String(), "ready at http://"+addr) {
+			t.Errorf("later start's banner for %q:\n%s", addr, out.String())
+		}
+	}
+}
+
+// A command group given no known command fails, as the top level does, so
+// a script's typo is no success; called alone it shows its help.
+func TestAnUnknownSubcommandFails(t *testing.T) {
+	for _, args := range [][]string{{"accounts", "list"}, {"projections", "stauts"}, {"api-keys", "delete", "x"}} {
+		out, _, err := run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("unknown command %q for \"mailroom %s\"", args[1], args[0])) || out != "" {
+			t.Errorf("mailroom %s: %v, printed %q", strings.Join(args, " "), err, out)
+		}
+	}
+	if _, _, err := run(t, "projections", "stauts"); err == nil || !strings.Contains(err.Error(), "did you mean status?") {
+		t.Errorf("no suggestion for a typo: %v", err)
+	}
+	out, _, err := run(t, "accounts")
+	if err != nil || !strings.Contains(out, "Available Commands:") || !strings.Contains(out, "suspend") {
+		t.Errorf("mailroom accounts: %v\n%s", err, out)
 	}
 }

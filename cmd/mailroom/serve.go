@@ -64,15 +64,17 @@ migrated on start.`,
 					}
 					return fmt.Errorf("bootstrap: %w; %s", err, recovery)
 				}
+				addr := ""
+				if cfg.Has("api") {
+					addr = ls.Addr().String()
+				}
 				if first != nil {
-					addr := ""
-					if cfg.Has("api") {
-						addr = ls.Addr().String()
-					}
 					printFirstRun(cmd, first, addr)
 					if err := a.FirstRunShown(); err != nil {
 						log.Warn("the first start's credentials were shown, but the note that they were stays: the next start will issue new ones", "err", err)
 					}
+				} else if acct, err := a.FirstAccount(ctx); err == nil && acct != "" {
+					printLaterRun(cmd, acct, addr)
 				}
 			}
 			return a.Serve(ctx, ls)
@@ -99,6 +101,22 @@ func printFirstRun(cmd *cobra.Command, f *app.FirstRun, addr string) {
 		fmt.Fprintf(cmd.OutOrStdout(), "    domain       %s    (verified for the sandbox provider; send from any address at it)\n", f.Domain)
 	}
 	fmt.Fprintln(cmd.OutOrStdout())
+}
+
+// printLaterRun reminds a developer, on a start after the first, how to
+// get credentials again: they were shown once, and only hashes are kept.
+func printLaterRun(cmd *cobra.Command, accountID, addr string) {
+	where := "Mailroom is ready at http://" + addr + "."
+	if addr == "" {
+		where = "Mailroom is starting (this process serves no API: use a process with the api role)."
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), `
+  %s The first start's credentials were shown once; for new ones:
+    mailroom tokens create --account %s --role org:admin
+  then create an API key with that token (POST /api/auth/api-keys). In a checkout,
+  make reset starts afresh, dropping the database.
+
+`, where, accountID)
 }
 
 func migrateCmd(cfg *config.Config) *cobra.Command {

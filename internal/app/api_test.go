@@ -367,9 +367,14 @@ func TestFirstRunBootstrap(t *testing.T) {
 	if err := s.FirstRunShown(); err != nil {
 		t.Fatal(err)
 	}
-	// A second start creates nothing.
+	// A second start creates nothing, and names the first account for
+	// new credentials, though another was made since.
+	s.Account("Later")
 	if again, err := s.Bootstrap(ctx); err != nil || again != nil {
 		t.Fatalf("second bootstrap: %v %v", again, err)
+	}
+	if acct, err := s.FirstAccount(ctx); err != nil || acct != first.AccountID {
+		t.Fatalf("first account %q (%v), want %s", acct, err, first.AccountID)
 	}
 }
 

@@ -92,6 +92,12 @@ func (a *App) Bootstrap(ctx context.Context) (*FirstRun, error) {
 	return first, nil
 }
 
+// FirstAccount is the account a first start made, or the oldest one: a
+// later start names it, for new credentials.
+func (a *App) FirstAccount(ctx context.Context) (string, error) {
+	return readapi.FirstAccount(ctx, a.Pool)
+}
+
 // sandboxDomain adds SandboxDomain to the account and verifies it, unless
 // an earlier, interrupted first start did.
 func (a *App) sandboxDomain(ctx context.Context, cmds *commands.Service, accountID string, meta commands.Meta) error {
