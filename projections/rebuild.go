@@ -60,8 +60,16 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 		return fmt.Errorf("rebuild %s: the database pool holds %d connection; a rebuild needs at least 2 (pool_max_conns in MAILROOM_DATABASE_URL)", p.Name(), n)
 	}
 	// One rebuild of a projector at a time, across processes.
-	return pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(string(p.Name())), pglock.Options{},
+	return pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(string(p.Name())), r.waitingToRebuild(p),
 		func(ctx context.Context, _ *pglock.Conn) error { return r.rebuild(ctx, p, progress) })
+}
+
+// waitingToRebuild are the options of the rebuild lock: a process that
+// finds another rebuilding says why it does not go on.
+func (r *Runner) waitingToRebuild(p Projector) pglock.Options {
+	return pglock.Options{Standby: func() {
+		r.log.Warn("another process is rebuilding this projection; waiting for it to end", "projection", p.Name())
+	}}
 }
 
 // rebuild is Rebuild once it holds the projector's rebuild lock.

@@ -114,7 +114,7 @@ func (r *Runner) Prepare(ctx context.Context) error {
 		// Processes starting together all find it stale. The first to hold
 		// the rebuild lock rebuilds it; the others, looking again once they
 		// hold it, find it done.
-		err = pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(string(p.Name())), pglock.Options{},
+		err = pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(string(p.Name())), r.waitingToRebuild(p),
 			func(ctx context.Context, _ *pglock.Conn) error {
 				if stale, err := r.stale(ctx, p, false); err != nil || !stale {
 					return err

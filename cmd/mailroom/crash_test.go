@@ -381,32 +381,34 @@ func TestAnInterruptedCommandExitsAsTheSignalWould(t *testing.T) {
 	}
 	cmd := exec.Command(bin, "projections", "rebuild", "accounts", "--data-dir", t.TempDir())
 	cmd.Env = append(os.Environ(), "MAILROOM_DATABASE_URL="+db, "MAILROOM_MASTER_KEY="+apptest.MasterKey)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var waiting bool
-		// The lock is tried again and again, each try leaving its query;
-		// the command's are the only other sessions.
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
-			AND query LIKE '%pg_try_advisory_lock($1)%' AND pid NOT IN ($1, pg_backend_pid()))`, holder.Conn().PgConn().PID()).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
+	// It says why it does not start, then waits (ended, should it not say).
+	watchdog := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	defer watchdog.Stop()
+	lines := bufio.NewScanner(stderr)
+	var said []string
+	for lines.Scan() {
+		said = append(said, lines.Text())
+		if strings.Contains(lines.Text(), "another process is rebuilding this projection") && strings.Contains(lines.Text(), "projection=accounts") {
 			break
 		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("the rebuild never waited for the other one:\n%s", stderr.String())
-		}
+	}
+	if lines.Err() != nil || !strings.Contains(strings.Join(said, "\n"), "another process is rebuilding") {
+		cmd.Process.Kill()
+		t.Fatalf("the rebuild did not say it waits for the other one (%v):\n%s", lines.Err(), strings.Join(said, "\n"))
 	}
 	cmd.Process.Signal(os.Interrupt)
+	rest, _ := io.ReadAll(stderr)
 	err = cmd.Wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 130 {
-		t.Fatalf("interrupted rebuild: %v, want exit status 130\n%s", err, stderr.String())
+		t.Fatalf("interrupted rebuild: %v, want exit status 130\n%s", err, rest)
 	}
 }
