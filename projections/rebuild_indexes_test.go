@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/projections"
@@ -66,19 +67,7 @@ func TestIndexBuildsHoldNoReaderBack(t *testing.T) {
 	rebuilt := make(chan error, 1)
 	go func() { rebuilt <- r.Rebuild(ctx, gated{}, nil) }()
 	// The build waits on the gate.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var waiting bool
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
-			AND wait_event = 'advisory' AND query ILIKE '%gated_idx%')`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the index build never reached the gate")
-		}
-	}
+	waitForLockWait(t, pool, "%gated_idx%", "the index build never reached the gate")
 	pos := appendN(t, store, "g-2", "Counted", 1)
 	catchUpTo(t, r, tally{version: 1}, pos)
 	unlock()
@@ -89,5 +78,25 @@ func TestIndexBuildsHoldNoReaderBack(t *testing.T) {
 	var valid bool
 	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM gated), (SELECT indisvalid FROM pg_index WHERE indexrelid = 'gated_idx'::regclass)`).Scan(&rows, &valid); err != nil || rows != 4 || !valid {
 		t.Fatalf("after the rebuild: %d rows, index valid %v (%v); want 4, true", rows, valid, err)
+	}
+}
+
+// waitForLockWait waits until a session of the test's database waits for
+// an advisory lock in a statement like query (ILIKE), failing with never
+// after 20 s.
+func waitForLockWait(t *testing.T, pool *pgxpool.Pool, query, never string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var waiting bool
+		if err := pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event = 'advisory' AND query ILIKE $1)`, query).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(never)
+		}
 	}
 }

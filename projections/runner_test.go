@@ -639,19 +639,7 @@ func TestTheSwapLocksTheLiveTablesOnlyToMoveThem(t *testing.T) {
 	}
 	rebuilt := make(chan error, 1)
 	go func() { rebuilt <- r.Rebuild(ctx, p, nil) }()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var waiting bool
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
-			AND wait_event = 'advisory' AND query ILIKE '%pg_advisory_xact_lock%')`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the swap never waited for the projector's lock")
-		}
-	}
+	waitForLockWait(t, pool, "%pg_advisory_xact_lock%", "the swap never waited for the projector's lock")
 	last = appendN(t, store, "w-2", "Counted", 30)
 	waitVisible(t, store, last)
 	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
