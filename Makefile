@@ -65,8 +65,8 @@ DEV_POSTGRES ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 # It refuses, touching nothing, while any setting moves part of that setup
 # elsewhere: what it would leave behind could not be read again.
 reset:
-	@if [ -n "$$MAILROOM_DATABASE_URL$$MAILROOM_DATA_DIR$$MAILROOM_BLOB_DIR$$MAILROOM_BLOB_S3_BUCKET$$MAILROOM_SANDBOX_OUTBOX" ]; then \
-		echo "make reset resets the default development setup only; unset MAILROOM_DATABASE_URL, MAILROOM_DATA_DIR, MAILROOM_BLOB_DIR, MAILROOM_BLOB_S3_BUCKET and MAILROOM_SANDBOX_OUTBOX" >&2; exit 1; fi
+	@if [ -n "$$MAILROOM_DATABASE_URL$$MAILROOM_EVENTSTORE$$MAILROOM_DATA_DIR$$MAILROOM_BLOB_DIR$$MAILROOM_BLOB_S3_BUCKET$$MAILROOM_SANDBOX_OUTBOX" ]; then \
+		echo "make reset resets the default development setup only; unset MAILROOM_DATABASE_URL, MAILROOM_EVENTSTORE, MAILROOM_DATA_DIR, MAILROOM_BLOB_DIR, MAILROOM_BLOB_S3_BUCKET and MAILROOM_SANDBOX_OUTBOX" >&2; exit 1; fi
 	rm -rf bin
 	psql '$(DEV_POSTGRES)' -qc 'DROP DATABASE IF EXISTS mailroom WITH (FORCE)'
 	rm -rf .mailroom

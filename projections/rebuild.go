@@ -157,6 +157,12 @@ func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) er
 		if err := giveWay(ctx); err != nil {
 			return err
 		}
+		// What came meanwhile is applied without the projector's lock, so
+		// that each attempt holds it for the last few events only, however
+		// many attempts readers make it take.
+		if pos, err = r.replay(ctx, p, t, inShadow, pos, &applied, progress); err != nil {
+			return err
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("rebuild %s: swap: %w", p.Name(), err)

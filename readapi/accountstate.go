@@ -16,17 +16,13 @@ func Accounts(ctx context.Context, q Querier) (int, error) {
 	return pgx.CollectExactlyOneRow(rows, pgx.RowTo[int])
 }
 
-// FirstAccount is the oldest account's id, "" when there is none.
-func FirstAccount(ctx context.Context, q Querier) (string, error) {
-	rows, err := q.Query(ctx, "SELECT id FROM accounts ORDER BY created_at, id LIMIT 1")
+// AccountExists tells whether the read model holds the account.
+func AccountExists(ctx context.Context, q Querier, accountID string) (bool, error) {
+	rows, err := q.Query(ctx, "SELECT EXISTS (SELECT FROM accounts WHERE id = $1)", accountID)
 	if err != nil {
-		return "", err
+		return false, err
 	}
-	id, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	return id, err
+	return pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
 }
 
 // AccountSuspended tells whether an account is suspended; an account not

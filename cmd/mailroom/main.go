@@ -87,6 +87,7 @@ func root() *cobra.Command {
 		eraseCmd(&cfg),
 		masterKeyCmd(&cfg),
 	)
+	cmd.InitDefaultCompletionCmd() // added now, not at Execute, to be one of the groups
 	for _, group := range cmd.Commands() {
 		if group.HasSubCommands() && !group.Runnable() {
 			group.Args = cobra.ArbitraryArgs
@@ -102,7 +103,7 @@ func root() *cobra.Command {
 // for the top level, so that a script's typo (`projections stauts`) is no
 // success.
 func unknownSubcommand(cmd *cobra.Command, args []string) error {
-	if len(args) == 0 {
+	if len(args) == 0 || args[0] == "help" {
 		return cmd.Help()
 	}
 	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
@@ -134,6 +135,12 @@ func openTool(ctx context.Context, cfg *config.Config) (*app.App, error) {
 	a, err := app.Open(ctx, c, log)
 	if err != nil {
 		return nil, err
+	}
+	// A command brings read models up to date in a transaction while it
+	// reads the log on another connection: on one, it would wait on itself.
+	if n := a.Pool.Config().MaxConns; n < 2 {
+		a.Close()
+		return nil, fmt.Errorf("the database pool holds %d connection (pool_max_conns in MAILROOM_DATABASE_URL); operator commands need at least 2", n)
 	}
 	a.SettleInline()
 	return a, nil

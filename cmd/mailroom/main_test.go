@@ -543,8 +543,13 @@ func TestAnUnknownSubcommandFails(t *testing.T) {
 	if _, _, err := run(t, "projections", "stauts"); err == nil || !strings.Contains(err.Error(), "did you mean status?") {
 		t.Errorf("no suggestion for a typo: %v", err)
 	}
-	out, _, err := run(t, "accounts")
-	if err != nil || !strings.Contains(out, "Available Commands:") || !strings.Contains(out, "suspend") {
-		t.Errorf("mailroom accounts: %v\n%s", err, out)
+	if _, _, err := run(t, "completion", "bogus"); err == nil || !strings.Contains(err.Error(), `unknown command "bogus"`) {
+		t.Errorf("mailroom completion bogus: %v", err)
+	}
+	for _, args := range [][]string{{"accounts"}, {"accounts", "help"}} {
+		out, _, err := run(t, args...)
+		if err != nil || !strings.Contains(out, "Available Commands:") || !strings.Contains(out, "suspend") {
+			t.Errorf("mailroom %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 }

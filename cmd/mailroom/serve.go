@@ -113,8 +113,8 @@ func printLaterRun(cmd *cobra.Command, accountID, addr string) {
 	fmt.Fprintf(cmd.OutOrStdout(), `
   %s The first start's credentials were shown once; for new ones:
     mailroom tokens create --account %s --role org:admin
-  then create an API key with that token (POST /api/auth/api-keys). In a checkout,
-  make reset starts afresh, dropping the database.
+  then create an API key with that token (POST /api/auth/api-keys). make reset
+  starts the default development setup afresh, dropping its database.
 
 `, where, accountID)
 }

@@ -134,4 +134,14 @@ func TestAnOperatorRevokesAnAPIKeyOfASuspendedAccount(t *testing.T) {
 	if r := s.Do("GET", "/api/auth/tokens", admin, nil); r.Status != 200 {
 		t.Fatalf("the token whose id was tried: %d %s", r.Status, r.Body)
 	}
+	// On a pool of one connection a command would wait on itself for
+	// ever: it is refused.
+	one := db + "&pool_max_conns=1"
+	if !strings.Contains(db, "?") {
+		one = db + "?pool_max_conns=1"
+	}
+	if _, _, err := run(t, "api-keys", "revoke", keyID, "--database-url", one, "--data-dir", t.TempDir(), "--master-key", apptest.MasterKey); err == nil ||
+		!strings.Contains(err.Error(), "operator commands need at least 2") {
+		t.Fatalf("revoke on a pool of one: %v", err)
+	}
 }

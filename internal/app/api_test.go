@@ -378,6 +378,16 @@ func TestFirstRunBootstrap(t *testing.T) {
 	}
 }
 
+// Accounts made otherwise than by a first start from this data directory
+// are named to no one: a later start has no credentials to tell about.
+func TestNoFirstAccountWithoutAFirstStart(t *testing.T) {
+	s := apptest.Start(t)
+	s.Account("Customer")
+	if acct, err := s.FirstAccount(context.Background()); err != nil || acct != "" {
+		t.Fatalf("first account %q (%v), want none", acct, err)
+	}
+}
+
 // A first start stopped before it showed its credentials, whether after
 // the account alone or after everything, is finished by the next start:
 // new credentials that work, and the sandbox domain once, verified.

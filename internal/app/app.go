@@ -197,7 +197,7 @@ func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listen
 					os.Remove(file)
 					return nil, fmt.Errorf("%w: no development key was found at %s (MAILROOM_DATA_DIR), and this database was used "+
 						"with another; run from the directory the server uses, or set MAILROOM_DATA_DIR or MAILROOM_MASTER_KEY; "+
-						"if that key is lost, what it sealed is lost too: start afresh with another database (or, in a checkout, make reset)", err, file)
+						"if that key is lost, what it sealed is lost too: start afresh with another database (make reset does so for the default development setup)", err, file)
 				}
 				return nil, fmt.Errorf("%w: the development key is read from %s (MAILROOM_DATA_DIR); run from the directory "+
 					"the server uses, or set MAILROOM_DATA_DIR or MAILROOM_MASTER_KEY", err, file)

@@ -36,6 +36,10 @@ const SandboxDomain = "example.test"
 // finds the file and finishes the first start with new credentials.
 const firstStartFile = "first-start"
 
+// shownFile is firstStartFile once the credentials were shown: it names
+// the account to later starts, which show how to get new ones.
+const shownFile = "first-account"
+
 // Bootstrap creates a first account with an admin token and an API key when
 // the database has no account yet, or finishes a first start that stopped
 // before its credentials were shown (issuing new ones). It returns nil
@@ -92,10 +96,21 @@ func (a *App) Bootstrap(ctx context.Context) (*FirstRun, error) {
 	return first, nil
 }
 
-// FirstAccount is the account a first start made, or the oldest one: a
-// later start names it, for new credentials.
+// FirstAccount is the account whose credentials a first start from this
+// data directory showed, "" when none did (or it is not in this
+// database): a later start names it, for new credentials.
 func (a *App) FirstAccount(ctx context.Context) (string, error) {
-	return readapi.FirstAccount(ctx, a.Pool)
+	b, err := os.ReadFile(filepath.Join(a.Config.DataDir, shownFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	} else if err != nil {
+		return "", err
+	}
+	id := strings.TrimSpace(string(b))
+	if ok, err := readapi.AccountExists(ctx, a.Pool, id); err != nil || !ok {
+		return "", err
+	}
+	return id, nil
 }
 
 // sandboxDomain adds SandboxDomain to the account and verifies it, unless
@@ -140,7 +155,7 @@ func (a *App) markFirstStart(accountID string) error {
 // FirstRunShown records that a first start's credentials were shown: a
 // later start creates nothing.
 func (a *App) FirstRunShown() error {
-	err := os.Remove(filepath.Join(a.Config.DataDir, firstStartFile))
+	err := os.Rename(filepath.Join(a.Config.DataDir, firstStartFile), filepath.Join(a.Config.DataDir, shownFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
