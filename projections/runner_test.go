@@ -660,6 +660,78 @@ func TestTheSwapLocksTheLiveTablesOnlyToMoveThem(t *testing.T) {
 	}
 }
 
+// underSwap is tally noting, for each event it applies, whether its
+// transaction holds the projector's lock: a swap's does, a replay's not.
+type underSwap struct{ tally }
+
+func (underSwap) Schema() string {
+	return tally{}.Schema() + `
+		CREATE TABLE IF NOT EXISTS public.tally_in_swap (event_id uuid PRIMARY KEY, in_swap bool NOT NULL);`
+}
+
+func (u underSwap) Apply(ev eventstore.RecordedEvent, b *pgx.Batch) error {
+	b.Queue(`INSERT INTO public.tally_in_swap (event_id, in_swap) SELECT $1, EXISTS (SELECT 1 FROM pg_locks
+		WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $2)
+		ON CONFLICT (event_id) DO UPDATE SET in_swap = excluded.in_swap`, ev.ID, int64(pglock.Projection(string(u.Name()))))
+	return u.tally.Apply(ev, b)
+}
+
+// A swap that gives way to readers of the live tables applies what came
+// meanwhile before it tries again, without the projector's lock: however
+// long readers hold it off, the live projector waits for a few events at
+// each try, not for all that came since the first.
+func TestASwapGivingWayReplaysWhatCameMeanwhile(t *testing.T) {
+	pool, store := setup(t)
+	ctx := context.Background()
+	last := appendN(t, store, "r-1", "Counted", 20)
+	p := underSwap{tally{version: 1}}
+	r := projections.NewRunner(pool, store, nil, quiet, p)
+	if err := r.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	catchUpTo(t, r, p, last)
+	reader, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx)
+	if _, err := reader.Exec(ctx, "SELECT count(*) FROM tally_total"); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt := make(chan error, 1)
+	go func() { rebuilt <- r.Rebuild(ctx, p, nil) }()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var blocked bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query ILIKE 'LOCK TABLE%')`).Scan(&blocked); err != nil {
+			t.Fatal(err)
+		}
+		if blocked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the swap never met the reader")
+		}
+	}
+	last = appendN(t, store, "r-2", "Counted", 30)
+	waitVisible(t, store, last)
+	time.Sleep(time.Second) // a few more tries
+	reader.Rollback(ctx)
+	if err := <-rebuilt; err != nil {
+		t.Fatal(err)
+	}
+	var inSwap, all int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE in_swap), count(*) FROM tally_in_swap").Scan(&inSwap, &all); err != nil {
+		t.Fatal(err)
+	}
+	if all != 50 || inSwap != 0 {
+		t.Fatalf("%d of %d events were applied holding the projector's lock, want none of 50", inSwap, all)
+	}
+	if total, seen := counts(t, pool); total != 50 || seen != 50 {
+		t.Fatalf("after the rebuild: total %d seen %d, want 50", total, seen)
+	}
+}
+
 // A rebuild on a pool of one connection would wait for ever on itself,
 // holding the projector's lock: it is refused before it starts.
 func TestARebuildNeedsTwoConnections(t *testing.T) {
