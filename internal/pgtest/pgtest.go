@@ -44,6 +44,15 @@ func NewURL(t testing.TB) string {
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("pgtest: create database: %v", err)
 	}
+	// A test's commits need not wait for the disk: tests check behaviour,
+	// not what a crash of the database server keeps, and on slow storage
+	// waiting for each commit's flush multiplies their time. Benchmarks
+	// keep the server's setting, to measure what production does.
+	if _, bench := t.(*testing.B); !bench {
+		if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" SET synchronous_commit = off"); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+	}
 	t.Cleanup(func() {
 		c, err := pgx.ConnectConfig(context.Background(), cfg)
 		if err != nil {
