@@ -136,12 +136,6 @@ func openTool(ctx context.Context, cfg *config.Config) (*app.App, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A command brings read models up to date in a transaction while it
-	// reads the log on another connection: on one, it would wait on itself.
-	if n := a.Pool.Config().MaxConns; n < 2 {
-		a.Close()
-		return nil, fmt.Errorf("the database pool holds %d connection (pool_max_conns in MAILROOM_DATABASE_URL); operator commands need at least 2", n)
-	}
 	a.SettleInline()
 	return a, nil
 }

@@ -298,6 +298,12 @@ func (a *App) open(ctx context.Context, ls *Listeners) error {
 		if err := CheckPoolSize(cfg, int(a.Pool.Config().MaxConns), len(a.routed())); err != nil {
 			return err
 		}
+	} else if n := a.Pool.Config().MaxConns; n < 2 {
+		// An operator command does one thing at a time, but brings read
+		// models up to date (or rebuilds one) in a transaction while it
+		// reads the log on another connection: on one, it would wait on
+		// itself.
+		return fmt.Errorf("the database pool holds %d connection (pool_max_conns in MAILROOM_DATABASE_URL); operator commands need at least 2", n)
 	}
 	if !cfg.Has("projections") {
 		ls.Starting("waiting for a projections process of this release to rebuild read models")

@@ -53,7 +53,7 @@ func New(reg prometheus.Registerer) *Recorder {
 			Help: "Webhook delivery attempts, by outcome (success, failure)."}, []string{"outcome"}),
 	}
 	// Up to the SMTP provider's 30 s command timeout and the receivers'
-	// 10 s: longer waits end in errors, counted in the last bucket.
+	// 10 s, beyond which a wait ends in an error (counted above 30 s).
 	buckets := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 	o.SendDurations = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mailroom_provider_send_duration_seconds",
 		Help: "Time the provider took to answer each offer of an email, by its answer (accepted, throttled, rejected, error).", Buckets: buckets}, []string{"outcome"})
