@@ -120,7 +120,8 @@ func (a *App) rateLimit(ctx context.Context) *ratelimit.Limiter {
 		defer cancel()
 		var err error
 		if rate, err = a.provider.ses.MaxSendRate(qctx); err != nil || rate <= 0 {
-			a.Log.Warn("SES maximum send rate unknown; sending at most one message a second", "err", err)
+			a.Log.Warn("SES maximum send rate unknown; sending at most one message a second until the next start "+
+				"(allow ses:GetAccount, or set MAILROOM_PROVIDER_MAX_RATE)", "err", err)
 			rate = 1
 		}
 	}
