@@ -491,7 +491,7 @@ func TestPathRefusalQuotesNoAddress(t *testing.T) {
 	r := w.Do("POST", "/v1/emails/send", w.key, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t",
 		"attachments": []map[string]any{{"path": "https://files.corp.test/report.pdf"}}})
 	wantProblem(t, r, 422, "validation_failed")
-	if !strings.Contains(string(r.Body), `"field":"attachments.0.path"`) || !strings.Contains(string(r.Body), "host is not a public address") ||
+	if !strings.Contains(string(r.Body), `"field":"attachments.0.path"`) || !strings.Contains(string(r.Body), "host does not resolve to a public address") ||
 		strings.Contains(string(r.Body), "10.96") {
 		t.Fatalf("refusal: %s", r.Body)
 	}

@@ -727,7 +727,7 @@ func TestWebhookRefusalQuotesNoAddress(t *testing.T) {
 	_, _, key := s.Sender("acme.test")
 	r := s.Do("POST", "/v1/webhooks", key, map[string]any{"url": "https://db.hooks.test/hook"})
 	wantProblem(t, r, 422, "validation_failed")
-	if !strings.Contains(string(r.Body), "host is not a public address") || strings.Contains(string(r.Body), "10.96") {
+	if !strings.Contains(string(r.Body), "host does not resolve to a public address") || strings.Contains(string(r.Body), "10.96") {
 		t.Fatalf("refusal: %s", r.Body)
 	}
 }

@@ -181,7 +181,7 @@ func kind(a netip.Addr) string {
 
 // CheckURL decides whether raw is an acceptable destination. The error, if
 // any, is short and meant for people ("must use https", "localhost is not
-// allowed", "host is not a public address"); policy refusals wrap
+// allowed", "host does not resolve to a public address"); policy refusals wrap
 // ErrRefused, resolution failures wrap the resolver's error, and lookups
 // that got no answer are also ErrLookupUnavailable.
 //
@@ -204,7 +204,7 @@ func (p Policy) CheckURL(ctx context.Context, raw string) error {
 		var de *net.DNSError
 		switch {
 		case errors.As(err, &de) && de.IsNotFound:
-			return &lookupError{msg: "host does not resolve", err: err}
+			return &lookupError{msg: unusableHost, err: err}
 		case errors.As(err, &de) && de.IsTimeout, errors.Is(err, context.DeadlineExceeded):
 			return &lookupError{msg: "host lookup timed out", err: err, temporary: true}
 		default:
@@ -212,15 +212,23 @@ func (p Policy) CheckURL(ctx context.Context, raw string) error {
 		}
 	}
 	if len(addrs) == 0 {
-		return &lookupError{msg: "host has no addresses", err: &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}}
+		return &lookupError{msg: unusableHost, err: &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}}
 	}
 	for _, a := range addrs {
 		if err := p.judge(a); err != nil {
-			return p.refusedResolved("host is not a public address", host, "host resolves to "+err.Error())
+			return p.refusedResolved(unusableHost, host, "host resolves to "+err.Error())
 		}
 	}
 	return nil
 }
+
+// unusableHost is the one answer for a host name that does not resolve,
+// resolves to no address, or resolves to an address that is not public:
+// telling these apart would let a customer map the names the server's
+// resolver knows inside its network (split-horizon DNS) by creating
+// webhooks or sending attachment paths. What the resolver answered goes to
+// the log (refusedResolved) and to the wrapped error, never to the client.
+const unusableHost = "host does not resolve to a public address"
 
 // Unreadable says why url.Parse refused a URL, in words rather than the
 // parser's, and without quoting the URL, which its field already shows.

@@ -181,7 +181,7 @@ func TestCheckURLRefuses(t *testing.T) {
 	for _, c := range resolved {
 		err := p.CheckURL(context.Background(), c.url)
 		var re *RefusedError
-		if !errors.As(err, &re) || err.Error() != "host is not a public address" || re.Detail != c.detail {
+		if !errors.As(err, &re) || err.Error() != "host does not resolve to a public address" || re.Detail != c.detail {
 			t.Errorf("CheckURL(%q) = %v (%+v), want the generic refusal with detail %q", c.url, err, re, c.detail)
 		}
 		if Describe(err) != "destination not allowed" {
@@ -234,7 +234,7 @@ func TestCheckURLResolutionFailures(t *testing.T) {
 	p := Policy{Resolver: resolverFor(dns)}
 
 	err := p.CheckURL(context.Background(), "https://nowhere.example.com/")
-	if err == nil || err.Error() != "host does not resolve" {
+	if err == nil || err.Error() != "host does not resolve to a public address" {
 		t.Fatalf("unknown host: %v", err)
 	}
 	if errors.Is(err, ErrRefused) {
