@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -60,17 +61,10 @@ func TestAWorkerThatCannotOpenItsLockConnectionIsNotReady(t *testing.T) {
 	s := apptest.Start(t, func(c *config.Config) { c.DatabaseURL = databaseURL })
 	ctx := context.Background()
 	reader := processmanagers.EmailReaderName
-	eventually(t, "the email reader active", func() (bool, string) {
-		v := tenure(s, reader)
-		return v.State == pglock.Active, string(v.State)
-	})
+	n := settledConnections(t, s, databaseURL, admin, role)
 
 	// Every connection the role has now is all it may have; the reader's
 	// lock connection goes.
-	var n int
-	if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE usename = $1", role).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := admin.Exec(ctx, "ALTER ROLE "+role+" CONNECTION LIMIT "+strconv.Itoa(n-1)); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +101,61 @@ func TestAWorkerThatCannotOpenItsLockConnectionIsNotReady(t *testing.T) {
 	if m := string(s.Do("GET", "/metrics", "", nil).Body); !strings.Contains(m, `mailroom_worker_state{state="active",worker="`+reader+`"} 1`) {
 		t.Errorf("/metrics does not show %s active again:\n%s", reader, grepLines(m, "mailroom_worker_state"))
 	}
+}
+
+// settledConnections waits for the process to have started everything
+// that holds a connection (every reader and lock active, the job queue
+// started and led) and for role's connections to stay the same for a
+// second, then returns their number: connections opened and closed while
+// it starts would leave a slot free once the limit is set.
+func settledConnections(t *testing.T, s *apptest.Server, databaseURL string, admin *pgx.Conn, role string) int {
+	t.Helper()
+	ctx := context.Background()
+	// The job queue's tables, read as the server's user, not the role.
+	server, err := url.Parse(pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := url.Parse(databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server.Path = db.Path
+	queue, err := pgx.Connect(ctx, server.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer queue.Close(ctx)
+	eventually(t, "every reader and lock active, the job queue started", func() (bool, string) {
+		for _, v := range s.App.Tenures.List() {
+			if v.State != pglock.Active && v.State != pglock.Standby {
+				return false, v.Name + " " + string(v.State)
+			}
+		}
+		if v := tenure(s, processmanagers.EmailReaderName); v.State != pglock.Active {
+			return false, "email reader " + string(v.State)
+		}
+		var queues, leaders int
+		if err := queue.QueryRow(ctx, `SELECT (SELECT count(*) FROM river_queue), (SELECT count(*) FROM river_leader)`).Scan(&queues, &leaders); err != nil {
+			return false, err.Error()
+		}
+		return queues >= 2 && leaders == 1, fmt.Sprintf("%d job queues, %d leaders", queues, leaders)
+	})
+	count := func() int {
+		var n int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE usename = $1", role).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	n, since := count(), time.Now()
+	eventually(t, "the role's connections steady for a second", func() (bool, string) {
+		if m := count(); m != n {
+			n, since = m, time.Now()
+		}
+		return time.Since(since) >= time.Second, fmt.Sprint(n, " connections")
+	})
+	return n
 }
 
 func tenure(s *apptest.Server, name string) pglock.Tenure {
