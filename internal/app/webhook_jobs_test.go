@@ -14,31 +14,34 @@ import (
 	"github.com/mailroom/mailroom/webhook"
 )
 
-// One account whose ten endpoints answer only after 9 s (the receiver
-// time-out is 10 s) holds its own share of attempts, not the process's:
-// another account's webhook arrives while the slow ones are all pending.
+// One account whose ten endpoints never answer (until the test ends) holds
+// its own share of attempts, not the process's: another account's webhook
+// arrives while the slow ones are all pending. The receiver time-out is
+// lengthened past the test, so no slow attempt ends and frees a place
+// however slow the machine: the other account's webhook can only come
+// through a place the slow account does not hold.
 func TestSlowAccountDelaysNoOtherAccount(t *testing.T) {
-	w := newHookWorld(t)
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookTimeout = 5 * time.Minute })
 	release := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
-	defer unblock()
 	var mu sync.Mutex
-	arrived, answered := 0, 0
+	arrived, ended := 0, 0
 	slow := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		arrived++
 		mu.Unlock()
 		select {
 		case <-release:
-		case <-time.After(9 * time.Second):
+		case <-r.Context().Done(): // Mailroom gave up
 		}
 		mu.Lock()
-		answered++
+		ended++
 		mu.Unlock()
 		rw.WriteHeader(204)
 	}))
 	defer slow.Close()
+	defer unblock() // before Close, which waits for the handlers
 	for i := range 10 {
 		w.endpoint(t, map[string]any{"url": slow.URL + "/" + string(rune('a'+i))})
 	}
@@ -49,7 +52,7 @@ func TestSlowAccountDelaysNoOtherAccount(t *testing.T) {
 	for range 7 {
 		w.send(t, map[string]any{"from": "a@acme.test", "to": "ann@example.org", "subject": "s", "text": "t"})
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mu.Lock()
 		n := arrived
@@ -67,15 +70,14 @@ func TestSlowAccountDelaysNoOtherAccount(t *testing.T) {
 	}
 	fast.waitFor(t, 1)
 	mu.Lock()
-	a, n := answered, arrived
+	e, n := ended, arrived
 	mu.Unlock()
-	if a != 0 {
-		t.Fatalf("the other account's webhook waited for %d slow answers", a)
+	if e != 0 {
+		t.Fatalf("the other account's webhook came after %d slow attempts ended", e)
 	}
 	if n > 16 {
 		t.Fatalf("the slow account has %d attempts in flight, more than its share", n)
 	}
-	unblock()
 }
 
 // otherAccountsEndpoint makes another account, with an endpoint answering
@@ -209,14 +211,18 @@ func TestBacklogBehindASlowReceiverArrivesOnceEach(t *testing.T) {
 // A receiver that refuses leaves retries due in the queue. When the workers
 // have more due than they can make at once (one at a time here), another
 // account's fresh event goes first: the broken receiver's retries wait, not
-// everyone's webhooks.
+// everyone's webhooks. The receiver time-out is lengthened past the test,
+// so each held attempt keeps the only worker until the test lets it go,
+// however slow the machine.
 func TestRetriesOfARefusingReceiverWaitBehindFreshEvents(t *testing.T) {
 	w := newHookWorld(t, func(c *config.Config) {
 		c.WebhookConcurrency = 1
 		c.WebhookRetries = "50ms,1h"
+		c.WebhookTimeout = 5 * time.Minute
 	})
+	first, go1 := make(chan struct{}), make(chan struct{})
 	blocked, release := make(chan struct{}), make(chan struct{})
-	var unblock sync.Once
+	var letFirstGo, unblock sync.Once
 	var mu sync.Mutex
 	var refused []time.Time
 	refusing := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -224,21 +230,57 @@ func TestRetriesOfARefusingReceiverWaitBehindFreshEvents(t *testing.T) {
 		refused = append(refused, time.Now())
 		n := len(refused)
 		mu.Unlock()
-		if n == 4 { // the first retry holds the only worker
+		var hold <-chan struct{}
+		switch n {
+		case 1: // until the other two first attempts are queued
+			close(first)
+			hold = go1
+		case 4: // the first retry, made after every first attempt
 			close(blocked)
-			<-release
+			hold = release
+		}
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
 		}
 		rw.WriteHeader(http.StatusInternalServerError)
 	}))
 	defer refusing.Close()
 	defer unblock.Do(func() { close(release) }) // before Close, which waits for the handler
+	defer letFirstGo.Do(func() { close(go1) })
 	refusingID, _ := w.endpoint(t, map[string]any{"url": refusing.URL})
-	// Made before the worker is held, which lasts until the receiver
-	// time-out (10 s) at most.
 	otherKey, fastID, fast := w.otherAccountsEndpoint(t)
+	queued := func(endpoint string) int {
+		var n int
+		if err := w.Pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE kind = 'webhook_attempt'
+			AND args->>'endpoint_id' = $1 AND state = 'available'`, endpoint).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitQueued := func(refusing, other int) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); queued(refusingID) < refusing || queued(fastID) < other; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d attempts of the refusing endpoint and %d of the other queued", queued(refusingID), queued(fastID))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	for range 3 {
 		w.test(t, refusingID)
 	}
+	select {
+	case <-first:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the refusing receiver got no request")
+	}
+	// The three first attempts are made one after the other, then the
+	// retries, which are claimed after them.
+	waitQueued(2, 0)
+	letFirstGo.Do(func() { close(go1) })
 	select {
 	case <-blocked:
 	case <-time.After(30 * time.Second):
@@ -249,22 +291,7 @@ func TestRetriesOfARefusingReceiverWaitBehindFreshEvents(t *testing.T) {
 	if r := w.Do("POST", "/v1/webhooks/"+fastID+"/test", otherKey, nil); r.Status != 202 {
 		t.Fatalf("test: %d %s", r.Status, r.Body)
 	}
-	queued := func(endpoint string) int {
-		var n int
-		if err := w.Pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE kind = 'webhook_attempt'
-			AND args->>'endpoint_id' = $1 AND state = 'available'`, endpoint).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	// The held attempt gives up at the receiver time-out, and the worker
-	// then takes what is queued: this is the time there is to see it.
-	for deadline := time.Now().Add(9 * time.Second); queued(refusingID) < 2 || queued(fastID) < 1; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d attempts of the refusing endpoint and %d of the other queued", queued(refusingID), queued(fastID))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitQueued(2, 1)
 	unblock.Do(func() { close(release) })
 	got := fast.waitFor(t, 1)
 	mu.Lock()

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -16,7 +17,7 @@ func (a *App) webhooks() *processmanagers.Webhooks {
 	schedule, _ := a.Config.RetrySchedule() // validated at Open
 	return &processmanagers.Webhooks{
 		Pool: a.Pool, Commands: a.Commands, Box: a.Box,
-		Client:   a.Egress.Client(10 * time.Second),
+		Client:   a.Egress.Client(cmp.Or(a.Config.WebhookTimeout, 10*time.Second)),
 		Settle:   a.settle,
 		Schedule: schedule, Now: a.clock, Log: a.Log,
 		PerAccount: a.Config.WebhookAccountConcurrency,

@@ -634,30 +634,35 @@ func TestWebhookPatchRacingDelete(t *testing.T) {
 }
 
 // A receiver that never answers holds only its own deliveries: another
-// endpoint's events still arrive.
+// endpoint's events still arrive. The receiver time-out is lengthened past
+// the test, so no held attempt ends (and is retried) however slow the
+// machine: held counts the attempts in flight at once.
 func TestSlowEndpointDelaysNoOther(t *testing.T) {
-	w := newHookWorld(t)
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookTimeout = 5 * time.Minute })
 	release := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
-	defer unblock()
 	var mu sync.Mutex
 	held := 0
 	slow := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		held++
 		mu.Unlock()
-		<-release
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
 		rw.WriteHeader(204)
 	}))
 	defer slow.Close()
+	defer unblock() // before Close, which waits for the handlers
 	fast := newReceiver(t, always(204))
 	sid, _ := w.endpoint(t, map[string]any{"url": slow.URL})
 	fid, _ := w.endpoint(t, map[string]any{"url": fast.URL})
 	for range 30 {
 		w.test(t, sid)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mu.Lock()
 		h := held

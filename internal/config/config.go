@@ -93,11 +93,16 @@ type Config struct {
 	// process; WebhookAccountConcurrency bounds one account's.
 	WebhookConcurrency        int
 	WebhookAccountConcurrency int
-	EgressResolver            string
-	SMTPURL                   string
-	SESConfigSet              string
-	SESEventsQueueURL         string
-	SESEndpoint               string
+	// WebhookTimeout is how long an attempt waits for the receiver's
+	// answer; zero is the 10 s receivers are promised. No flag sets it: tests that hold
+	// receivers lengthen it, so that what they check does not race the
+	// time-out on a slow machine.
+	WebhookTimeout    time.Duration
+	EgressResolver    string
+	SMTPURL           string
+	SESConfigSet      string
+	SESEventsQueueURL string
+	SESEndpoint       string
 
 	envErrors  []error  // MAILROOM_* values that did not parse
 	unknownEnv []string // MAILROOM_* variables that name no setting
