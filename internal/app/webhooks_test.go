@@ -500,7 +500,8 @@ func TestWebhookURLRefusals(t *testing.T) {
 	}
 }
 
-func TestWebhookRestartAndDeleteDuringRetryWait(t *testing.T) {
+// A restart while a retry waits: the retry still happens, once.
+func TestWebhookRestartDuringRetryWait(t *testing.T) {
 	w := newHookWorld(t, func(c *config.Config) { c.WebhookRetries = "1s,1s,1s,1s,1s,1s" })
 	rcv := newReceiver(t, func(n int) int {
 		if n == 1 {
@@ -524,7 +525,13 @@ func TestWebhookRestartAndDeleteDuringRetryWait(t *testing.T) {
 		t.Fatalf("delivery %v", d)
 	}
 
-	// DELETE during a retry wait: nothing more reaches the receiver.
+}
+
+// An endpoint deleted while a retry waits gets nothing more: the retry,
+// when due, finds the endpoint gone.
+func TestWebhookDeleteDuringRetryWait(t *testing.T) {
+	// A wait the DELETE lands in however slow the machine.
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookRetries = "5s,5s,5s,5s,5s,5s" })
 	failing := newReceiver(t, always(500))
 	fid, _ := w.endpoint(t, map[string]any{"url": failing.URL})
 	w.test(t, fid)
@@ -532,7 +539,7 @@ func TestWebhookRestartAndDeleteDuringRetryWait(t *testing.T) {
 	if r := w.Do("DELETE", "/v1/webhooks/"+fid, w.key, nil); r.Status != 204 {
 		t.Fatalf("delete: %d", r.Status)
 	}
-	time.Sleep(2500 * time.Millisecond)
+	w.waitForAttemptJobs(t, fid)
 	if n := len(failing.requests()); n != 1 {
 		t.Fatalf("the deleted endpoint got %d requests", n)
 	}
@@ -544,12 +551,32 @@ func TestWebhookRestartAndDeleteDuringRetryWait(t *testing.T) {
 	}
 }
 
+// waitForAttemptJobs waits until no attempt of endpoint is left to run:
+// the retries queued so far have run, whatever they found.
+func (w *hookWorld) waitForAttemptJobs(t *testing.T, endpoint string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var pending int
+		if err := w.Pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE kind = 'webhook_attempt'
+			AND args->>'endpoint_id' = $1 AND state NOT IN ('completed', 'cancelled', 'discarded')`, endpoint).Scan(&pending); err != nil {
+			t.Fatal(err)
+		}
+		if pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d attempts of endpoint %s still to run", pending, endpoint)
+		}
+	}
+}
+
 // An endpoint that stops subscribing to a type gets no more retries of
 // that type's pending deliveries: they end failed, unattempted, and count
 // nothing against the endpoint. A test event goes to any endpoint, whatever
 // it subscribes to.
 func TestUnsubscribingEndsPendingRetries(t *testing.T) {
-	w := newHookWorld(t, func(c *config.Config) { c.WebhookRetries = "3s,3s,3s,3s,3s,3s" })
+	// A wait the PATCH lands in however slow the machine.
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookRetries = "5s,5s,5s,5s,5s,5s" })
 	rcv := newReceiver(t, always(500))
 	id, _ := w.endpoint(t, map[string]any{"url": rcv.URL, "event_types": []string{"email.delivered", "email.bounced"}})
 	w.send(t, map[string]any{"from": "a@acme.test", "to": "x@example.org", "subject": "s", "text": "t"})
@@ -562,7 +589,7 @@ func TestUnsubscribingEndsPendingRetries(t *testing.T) {
 	if d["attempts"] != 1.0 || d["error"] != "not delivered: the endpoint no longer subscribes to this event type" {
 		t.Fatalf("delivery after unsubscribing: %v", d)
 	}
-	time.Sleep(3500 * time.Millisecond) // a retry would have come by now
+	w.waitForAttemptJobs(t, id)
 	if n := len(rcv.requests()); n != 1 {
 		t.Fatalf("receiver got %d requests, want 1", n)
 	}
