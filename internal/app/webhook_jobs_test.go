@@ -17,11 +17,12 @@ import (
 // One account whose ten endpoints never answer (until the test ends) holds
 // its own share of attempts, not the process's: another account's webhook
 // arrives while the slow ones are all pending. The receiver time-out is
-// lengthened past the test, so no slow attempt ends and frees a place
-// however slow the machine: the other account's webhook can only come
-// through a place the slow account does not hold.
+// lengthened to a minute (an attempt's own bound), past the waits below,
+// so no slow attempt ends and frees a place however slow the machine: the
+// other account's webhook can only come through a place the slow account
+// does not hold.
 func TestSlowAccountDelaysNoOtherAccount(t *testing.T) {
-	w := newHookWorld(t, func(c *config.Config) { c.WebhookTimeout = 5 * time.Minute })
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookTimeout = time.Minute })
 	release := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
@@ -211,14 +212,14 @@ func TestBacklogBehindASlowReceiverArrivesOnceEach(t *testing.T) {
 // A receiver that refuses leaves retries due in the queue. When the workers
 // have more due than they can make at once (one at a time here), another
 // account's fresh event goes first: the broken receiver's retries wait, not
-// everyone's webhooks. The receiver time-out is lengthened past the test,
-// so each held attempt keeps the only worker until the test lets it go,
-// however slow the machine.
+// everyone's webhooks. The receiver time-out is lengthened to a minute (an
+// attempt's own bound), past the waits below, so each held attempt keeps
+// the only worker until the test lets it go, however slow the machine.
 func TestRetriesOfARefusingReceiverWaitBehindFreshEvents(t *testing.T) {
 	w := newHookWorld(t, func(c *config.Config) {
 		c.WebhookConcurrency = 1
 		c.WebhookRetries = "50ms,1h"
-		c.WebhookTimeout = 5 * time.Minute
+		c.WebhookTimeout = time.Minute
 	})
 	first, go1 := make(chan struct{}), make(chan struct{})
 	blocked, release := make(chan struct{}), make(chan struct{})

@@ -488,7 +488,7 @@ func TestWebhookURLRefusals(t *testing.T) {
 	for {
 		ds := s.Do("GET", "/v1/webhooks/"+id+"/deliveries", key, nil).JSON(t)["data"].([]any)
 		if len(ds) == 1 && ds[0].(map[string]any)["attempts"] == 1.0 {
-			if e := ds[0].(map[string]any)["error"]; e != "destination not allowed" {
+			if e := ds[0].(map[string]any)["error"]; e != "host does not resolve to a public address" {
 				t.Fatalf("rebound delivery: %v", ds[0])
 			}
 			break
@@ -524,7 +524,6 @@ func TestWebhookRestartDuringRetryWait(t *testing.T) {
 	if d := w.deliveries(t, id, "")[0]; d["attempts"] != 2.0 {
 		t.Fatalf("delivery %v", d)
 	}
-
 }
 
 // An endpoint deleted while a retry waits gets nothing more: the retry,
@@ -661,11 +660,12 @@ func TestWebhookPatchRacingDelete(t *testing.T) {
 }
 
 // A receiver that never answers holds only its own deliveries: another
-// endpoint's events still arrive. The receiver time-out is lengthened past
-// the test, so no held attempt ends (and is retried) however slow the
-// machine: held counts the attempts in flight at once.
+// endpoint's events still arrive. The receiver time-out is lengthened to a
+// minute (an attempt's own bound), past the waits below, so no held attempt
+// ends (and is retried) however slow the machine: held counts the attempts
+// in flight at once.
 func TestSlowEndpointDelaysNoOther(t *testing.T) {
-	w := newHookWorld(t, func(c *config.Config) { c.WebhookTimeout = 5 * time.Minute })
+	w := newHookWorld(t, func(c *config.Config) { c.WebhookTimeout = time.Minute })
 	release := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
@@ -708,7 +708,7 @@ func TestSlowEndpointDelaysNoOther(t *testing.T) {
 	mu.Lock()
 	h := held
 	mu.Unlock()
-	if h > 16 {
+	if h > 8 { // an endpoint's share: half its account's 16
 		t.Fatalf("the slow endpoint holds %d attempts at once, more than its share", h)
 	}
 	unblock()

@@ -94,9 +94,10 @@ type Config struct {
 	WebhookConcurrency        int
 	WebhookAccountConcurrency int
 	// WebhookTimeout is how long an attempt waits for the receiver's
-	// answer; zero is the 10 s receivers are promised. No flag sets it: tests that hold
-	// receivers lengthen it, so that what they check does not race the
-	// time-out on a slow machine.
+	// answer; zero is the 10 s receivers are promised, and an attempt's
+	// job ends after a minute whatever it is. No flag sets it: tests that
+	// hold receivers lengthen it, so that what they check does not race
+	// the time-out on a slow machine.
 	WebhookTimeout    time.Duration
 	EgressResolver    string
 	SMTPURL           string

@@ -78,7 +78,7 @@ func (p Policy) control(network, address string, _ syscall.RawConn) error {
 		return refused("invalid address")
 	}
 	if err := p.judge(ap.Addr()); err != nil {
-		return p.refusedResolved(ErrRefused.Error(), ap.Addr().String(), "destination is "+err.Error())
+		return p.refusedResolved(unusableHost, ap.Addr().String(), "destination is "+err.Error())
 	}
 	return nil
 }

@@ -20,7 +20,9 @@ const maxDescription = 120
 // Describe turns an error from the egress client, CheckURL or Fetch into a
 // short human string for delivery records and failure reasons: "timeout
 // after 10s", "connection refused", "destination not allowed", "redirect 302
-// not followed", "larger than N bytes", "dns: no such host", "tls: ...". It
+// not followed", "larger than N bytes", "host does not resolve to a public
+// address" (no such host, or one resolved to a non-public address: the
+// same answer, as in CheckURL), "tls: ...". It
 // never includes the request URL nor an address a host resolved to: it is
 // shown to customers. nil gives "".
 func Describe(err error) string {
@@ -28,6 +30,7 @@ func Describe(err error) string {
 		return ""
 	}
 	var (
+		re  *RefusedError
 		te  *TimeoutError
 		se  *StatusError
 		tle *TooLargeError
@@ -36,6 +39,8 @@ func Describe(err error) string {
 	switch {
 	case errors.As(err, &te):
 		return te.Error()
+	case errors.As(err, &re) && re.Reason == unusableHost:
+		return unusableHost
 	case errors.Is(err, ErrRefused):
 		return ErrRefused.Error()
 	case errors.As(err, &se):
@@ -45,7 +50,7 @@ func Describe(err error) string {
 	case errors.As(err, &de):
 		switch {
 		case de.IsNotFound:
-			return "dns: no such host"
+			return unusableHost
 		case de.IsTimeout:
 			return "dns: timeout"
 		default:

@@ -184,7 +184,7 @@ func TestCheckURLRefuses(t *testing.T) {
 		if !errors.As(err, &re) || err.Error() != "host does not resolve to a public address" || re.Detail != c.detail {
 			t.Errorf("CheckURL(%q) = %v (%+v), want the generic refusal with detail %q", c.url, err, re, c.detail)
 		}
-		if Describe(err) != "destination not allowed" {
+		if Describe(err) != "host does not resolve to a public address" {
 			t.Errorf("Describe(%q) = %q", c.url, Describe(err))
 		}
 		if !strings.Contains(logs.String(), c.detail) {
@@ -240,10 +240,11 @@ func TestCheckURLResolutionFailures(t *testing.T) {
 	if errors.Is(err, ErrRefused) {
 		t.Error("a resolution failure is not a policy refusal")
 	}
-	if got := Describe(err); got != "dns: no such host" {
+	if got := Describe(err); got != "host does not resolve to a public address" {
 		t.Errorf("Describe = %q", got)
 	}
-	if err := p.CheckURL(context.Background(), "https://txtonly.example.com/"); err == nil || errors.Is(err, ErrLookupUnavailable) {
+	if err := p.CheckURL(context.Background(), "https://txtonly.example.com/"); err == nil || errors.Is(err, ErrLookupUnavailable) ||
+		err.Error() != "host does not resolve to a public address" {
 		t.Errorf("host without addresses: %v", err)
 	}
 	// A lookup that gets no answer says nothing of the URL: it is
@@ -384,7 +385,7 @@ func TestClientRefusesRebinding(t *testing.T) {
 	if !errors.Is(err, ErrRefused) {
 		t.Fatalf("err = %v; want ErrRefused", err)
 	}
-	if got := Describe(err); got != "destination not allowed" {
+	if got := Describe(err); got != "host does not resolve to a public address" {
 		t.Errorf("Describe = %q", got)
 	}
 	if hits.Load() != 0 {
@@ -700,7 +701,7 @@ func TestDescribe(t *testing.T) {
 	dns := dnstest.Start(t)
 	p.Resolver = resolverFor(dns)
 	_, err = p.Client(5 * time.Second).Get("http://nowhere.example.com:8080/")
-	if got := Describe(err); got != "dns: no such host" {
+	if got := Describe(err); got != "host does not resolve to a public address" {
 		t.Errorf("unknown host: Describe = %q (err %v)", got, err)
 	}
 
