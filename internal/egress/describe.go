@@ -21,10 +21,9 @@ const maxDescription = 120
 // short human string for delivery records and failure reasons: "timeout
 // after 10s", "connection refused", "destination not allowed", "redirect 302
 // not followed", "larger than N bytes", "host does not resolve to a public
-// address" (no such host, or one resolved to a non-public address: the
-// same answer, as in CheckURL), "tls: ...". It
-// never includes the request URL nor an address a host resolved to: it is
-// shown to customers. nil gives "".
+// address" (no such host, or one resolved to a non-public address: one
+// answer, as in CheckURL), "tls: ...". It never includes the request URL
+// nor an address a host resolved to: it is shown to customers. nil gives "".
 func Describe(err error) string {
 	if err == nil {
 		return ""

@@ -181,8 +181,8 @@ func kind(a netip.Addr) string {
 
 // CheckURL decides whether raw is an acceptable destination. The error, if
 // any, is short and meant for people ("must use https", "localhost is not
-// allowed", "host does not resolve to a public address"); policy refusals wrap
-// ErrRefused, resolution failures wrap the resolver's error, and lookups
+// allowed", "host does not resolve to a public address"); policy refusals
+// wrap ErrRefused, resolution failures wrap the resolver's error, and lookups
 // that got no answer are also ErrLookupUnavailable.
 //
 // Host names are resolved (A and AAAA) with the policy's resolver and every
