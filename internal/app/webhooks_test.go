@@ -479,24 +479,36 @@ func TestWebhookURLRefusals(t *testing.T) {
 		t.Fatalf("public host refused: %d %s", r.Status, r.Body)
 	}
 	id := r.JSON(t)["id"].(string)
-	dns.Set(dnscheck.Record{Type: "A", Name: "rebind.hooks.test", Value: "127.0.0.1"})
-	tr := s.Do("POST", "/v1/webhooks/"+id+"/test", key, nil)
-	if tr.Status != 202 {
-		t.Fatalf("test: %d", tr.Status)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ds := s.Do("GET", "/v1/webhooks/"+id+"/deliveries", key, nil).JSON(t)["data"].([]any)
-		if len(ds) == 1 && ds[0].(map[string]any)["attempts"] == 1.0 {
-			if e := ds[0].(map[string]any)["error"]; e != "host does not resolve to a public address" {
-				t.Fatalf("rebound delivery: %v", ds[0])
+	attemptError := func(now dnscheck.Record) string {
+		t.Helper()
+		dns.Remove("rebind.hooks.test", "A")
+		dns.Remove("rebind.hooks.test", "CNAME")
+		dns.Set(now)
+		tr := s.Do("POST", "/v1/webhooks/"+id+"/test", key, nil)
+		if tr.Status != 202 {
+			t.Fatalf("test: %d", tr.Status)
+		}
+		did := tr.JSON(t)["delivery_id"]
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			for _, d := range s.Do("GET", "/v1/webhooks/"+id+"/deliveries", key, nil).JSON(t)["data"].([]any) {
+				if d := d.(map[string]any); d["id"] == did && d["attempts"] == 1.0 {
+					return d["error"].(string)
+				}
 			}
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no attempt: %v", ds)
-		}
-		time.Sleep(20 * time.Millisecond)
+		t.Fatalf("no attempt of delivery %v", did)
+		return ""
+	}
+	if e := attemptError(dnscheck.Record{Type: "A", Name: "rebind.hooks.test", Value: "127.0.0.1"}); e != "host does not resolve to a public address" {
+		t.Fatalf("rebound delivery: %q", e)
+	}
+	// A name pointed at an internal one after create tells nothing of
+	// the internal names: one that exists and one that does not read
+	// alike.
+	exists := attemptError(dnscheck.Record{Type: "CNAME", Name: "rebind.hooks.test", Value: "internal.hooks.test"})
+	missing := attemptError(dnscheck.Record{Type: "CNAME", Name: "rebind.hooks.test", Value: "nothere.hooks.test"})
+	if exists != missing {
+		t.Errorf("delivery errors tell an existing internal name (%q) from a missing one (%q)", exists, missing)
 	}
 }
 
