@@ -101,7 +101,7 @@ var tagPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,` + strconv.Itoa(MaxTagLen
 func (s *Service) SendEmail(ctx context.Context, accountID string, req SendEmail, idempotencyKey string, body []byte, meta Meta) (Accepted, error) {
 	decoded, err := validateRequest(req, idempotencyKey)
 	if err != nil {
-		return Accepted{}, err
+		return Accepted{}, s.withPathRefusals(ctx, req, err)
 	}
 	now := s.now()
 	id, hash := uuid.Must(uuid.NewV7()).String(), ""
@@ -174,6 +174,38 @@ func validateRequest(req SendEmail, idempotencyKey string) ([][]byte, error) {
 		v.CheckLine(IdempotencyKeyField, idempotencyKey)
 	}
 	return decoded, v.OrNil()
+}
+
+// withPathRefusals adds to a validation error the refusals of the
+// attachment URLs its fields did not already refuse, so that a request
+// wrong in several fields hears of all of them at once rather than of its
+// paths only after the rest is fixed. A lookup that got no answer adds
+// nothing: the validation answer stands.
+func (s *Service) withPathRefusals(ctx context.Context, req SendEmail, err error) error {
+	var v *domain.ValidationError
+	if !errors.As(err, &v) {
+		return err
+	}
+	named := map[string]bool{}
+	for _, f := range v.Errors {
+		named[f.Field] = true
+	}
+	if named["attachments"] {
+		return err // over the count or the size: the paths are beside the point
+	}
+	var fields, urls []string
+	for i, a := range req.Attachments {
+		f := fmt.Sprintf("attachments.%d.path", i)
+		if a.Path != "" && !named[f] && !named[fmt.Sprintf("attachments.%d.content", i)] {
+			fields, urls = append(fields, f), append(urls, a.Path)
+		}
+	}
+	var paths domain.ValidationError
+	if s.checkURLFields(ctx, &paths, fields, urls) != nil {
+		return err
+	}
+	v.Errors = append(v.Errors, paths.Errors...)
+	return v
 }
 
 // checkSend checks what a valid request depends on outside itself: the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,6 +47,30 @@ func (s *Service) checkURL(ctx context.Context, url *string) error {
 	return v.OrNil()
 }
 
+// validateWebhook judges in's fields and its URL's egress policy together,
+// so that a request wrong in several fields hears of all of them at once.
+// The policy is not run on a URL its field already refused, and a lookup
+// that got no answer leaves a field refusal standing.
+func (s *Service) validateWebhook(ctx context.Context, in webhook.Settings) error {
+	err := webhook.ValidateSettings(in)
+	var v *domain.ValidationError
+	if err != nil && !errors.As(err, &v) {
+		return err
+	}
+	if v != nil && slices.ContainsFunc(v.Errors, func(f domain.FieldError) bool { return f.Field == "url" }) {
+		return v
+	}
+	uerr := s.checkURL(ctx, in.URL)
+	var uv *domain.ValidationError
+	switch {
+	case v == nil:
+		return uerr
+	case errors.As(uerr, &uv):
+		v.Errors = append(uv.Errors, v.Errors...) // url first, as ValidateSettings lists it
+	}
+	return v
+}
+
 // Webhook returns an endpoint's state from its stream.
 func (s *Service) Webhook(ctx context.Context, id string) (webhook.State, error) {
 	if _, err := uuid.Parse(id); err != nil {
@@ -64,10 +89,7 @@ func (s *Service) CreateWebhook(ctx context.Context, accountID string, in webhoo
 		empty := ""
 		in.URL = &empty
 	}
-	if err := webhook.ValidateSettings(in); err != nil {
-		return webhook.State{}, "", err
-	}
-	if err := s.checkURL(ctx, in.URL); err != nil {
+	if err := s.validateWebhook(ctx, in); err != nil {
 		return webhook.State{}, "", err
 	}
 	id := uuid.NewString()
@@ -153,10 +175,7 @@ func (s *Service) UpdateWebhook(ctx context.Context, accountID, id string, in we
 	if err := s.OwnWebhook(ctx, accountID, id); err != nil {
 		return err
 	}
-	if err := webhook.ValidateSettings(in); err != nil {
-		return err
-	}
-	if err := s.checkURL(ctx, in.URL); err != nil {
+	if err := s.validateWebhook(ctx, in); err != nil {
 		return err
 	}
 	// Confirmed, as a pause stops deliveries and the answer shows the

@@ -160,6 +160,17 @@ func TestSendValidation(t *testing.T) {
 			t.Errorf("%s: %s", path, r.Body)
 		}
 	}
+	// A path the egress policy refuses is named with the other fields'
+	// refusals, not only once they are fixed.
+	twoWrong := with("subject", nil)
+	twoWrong["attachments"] = []map[string]any{{"path": "https://127.0.0.1/a.pdf"}, {"filename": "b.txt", "content": content}}
+	r0 := w.Do("POST", "/v1/emails/send", w.key, twoWrong)
+	wantProblem(t, r0, 422, "validation_failed")
+	for _, field := range []string{"subject", "attachments.0.path"} {
+		if !strings.Contains(string(r0.Body), fmt.Sprintf(`"field":%q`, field)) {
+			t.Errorf("a send wrong in its subject and a path's address does not name %s: %s", field, r0.Body)
+		}
+	}
 	// A path too long to take is reported once, not again for the file
 	// name it would give.
 	r := w.Do("POST", "/v1/emails/send", w.key, with("attachments", att(map[string]any{"path": longURL + strings.Repeat("b", 1000)})))

@@ -473,6 +473,13 @@ func TestWebhookURLRefusals(t *testing.T) {
 			t.Errorf("%s: %s", url, r.Body)
 		}
 	}
+	// A refused address is named with the request's other refusals, on
+	// create and on change alike, not only once they are fixed.
+	two := map[string]any{"url": "https://internal.hooks.test/hook", "description": strings.Repeat("d", 201)}
+	if r := s.Do("POST", "/v1/webhooks", key, two); !strings.Contains(string(r.Body), `"field":"url"`) ||
+		!strings.Contains(string(r.Body), `"field":"description"`) {
+		t.Errorf("create wrong in url and description: %d %s", r.Status, r.Body)
+	}
 	// Public at creation, private at delivery: refused when connecting.
 	r := s.Do("POST", "/v1/webhooks", key, map[string]any{"url": "https://rebind.hooks.test:1/hook"})
 	if r.Status != 201 {
@@ -501,6 +508,11 @@ func TestWebhookURLRefusals(t *testing.T) {
 	}
 	if e := attemptError(dnscheck.Record{Type: "A", Name: "rebind.hooks.test", Value: "127.0.0.1"}); e != "host does not resolve to a public address" {
 		t.Fatalf("rebound delivery: %q", e)
+	}
+	two["event_types"] = []string{"email.nope"}
+	if r := s.Do("PATCH", "/v1/webhooks/"+id, key, two); !strings.Contains(string(r.Body), `"field":"url"`) ||
+		!strings.Contains(string(r.Body), `"field":"event_types.0"`) {
+		t.Errorf("change wrong in url and event types: %d %s", r.Status, r.Body)
 	}
 	// A name pointed at an internal one after create tells nothing of
 	// the internal names: one that exists and one that does not read
@@ -804,6 +816,13 @@ func TestURLWhoseHostCannotBeLookedUpIsRetried(t *testing.T) {
 	}
 	if n := len(s.Do("GET", "/v1/emails", key, nil).JSON(t)["data"].([]any)); n != 0 {
 		t.Fatalf("%d emails recorded", n)
+	}
+	// A request wrong in another field too hears of that field: the
+	// lookup with no answer does not hide it.
+	r := s.Do("POST", "/v1/webhooks", key, map[string]any{"url": "https://hooks.example/h", "description": strings.Repeat("d", 201)})
+	wantProblem(t, r, 422, "validation_failed")
+	if !strings.Contains(string(r.Body), `"field":"description"`) {
+		t.Errorf("a lookup with no answer hides the description's refusal: %s", r.Body)
 	}
 	dns.FailWith(0)
 	if r := s.Do("POST", "/v1/webhooks", key, map[string]any{"url": "https://hooks.example/h"}); r.Status != 201 {

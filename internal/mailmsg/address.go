@@ -163,6 +163,12 @@ func ParseAddress(s string) (Address, error) {
 			return Address{}, addrErr("unbalanced angle brackets")
 		}
 		raw, namePart = s[i+1:len(s)-1], strings.TrimSpace(s[:i])
+	} else if strings.ContainsAny(s, "<>") {
+		// "Acme <hello@acme.com" would otherwise be blamed on its space.
+		return Address{}, addrErr("unbalanced angle brackets")
+	} else if i := strings.LastIndexFunc(s, unicode.IsSpace); i >= 0 && strings.IndexByte(s[i+1:], '@') > 0 && !strings.Contains(s[:i], "@") {
+		// "Acme hello@acme.com": a display name without its brackets.
+		return Address{}, addrErr("it contains a space; to give a display name, write Name <address>")
 	}
 	if err := checkEmail(raw); err != nil {
 		return Address{}, err
