@@ -1,6 +1,7 @@
 package sendingdomain
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -117,13 +118,26 @@ func CanRotate(s State, accountID string) error {
 	if err := owned(s, accountID); err != nil {
 		return err
 	}
+	// A change under way comes first: a legacy domain being upgraded is
+	// told to wait for its upgrade, not to start one.
+	if s.Transition != nil {
+		return transitionInProgress(s.Transition)
+	}
 	if s.Mode != BYODKIM {
 		return &domain.ConflictError{Code: "legacy_dkim", Detail: "the domain uses legacy DKIM; upgrade it instead"}
 	}
-	if s.Transition != nil {
-		return &domain.ConflictError{Code: "transition_in_progress", Detail: "a DKIM key change is already under way"}
-	}
 	return nil
+}
+
+// transitionInProgress refuses a key change while t is under way, saying
+// which change it is and when another may start.
+func transitionInProgress(t *Transition) error {
+	when := "once its new key is verified and the old one retired, 7 days after cutover"
+	if t.State == CutOver {
+		when = "once the old key is retired, at " + t.OldKeyRetiresAt.UTC().Format("2006-01-02T15:04:05.000Z") + " (old_key_retires_at)"
+	}
+	return &domain.ConflictError{Code: "transition_in_progress",
+		Detail: fmt.Sprintf("a DKIM key %s is already under way; another can start %s", t.Kind, when)}
 }
 
 // StartRotation decides publishing a new key beside the current one. A
@@ -153,7 +167,7 @@ func CanUpgrade(s State, accountID string) error {
 		return &domain.ConflictError{Code: "already_byodkim", Detail: "the domain already uses BYODKIM"}
 	}
 	if s.Transition != nil {
-		return &domain.ConflictError{Code: "transition_in_progress", Detail: "a DKIM key change is already under way"}
+		return transitionInProgress(s.Transition)
 	}
 	return nil
 }

@@ -305,7 +305,19 @@ func TestUpgrade(t *testing.T) {
 		t.Fatalf("upgrade of a BYODKIM domain: %v", err)
 	}
 	s := apply(legacy)(sd.StartUpgrade(legacy, "a1", key("mrup0001", t0), t0))
+	// A rotation asked during the upgrade is told to wait for it, not to
+	// start one; a second upgrade likewise.
+	for name, err := range map[string]error{"rotate": sd.CanRotate(s, "a1"), "upgrade": sd.CanUpgrade(s, "a1")} {
+		if !errors.As(err, &conflict) || conflict.Code != "transition_in_progress" ||
+			conflict.Detail != "a DKIM key upgrade is already under way; another can start once its new key is verified and the old one retired, 7 days after cutover" {
+			t.Errorf("%s during an upgrade: %v", name, err)
+		}
+	}
 	s = apply(s)(sd.RecordCheck(s, "a1", sd.Outcome{DkimOK: true, MailFromOK: true, NewKeyOK: true}, true, t0))
+	if err := sd.CanRotate(s, "a1"); !errors.As(err, &conflict) || conflict.Code != "transition_in_progress" ||
+		!strings.HasSuffix(conflict.Detail, "another can start once the old key is retired, at "+t0.Add(sd.OldKeyOverlap).UTC().Format("2006-01-02T15:04:05.000Z")+" (old_key_retires_at)") {
+		t.Errorf("rotation after the upgrade's cutover: %v", err)
+	}
 	if s.Mode != sd.BYODKIM || s.Selector() != "mrup0001" || s.Status != sd.StatusVerified {
 		t.Fatalf("after upgrade cutover: %+v", s)
 	}
