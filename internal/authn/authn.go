@@ -158,7 +158,7 @@ func (a *Authenticator) APIKeys() echo.MiddlewareFunc {
 				return httpserver.Unauthorized("management tokens are not accepted on /v1 routes; use an API key")
 			}
 			if !credential.WellFormed(secret, credential.APIKeyPrefix) {
-				return httpserver.Unauthorized("malformed API key")
+				return httpserver.Unauthorized("malformed API key; want mr_ followed by the letters and digits shown when the key was created")
 			}
 			p, err := a.apiKey(c.Request().Context(), secret)
 			if errors.Is(err, errUnknown) {
@@ -192,7 +192,7 @@ func (a *Authenticator) Tokens() echo.MiddlewareFunc {
 				return httpserver.Unauthorized("API keys are not accepted on /api routes; use a management token")
 			}
 			if !credential.WellFormed(secret, credential.TokenPrefix) {
-				return httpserver.Unauthorized("malformed management token")
+				return httpserver.Unauthorized("malformed management token; want mrt_ followed by the letters and digits shown when the token was created")
 			}
 			p, err := a.token(c.Request().Context(), secret)
 			if errors.Is(err, errUnknown) {

@@ -77,9 +77,9 @@ func TestCredentialsRefusedBeforeAnyLookup(t *testing.T) {
 		{"no space", bearerHeader("Bearer" + wellFormedKey), a.APIKeys(), "malformed Authorization header; want Bearer <key>"},
 		{"no secret", bearerHeader("Bearer   "), a.APIKeys(), "malformed Authorization header; want Bearer <key>"},
 		{"a token on /v1", bearerHeader("Bearer " + wellFormedToken), a.APIKeys(), "management tokens are not accepted on /v1 routes; use an API key"},
-		{"a short key", bearerHeader("Bearer mr_" + strings.Repeat("a", 31)), a.APIKeys(), "malformed API key"},
+		{"a short key", bearerHeader("Bearer mr_" + strings.Repeat("a", 31)), a.APIKeys(), "malformed API key; want mr_ followed by the letters and digits shown when the key was created"},
 		{"a key on /api", bearerHeader("Bearer " + wellFormedKey), a.Tokens(), "API keys are not accepted on /api routes; use a management token"},
-		{"a token of another alphabet", bearerHeader("Bearer mrt_" + strings.Repeat("a", 39) + "!"), a.Tokens(), "malformed management token"},
+		{"a token of another alphabet", bearerHeader("Bearer mrt_" + strings.Repeat("a", 39) + "!"), a.Tokens(), "malformed management token; want mrt_ followed by the letters and digits shown when the token was created"},
 	} {
 		status, p := answer(t, http.MethodGet, c.header, c.mw)
 		if status != http.StatusUnauthorized || p.Detail != c.detail {

@@ -42,8 +42,8 @@ func TestProblemConstructors(t *testing.T) {
 		{"one field, two errors", Validation(FieldError{"tags", "a"}, FieldError{"tags", "b"}), 422, "validation_failed", "tags is invalid: 2 errors", 2, ""},
 		{"limit", LimitExceeded("at most 10 endpoints"), 422, "limit_exceeded", "at most 10 endpoints", 0, ""},
 		{"too large", TooLarge("too big"), 413, "payload_too_large", "too big", 0, ""},
-		{"rate limited", TooManyRequests(1500 * time.Millisecond), 429, "rate_limited", "rate limit exceeded; retry after 2 second(s)", 0, "2"},
-		{"rate limited floor", TooManyRequests(0), 429, "rate_limited", "rate limit exceeded; retry after 1 second(s)", 0, "1"},
+		{"rate limited", TooManyRequests(1500 * time.Millisecond), 429, "rate_limited", "rate limit exceeded; retry after 2 seconds", 0, "2"},
+		{"rate limited floor", TooManyRequests(0), 429, "rate_limited", "rate limit exceeded; retry after 1 second", 0, "1"},
 	}
 	s := newServer(t, func(e *echo.Echo) {
 		for i, tc := range cases {

@@ -141,7 +141,7 @@ func TooLarge(detail string) *Problem {
 func TooManyRequests(retryAfter time.Duration) *Problem {
 	secs := retryAfterSeconds(retryAfter)
 	p := NewProblem(http.StatusTooManyRequests, "rate_limited",
-		fmt.Sprintf("rate limit exceeded; retry after %d second(s)", secs))
+		"rate limit exceeded; retry after "+seconds(secs))
 	p.RetryAfter = time.Duration(secs) * time.Second
 	return p
 }
@@ -337,4 +337,12 @@ func statusCode(status int) string {
 	text = strings.ToLower(text)
 	text = strings.NewReplacer(" ", "_", "-", "_", "'", "").Replace(text)
 	return text
+}
+
+// seconds is n seconds in words: "1 second", "2 seconds".
+func seconds(n int64) string {
+	if n == 1 {
+		return "1 second"
+	}
+	return fmt.Sprintf("%d seconds", n)
 }

@@ -131,7 +131,7 @@ func (rl *RateLimiter) Middleware(key func(echo.Context) string) echo.Middleware
 			}
 			if !d.allowed {
 				p := TooManyRequests(d.retryAfter)
-				p.Detail = fmt.Sprintf("rate limit per %s exceeded; retry after %d second(s)", rl.scope, retryAfterSeconds(d.retryAfter))
+				p.Detail = fmt.Sprintf("rate limit per %s exceeded; retry after %s", rl.scope, seconds(retryAfterSeconds(d.retryAfter)))
 				return p
 			}
 			return next(c)
