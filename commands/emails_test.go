@@ -236,6 +236,31 @@ func TestSendEmailRefusesInvalidRequests(t *testing.T) {
 	}
 }
 
+// A tag name that cannot be one is quoted short, and its value's refusal
+// does not make it a field name.
+func TestLongTagNameIsQuotedShort(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	acct := h.newAccount(t)
+	h.verifiedDomain(t, acct, "example.com")
+	req, body := sendRequest(t)
+	name := strings.Repeat("k", 257)
+	req.Tags = map[string]string{name: "not ok"}
+	_, err := h.svc.SendEmail(ctx, acct, req, "", body, meta)
+	var v *domain.ValidationError
+	if !errors.As(err, &v) {
+		t.Fatalf("%v", err)
+	}
+	short := `"` + strings.Repeat("k", 40) + `"… (257 characters)`
+	want := []domain.FieldError{
+		{Field: "tags", Message: "tag name " + short + " must be 1 to 256 ASCII letters, digits, _ or -"},
+		{Field: "tags", Message: "the value of tag " + short + " must be 1 to 256 ASCII letters, digits, _ or -"},
+	}
+	if !slices.Equal(v.Errors, want) {
+		t.Fatalf("errors %q, want %q", v.Errors, want)
+	}
+}
+
 func TestSendEmailOnlyFromAVerifiedDomain(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t)

@@ -520,8 +520,6 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 		v.Add("subject", "is required")
 	case n > MaxSubjectLength:
 		v.Add("subject", "must be at most %d characters; got %d", MaxSubjectLength, n)
-	case strings.ContainsAny(req.Subject, "\r\n"):
-		v.Add("subject", "must not contain line breaks")
 	default:
 		v.CheckLine("subject", req.Subject)
 	}
@@ -535,13 +533,18 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 	} else {
 		for _, k := range slices.Sorted(maps.Keys(req.Tags)) { // the same errors in the same order every time
 			val := req.Tags[k]
-			if !tagPattern.MatchString(k) {
-				v.Add("tags", "tag name %q must be 1 to %d ASCII letters, digits, _ or -", k, MaxTagLength)
+			nameOK := tagPattern.MatchString(k)
+			if !nameOK {
+				v.Add("tags", "tag name %s must be 1 to %d ASCII letters, digits, _ or -", quoteShort(k), MaxTagLength)
 			} else if k == email.IDTag {
 				v.Add("tags", "tag name %q is reserved: Mailroom uses it to carry the email id", k)
 			}
-			if !tagPattern.MatchString(val) {
+			switch {
+			case tagPattern.MatchString(val):
+			case nameOK:
 				v.Add("tags."+k, "must be 1 to %d ASCII letters, digits, _ or -", MaxTagLength)
+			default: // a name that is no field name is not made one
+				v.Add("tags", "the value of tag %s must be 1 to %d ASCII letters, digits, _ or -", quoteShort(k), MaxTagLength)
 			}
 		}
 	}
@@ -593,7 +596,7 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 		}
 		switch {
 		case len(a.ContentID) > MaxContentID:
-			v.Add(f("content_id"), "must be at most %d bytes", MaxContentID)
+			v.Add(f("content_id"), "must be at most %d bytes; got %d", MaxContentID, len(a.ContentID))
 		case strings.ContainsAny(a.ContentID, " \t"):
 			v.Add(f("content_id"), "must not contain spaces or line breaks")
 		case domain.TextProblem(a.ContentID, false) != "":
@@ -639,7 +642,7 @@ func ContentTypeProblem(ct string) string {
 	mt, _, err := mime.ParseMediaType(ct)
 	switch {
 	case len(ct) > MaxContentType:
-		return fmt.Sprintf("must be at most %d bytes", MaxContentType)
+		return fmt.Sprintf("must be at most %d bytes; got %d", MaxContentType, len(ct))
 	case domain.TextProblem(ct, false) != "":
 		return domain.TextProblem(ct, false)
 	case err != nil:
@@ -652,11 +655,20 @@ func ContentTypeProblem(ct string) string {
 	return ""
 }
 
+// quoteShort quotes s for a message, cut to its first 40 characters and
+// its length when longer, so a refusal does not repeat a long input whole.
+func quoteShort(s string) string {
+	if n := utf8.RuneCountInString(s); n > 40 {
+		return fmt.Sprintf("%q… (%d characters)", string([]rune(s)[:40]), n)
+	}
+	return fmt.Sprintf("%q", s)
+}
+
 // filenameProblem says what is wrong with an attachment's file name, or "".
 func filenameProblem(name string) string {
 	switch {
 	case utf8.RuneCountInString(name) > MaxFilenameLength:
-		return fmt.Sprintf("must be at most %d characters", MaxFilenameLength)
+		return fmt.Sprintf("must be at most %d characters; got %d", MaxFilenameLength, utf8.RuneCountInString(name))
 	case strings.ContainsAny(name, "/\\"), strings.Contains(name, ".") && strings.Trim(name, ". ") == "":
 		// A path, or a name of dots alone (".", ".."): a mail client
 		// saving the file would take it for a directory.

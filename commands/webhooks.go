@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"slices"
 	"time"
 
@@ -34,14 +35,17 @@ func (s *Service) sealSecret(endpointID string) (secret, sealed string) {
 func SecretContext(endpointID string) string { return "webhook:" + endpointID }
 
 // checkURL runs the egress policy on a webhook URL.
-func (s *Service) checkURL(ctx context.Context, url *string) error {
-	if url == nil {
+func (s *Service) checkURL(ctx context.Context, raw *string) error {
+	if raw == nil {
 		return nil
 	}
 	var v domain.ValidationError
-	if *url == "" {
+	if u, err := url.Parse(*raw); *raw == "" {
 		v.Add("url", "is required")
-	} else if err := s.checkURLField(ctx, &v, "url", *url); err != nil {
+	} else if err == nil && u.Host == "" && u.Opaque == "" {
+		// "hooks.example.com/mailroom" is read as a path without a host.
+		v.Add("url", "must be an https URL with a host, like https://hooks.example.com/mailroom")
+	} else if err := s.checkURLField(ctx, &v, "url", *raw); err != nil {
 		return err
 	}
 	return v.OrNil()

@@ -20,6 +20,8 @@ func TextProblem(s string, body bool) string {
 		case r == utf8.RuneError && !validAt(s, i):
 			return "must be valid UTF-8"
 		case body && (r == '\n' || r == '\r' || r == '\t'):
+		case !body && (r == '\n' || r == '\r'):
+			return fmt.Sprintf("must not contain line breaks (found U+%04X)", r)
 		case r < 0x20, r == 0x7f, r >= 0x80 && r <= 0x9f:
 			return fmt.Sprintf("must not contain control characters (found U+%04X)", r)
 		case !body && (r == '\u2028' || r == '\u2029'):

@@ -188,8 +188,8 @@ func Create(s State, id, name string, now time.Time) ([]domain.Event, error) {
 	var v domain.ValidationError
 	if name == "" {
 		v.Add("name", "is required")
-	} else if utf8.RuneCountInString(name) > 200 {
-		v.Add("name", "must be at most 200 characters")
+	} else if n := utf8.RuneCountInString(name); n > 200 {
+		v.Add("name", "must be at most 200 characters; got %d", n)
 	} else {
 		v.CheckLine("name", name)
 	}

@@ -168,7 +168,7 @@ func TestAccountNameIsAtMost200Characters(t *testing.T) {
 	}
 	_, err := account.Create(account.State{}, "a1", strings.Repeat("é", 201), now)
 	var v *domain.ValidationError
-	if !errors.As(err, &v) || v.Errors[0].Message != "must be at most 200 characters" {
+	if !errors.As(err, &v) || v.Errors[0].Message != "must be at most 200 characters; got 201" {
 		t.Fatalf("201 characters: %v", err)
 	}
 }

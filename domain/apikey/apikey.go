@@ -89,7 +89,7 @@ func Create(s State, keyID, accountID, name string, permissions []string, secret
 	case name == "":
 		v.Add("name", "is required")
 	case utf8.RuneCountInString(name) > 100:
-		v.Add("name", "must be at most 100 characters")
+		v.Add("name", "must be at most 100 characters; got %d", utf8.RuneCountInString(name))
 	default:
 		v.CheckLine("name", name)
 	}

@@ -96,7 +96,7 @@ func TestKeyNameIsAtMost100PrintableCharacters(t *testing.T) {
 		t.Fatalf("100 characters refused: %v", err)
 	}
 	for name, msg := range map[string]string{
-		strings.Repeat("k", 101): "must be at most 100 characters",
+		strings.Repeat("k", 101): "must be at most 100 characters; got 101",
 		"ci\x00":                 "must not contain control characters (found U+0000)",
 	} {
 		_, err := apikey.Create(apikey.State{}, "k1", "a1", name, nil, apikey.Secret{}, now)

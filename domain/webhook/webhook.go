@@ -185,8 +185,8 @@ func ValidateSettings(in Settings) error {
 		}
 	}
 	if in.Description != nil {
-		if utf8.RuneCountInString(*in.Description) > MaxDescription {
-			v.Add("description", "must be at most %d characters", MaxDescription)
+		if n := utf8.RuneCountInString(*in.Description); n > MaxDescription {
+			v.Add("description", "must be at most %d characters; got %d", MaxDescription, n)
 		} else {
 			v.CheckLine("description", *in.Description)
 		}

@@ -473,6 +473,12 @@ func TestWebhookURLRefusals(t *testing.T) {
 			t.Errorf("%s: %s", url, r.Body)
 		}
 	}
+	// A URL without its scheme says what a URL must be, as an
+	// attachment's path does.
+	if r := s.Do("POST", "/v1/webhooks", key, map[string]any{"url": "hooks.example.com/mailroom"}); !strings.Contains(string(r.Body),
+		`{"field":"url","message":"must be an https URL with a host, like https://hooks.example.com/mailroom"}`) {
+		t.Errorf("a URL without its scheme: %d %s", r.Status, r.Body)
+	}
 	// A refused address is named with the request's other refusals, on
 	// create and on change alike, not only once they are fixed.
 	two := map[string]any{"url": "https://internal.hooks.test/hook", "description": strings.Repeat("d", 201)}

@@ -290,7 +290,7 @@ func typeProblem(data []byte, te *json.UnmarshalTypeError) *Problem {
 	if path == "" {
 		return BadRequest("invalid_type", "the request body "+msg)
 	}
-	p := BadRequest("invalid_type", fmt.Sprintf("field %q %s", path, msg))
+	p := BadRequest("invalid_type", path+": "+msg)
 	p.Errors = []FieldError{{Field: path, Message: msg}}
 	return p
 }
