@@ -39,9 +39,9 @@ type Pipeline struct {
 	Scanner *scan.Scanner
 	Egress  egress.Policy
 	Sender  provider.Sender
-	// Checks reads, at once, what the read models say of an email's
-	// account, domain and recipients.
-	Checks func(ctx context.Context, accountID, domainID, domainName string, addresses []string) (Checks, error)
+	// Checks reads, at once, what the read models say of an email and of
+	// its account, domain and recipients.
+	Checks func(ctx context.Context, emailID, accountID, domainID, domainName string, addresses []string) (Checks, error)
 	// SigningKey returns the domain's active DKIM key (nil for legacy).
 	SigningKey func(ctx context.Context, accountID, domainName string) (*provider.DKIMKey, error)
 	// Settle waits until the read models the checks use include pos.
@@ -77,6 +77,10 @@ type Checks struct {
 	Suspended  bool     // the account is suspended: the email waits
 	CanSend    bool     // the domain is still the account's, and verified
 	Suppressed []string // the recipients the account suppresses, lower case
+	// Unlisted: the emails read model has no row for the email. An
+	// erasure is answered once the row is gone, so the stream is read
+	// again to tell an erasure from a read model behind.
+	Unlisted bool
 }
 
 // PrepareDeadline bounds an email's preparation (downloads, scanning,
@@ -326,7 +330,8 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 	}
 	// The checks come last, right before the provider call, whatever the
 	// preparation and the rate limit took: a suspension, a domain's
-	// removal or a suppression answered meanwhile holds for the email.
+	// removal, a suppression or an erasure answered meanwhile holds for
+	// the email.
 	if stop, err := p.mayNotLeave(ctx, st, pos, true, meta); stop || err != nil {
 		return false, err
 	}
@@ -403,9 +408,22 @@ func (p *Pipeline) mayNotLeave(ctx context.Context, st email.State, pos eventsto
 	if settle {
 		_ = p.Settle(ctx, pos, projections.AccountsName, projections.DomainsName, projections.EmailsName)
 	}
-	checks, err := p.Checks(ctx, q.AccountID, q.DomainID, domainOf(q.FromEmail), mailmsg.Addresses(st.Recipients()))
+	checks, err := p.Checks(ctx, q.EmailID, q.AccountID, q.DomainID, domainOf(q.FromEmail), mailmsg.Addresses(st.Recipients()))
 	if err != nil {
 		return true, p.retryOrExpire(ctx, st, meta, err)
+	}
+	if checks.Unlisted && settle {
+		// An erased email does not leave: its message may have been
+		// rendered before the erasure, which deleted what it was made of.
+		// (Unsettled, the row may just not be there yet: the check that
+		// counts is the settled one, right before the provider call.)
+		now, _, err := p.Commands.EmailAt(ctx, q.EmailID)
+		if err != nil {
+			return true, p.retryOrExpire(ctx, st, meta, err)
+		}
+		if now.Erased != nil || now.Queued == nil || now.Queued.Erased {
+			return true, nil
+		}
 	}
 	if !checks.Suspended && checks.CanSend && len(checks.Suppressed) == 0 {
 		return false, nil

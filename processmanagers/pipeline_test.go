@@ -88,7 +88,7 @@ func newPipelineRig(t *testing.T) *pipelineRig {
 		Content:  r.content,
 		Scanner:  scan.New("", 0),
 		Sender:   r,
-		Checks: func(context.Context, string, string, string, []string) (processmanagers.Checks, error) {
+		Checks: func(context.Context, string, string, string, string, []string) (processmanagers.Checks, error) {
 			return r.checks, nil
 		},
 		Settle:   func(context.Context, eventstore.Position, ...projections.Name) error { return nil },
@@ -362,6 +362,42 @@ func TestPipelineChecksRightBeforeTheProvider(t *testing.T) {
 	}
 }
 
+// An email erased while it waits for its turn of the provider's rate (its
+// message already rendered) does not leave once its turn comes: the
+// erasure was answered, its row gone from the read model, before the
+// provider call. A row missing only because the read model is behind
+// holds nothing up.
+func TestPipelineChecksForAnErasureRightBeforeTheProvider(t *testing.T) {
+	for _, erase := range []bool{true, false} {
+		r := newPipelineRig(t)
+		id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
+		box, err := secretbox.New(make([]byte, 32))
+		if err != nil {
+			t.Fatal(err)
+		}
+		eraser := commands.New(commands.Deps{Store: r.store, Now: func() time.Time { return r.now }, Box: box, DataKeys: r.keys, Content: r.content})
+		r.pipeline.Pace = func(ctx context.Context) error {
+			r.checks.Unlisted = true
+			if erase {
+				_, err := eraser.EraseEmail(ctx, id, email.ErasedOnRequest, "er-1", commands.Started("operator"))
+				return err
+			}
+			return nil
+		}
+		var sent atomic.Int32
+		r.sender = sendFunc(func(context.Context, provider.Outbound) (string, error) { sent.Add(1); return "msg-1", nil })
+		if err := r.process(id); err != nil {
+			t.Fatalf("process: %v", err)
+		}
+		switch got := r.types(t, id); {
+		case erase && (sent.Load() != 0 || !slices.Equal(got, []string{"EmailQueued", "EmailErased"})):
+			t.Errorf("an email erased before its provider call: %d provider calls, stream %q", sent.Load(), got)
+		case !erase && (sent.Load() != 1 || !slices.Contains(got, "EmailSent")):
+			t.Errorf("an email a read model has not reached yet: %d provider calls, stream %q", sent.Load(), got)
+		}
+	}
+}
+
 // A removed domain has no signing key to read (SMTP): its email fails as
 // removed, not waiting for a key that will not come.
 func TestPipelineFailsARemovedDomainsEmailBeforeItsKey(t *testing.T) {
@@ -608,7 +644,7 @@ func TestPipelineFailsAnEmailThatCannotLeaveWithinMaxAge(t *testing.T) {
 			r.pipeline.SigningKey = func(context.Context, string, string) (*provider.DKIMKey, error) { return nil, broken }
 		},
 		"read models": func(r *pipelineRig) {
-			r.pipeline.Checks = func(context.Context, string, string, string, []string) (processmanagers.Checks, error) {
+			r.pipeline.Checks = func(context.Context, string, string, string, string, []string) (processmanagers.Checks, error) {
 				return processmanagers.Checks{}, broken
 			}
 		},

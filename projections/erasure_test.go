@@ -144,12 +144,17 @@ func TestErasedEmailsKeepTheirCountsAndSuppressions(t *testing.T) {
 		sups[1].Key != w.keys.Of(acct, "carl@example.org") || sups[1].Email == nil || *sups[1].Email != "carl@example.org" {
 		t.Fatalf("suppressions %+v: want ann's by key alone and carl's with the address", sups)
 	}
-	checks, err := readapi.EmailChecks(ctx, w.pool, w.keys, acct, "", "acme.test", []string{"ann@example.org", "CARL@example.org", "bob@example.org"})
+	checks, err := readapi.EmailChecks(ctx, w.pool, w.keys, bob, acct, "", "acme.test", []string{"ann@example.org", "CARL@example.org", "bob@example.org"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(checks.Suppressed, []string{"ann@example.org", "carl@example.org"}) {
-		t.Fatalf("suppressed %v, want ann (erased) and carl", checks.Suppressed)
+	if !slices.Equal(checks.Suppressed, []string{"ann@example.org", "carl@example.org"}) || checks.Unlisted {
+		t.Fatalf("checks %+v, want ann (erased) and carl suppressed, and bob's email listed", checks)
+	}
+	// The erased email is no longer listed: the pipeline's last check
+	// before the provider hears of its erasure.
+	if checks, err := readapi.EmailChecks(ctx, w.pool, w.keys, ann, acct, "", "acme.test", nil); err != nil || !checks.Unlisted {
+		t.Fatalf("checks of the erased email: %+v, %v", checks, err)
 	}
 	r := readapi.New(w.pool, time.Now)
 	stats, err := r.DailyStats(ctx, acct, day1, day2.Add(24*time.Hour))

@@ -21,15 +21,19 @@ type SendChecks struct {
 	Suspended  bool     // the account is suspended
 	CanSend    bool     // the domain is the account's and verified
 	Suppressed []string // the given recipients the account suppresses, lower case
+	// Unlisted says the emails read model has no row for the email: it
+	// was erased (an erasure is answered once its row is gone), or the
+	// read model has not reached it yet.
+	Unlisted bool
 }
 
-// EmailChecks reads an email's SendChecks in one statement. The domain is
+// EmailChecks reads the SendChecks of email emailID in one statement. The domain is
 // the one the email was queued under (domainID; "" for emails recorded
 // before it was kept): one removed and added again under the same name is
 // another domain, with other keys, and its emails do not send. Recipients
 // are matched to suppressions by their keys, so an address stays
 // suppressed after the emails that suppressed it are erased.
-func EmailChecks(ctx context.Context, q Querier, keys datakeys.AddressKeys, accountID, domainID, domainName string, addresses []string) (SendChecks, error) {
+func EmailChecks(ctx context.Context, q Querier, keys datakeys.AddressKeys, emailID, accountID, domainID, domainName string, addresses []string) (SendChecks, error) {
 	lower := make([]string, len(addresses))
 	for i, a := range addresses {
 		lower[i] = strings.ToLower(a)
@@ -39,8 +43,9 @@ func EmailChecks(ctx context.Context, q Querier, keys datakeys.AddressKeys, acco
 		EXISTS (SELECT 1 FROM domains WHERE account_id = $1 AND name = $2 AND status = $5 AND ($6 = '' OR id = $6)),
 		ARRAY(SELECT DISTINCT r.address FROM unnest($3::text[], $4::text[]) AS r(address, key)
 			WHERE EXISTS (SELECT 1 FROM suppressions s WHERE s.account_id = $1 AND s.address_key = r.key)
-			ORDER BY r.address)`,
-		accountID, domainName, lower, keys.OfRecipients(accountID, lower), string(sendingdomain.StatusVerified), domainID)
+			ORDER BY r.address),
+		NOT EXISTS (SELECT 1 FROM emails WHERE id = $7)`,
+		accountID, domainName, lower, keys.OfRecipients(accountID, lower), string(sendingdomain.StatusVerified), domainID, emailID)
 	if err != nil {
 		return SendChecks{}, err
 	}

@@ -60,10 +60,10 @@ func (a *App) clock() time.Time { return a.Now() }
 
 // emailChecks reads in one statement what the pipeline checks before an
 // email leaves: the account's suspension, the domain still verified for
-// the account (State.CanSend, from the table's columns), and the suppressed
-// recipients.
-func (a *App) emailChecks(ctx context.Context, accountID, domainID, domainName string, addresses []string) (processmanagers.Checks, error) {
-	c, err := readapi.EmailChecks(ctx, a.Pool, a.AddressKeys, accountID, domainID, domainName, addresses)
+// the account (State.CanSend, from the table's columns), the suppressed
+// recipients, and the email still listed (not erased).
+func (a *App) emailChecks(ctx context.Context, emailID, accountID, domainID, domainName string, addresses []string) (processmanagers.Checks, error) {
+	c, err := readapi.EmailChecks(ctx, a.Pool, a.AddressKeys, emailID, accountID, domainID, domainName, addresses)
 	return processmanagers.Checks(c), err
 }
 

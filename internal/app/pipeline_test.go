@@ -681,3 +681,50 @@ func TestEmailsWaitingForTheRateStopWhenTheirDomainGoes(t *testing.T) {
 		t.Fatal("no email waiting for the rate failed as domain_removed")
 	}
 }
+
+// Emails waiting for their turn of the provider's rate are not sent once
+// an erasure of their recipient has been answered: their messages may be
+// rendered already, from content the erasure deleted.
+func TestEmailsWaitingForTheRateAreNotSentOnceErased(t *testing.T) {
+	cfg := apptest.Config(t, pgtest.NewURL(t))
+	cfg.ProviderMaxRate = 1 // one message a second: the rest wait their turn
+	a := apptest.StartWith(t, cfg)
+	_, admin, key := a.Sender("acme.test")
+	var ids []string
+	for range 4 {
+		r := a.Do("POST", "/v1/emails/send", key, map[string]any{"from": "a@acme.test", "to": "gone@example.org", "subject": "s", "text": "t"})
+		if r.Status != 202 {
+			t.Fatalf("send: %d %s", r.Status, r.Body)
+		}
+		ids = append(ids, r.JSON(t)["id"].(string))
+	}
+	if r := a.Do("POST", "/api/erasures", admin, map[string]any{"email": "gone@example.org"}); r.Status != 201 {
+		t.Fatalf("erasure: %d %s", r.Status, r.Body)
+	}
+	erased := time.Now()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var n int
+		if err := a.Pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE kind = 'email_send' AND args->>'email_id' = ANY($1)
+			AND state NOT IN ('completed', 'discarded', 'cancelled')`, ids).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d send jobs unfinished a minute after the erasure", n)
+		}
+	}
+	// One that passed its check a moment before the erasure was answered
+	// may be with the provider then; at one a second, no other can be.
+	sentAfter := 0
+	for _, id := range ids {
+		fi, err := os.Stat(filepath.Join(cfg.SandboxOutbox, id+".eml"))
+		if err == nil && fi.ModTime().After(erased) {
+			sentAfter++
+		}
+	}
+	if sentAfter > 1 {
+		t.Fatalf("%d of 4 erased emails were sent after the erasure was answered", sentAfter)
+	}
+}
