@@ -215,14 +215,30 @@ const rereadAfter = 10 * time.Millisecond
 // deliveries), no longer subscribes to the event's type (the delivery is
 // dropped, unattempted), or is paused, disabled or its account suspended
 // (held, none of its retries spent: resuming or reinstating queues it
-// again).
+// again), or its email was erased since st was read (dropped).
 func (w *Webhooks) endpointFor(ctx context.Context, a AttemptArgs, st delivery.State) (ep readapi.AttemptEndpoint, held bool, err error) {
-	ep, err = readapi.EndpointForAttempt(ctx, w.Pool, a.EndpointID)
+	emailID := st.Created.EmailID
+	if st.Created.Test {
+		emailID = ""
+	}
+	ep, err = readapi.EndpointForAttempt(ctx, w.Pool, a.EndpointID, emailID)
 	if errors.Is(err, readapi.ErrNotFound) {
 		return ep, true, nil
 	}
 	if err != nil {
 		return ep, true, err
+	}
+	if ep.EmailUnlisted {
+		// st holds the payload as read before the waits: an erasure
+		// answered since then reads in the stream now, and the payload,
+		// which carries the email's addresses and subject, is not sent.
+		now, _, err := w.Commands.Delivery(ctx, a.DeliveryID)
+		if err != nil {
+			return ep, true, err
+		}
+		if now.Created == nil || now.Created.Erased {
+			return ep, true, w.Commands.DropDelivery(ctx, a.DeliveryID, false, a.meta())
+		}
 	}
 	if !st.Created.Test && !slices.Contains(ep.EventTypes, st.Created.Type) {
 		return ep, true, w.Commands.DropUnsubscribedDelivery(ctx, a.DeliveryID, a.meta())

@@ -148,14 +148,19 @@ type AttemptEndpoint struct {
 	Clean        bool // no consecutive failures
 	Suspended    bool // its account is suspended
 	EventTypes   []string
+	// EmailUnlisted says the emails read model has no row for the
+	// delivery's email: erased (an erasure is answered once the row is
+	// gone), or not reached yet.
+	EmailUnlisted bool
 }
 
-// EndpointForAttempt reads an endpoint for an attempt; ErrNotFound when it
-// was deleted.
-func EndpointForAttempt(ctx context.Context, q Querier, endpointID string) (AttemptEndpoint, error) {
+// EndpointForAttempt reads an endpoint for an attempt of a delivery of
+// email emailID ("" for a test event); ErrNotFound when it was deleted.
+func EndpointForAttempt(ctx context.Context, q Querier, endpointID, emailID string) (AttemptEndpoint, error) {
 	rows, err := q.Query(ctx, `SELECT e.url, e.sealed_secret, e.is_active, e.consecutive_failures = 0,
-		EXISTS (SELECT 1 FROM accounts a WHERE a.id = e.account_id AND a.status = 'suspended'), e.event_types
-		FROM webhook_endpoints e WHERE e.id = $1`, endpointID)
+		EXISTS (SELECT 1 FROM accounts a WHERE a.id = e.account_id AND a.status = 'suspended'), e.event_types,
+		$2 <> '' AND NOT EXISTS (SELECT 1 FROM emails m WHERE m.id = $2)
+		FROM webhook_endpoints e WHERE e.id = $1`, endpointID, emailID)
 	if err != nil {
 		return AttemptEndpoint{}, err
 	}
