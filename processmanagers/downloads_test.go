@@ -52,7 +52,7 @@ func newDownloadRig(t *testing.T) *downloadRig {
 	}
 	r.pipeline.Egress = egress.Policy{AllowCIDRs: local, AllowHTTP: true}
 	r.pipeline.Downloads = r.pipeline.Egress.Client(30 * time.Second)
-	r.pipeline.Pace = func(context.Context) error { r.turns.Add(1); return nil }
+	r.pipeline.Pace = func(context.Context, int) error { r.turns.Add(1); return nil }
 	fsys, err := blob.NewFS(r.dir)
 	if err != nil {
 		t.Fatal(err)
@@ -152,10 +152,10 @@ func TestDownloadsOfAnEmailThatDoesNotLeaveAreDropped(t *testing.T) {
 			r.sender = sendFunc(func(context.Context, provider.Outbound) (string, error) { return "", errors.New("connection refused") })
 		}, 3},
 		{"rate wait ends", func(r *downloadRig) {
-			r.pipeline.Pace = func(context.Context) error { return context.Canceled }
+			r.pipeline.Pace = func(context.Context, int) error { return context.Canceled }
 		}, 2},
 		{"suspended while it waits its turn", func(r *downloadRig) {
-			r.pipeline.Pace = func(context.Context) error { r.checks.Suspended = true; return nil }
+			r.pipeline.Pace = func(context.Context, int) error { r.checks.Suspended = true; return nil }
 		}, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {

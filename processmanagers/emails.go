@@ -47,8 +47,9 @@ type Pipeline struct {
 	// Settle waits until the read models the checks use include pos.
 	Settle commands.Settle
 	// Pace, when set, waits until the provider's send rate allows one
-	// more message (the shared rate limit).
-	Pace    func(ctx context.Context) error
+	// more message to recipients recipients (the shared rate limit,
+	// counted in recipients as SES counts it).
+	Pace    func(ctx context.Context, recipients int) error
 	MaxAge  time.Duration // transient failures, the provider's and others, are retried this long
 	Prepare time.Duration // preparation deadline; zero means PrepareDeadline
 	Now     func() time.Time
@@ -324,7 +325,7 @@ func (p *Pipeline) send(ctx context.Context, st email.State, ver eventstore.Expe
 	}
 	recipients := mailmsg.Addresses(st.Recipients())
 	if p.Pace != nil {
-		if err := p.Pace(ctx); err != nil {
+		if err := p.Pace(ctx, len(recipients)); err != nil {
 			return false, p.retryOrExpire(ctx, st, meta, err)
 		}
 	}

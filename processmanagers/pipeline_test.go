@@ -308,7 +308,7 @@ func TestPipelineStopsAnEmailWhoseDomainGoesWhileItWaits(t *testing.T) {
 		sent.Add(1)
 		return "msg-1", nil
 	})
-	r.pipeline.Pace = func(context.Context) error {
+	r.pipeline.Pace = func(context.Context, int) error {
 		r.checks.CanSend = false // removed while the email waits its turn
 		return nil
 	}
@@ -323,15 +323,17 @@ func TestPipelineStopsAnEmailWhoseDomainGoesWhileItWaits(t *testing.T) {
 		t.Fatalf("the provider got the message %d times after its domain was removed", n)
 	}
 
-	// A domain still there lets it go after the same wait.
+	// A domain still there lets it go after the same wait, a turn of as
+	// many tokens as the message has recipients (SES counts its rate so).
 	r.checks.CanSend = true
-	r.pipeline.Pace = func(context.Context) error { return nil }
-	id = r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
+	var asked []int
+	r.pipeline.Pace = func(_ context.Context, recipients int) error { asked = append(asked, recipients); return nil }
+	id = r.queue(t, "<p>Hi</p>", []string{"ann@example.org", "Bob <bob@example.org>", "carl@example.org"})
 	if err := r.process(id); err != nil {
 		t.Fatal(err)
 	}
-	if n := sent.Load(); n != 1 {
-		t.Fatalf("the provider got the message %d times, want 1; stream %q", n, r.types(t, id))
+	if n := sent.Load(); n != 1 || !slices.Equal(asked, []int{3}) {
+		t.Fatalf("the provider got the message %d times after turns of %v tokens, want once after one of 3; stream %q", n, asked, r.types(t, id))
 	}
 }
 
@@ -350,7 +352,7 @@ func TestPipelineChecksRightBeforeTheProvider(t *testing.T) {
 			r := newPipelineRig(t)
 			var sent atomic.Int32
 			r.sender = sendFunc(func(context.Context, provider.Outbound) (string, error) { sent.Add(1); return "msg-1", nil })
-			r.pipeline.Pace = func(context.Context) error { c.change(&r.checks); return nil }
+			r.pipeline.Pace = func(context.Context, int) error { c.change(&r.checks); return nil }
 			id := r.queue(t, "<p>Hi</p>", []string{"ann@example.org"})
 			if err := r.process(id); err != nil {
 				t.Fatal(err)
@@ -376,7 +378,7 @@ func TestPipelineChecksForAnErasureRightBeforeTheProvider(t *testing.T) {
 			t.Fatal(err)
 		}
 		eraser := commands.New(commands.Deps{Store: r.store, Now: func() time.Time { return r.now }, Box: box, DataKeys: r.keys, Content: r.content})
-		r.pipeline.Pace = func(ctx context.Context) error {
+		r.pipeline.Pace = func(ctx context.Context, _ int) error {
 			r.checks.Unlisted = true
 			if erase {
 				_, err := eraser.EraseEmail(ctx, id, email.ErasedOnRequest, "er-1", commands.Started("operator"))

@@ -111,7 +111,7 @@ func (a *App) sendWorker(limit *ratelimit.Limiter) *processmanagers.SendWorker {
 
 // rateLimit is the provider's maximum send rate shared by every worker
 // process: MAILROOM_PROVIDER_MAX_RATE, else SES's own; nil when unlimited.
-// An SES account whose rate cannot be read is held to one message a second
+// An SES account whose rate cannot be read is held to one recipient a second
 // until the next start rather than risk going over its quota.
 func (a *App) rateLimit(ctx context.Context) *ratelimit.Limiter {
 	rate := a.Config.ProviderMaxRate
@@ -120,7 +120,7 @@ func (a *App) rateLimit(ctx context.Context) *ratelimit.Limiter {
 		defer cancel()
 		var err error
 		if rate, err = a.provider.ses.MaxSendRate(qctx); err != nil || rate <= 0 {
-			a.Log.Warn("SES maximum send rate unknown; sending at most one message a second until the next start "+
+			a.Log.Warn("SES maximum send rate unknown; sending to at most one recipient a second until the next start "+
 				"(allow ses:GetAccount, or set MAILROOM_PROVIDER_MAX_RATE)", "err", err)
 			rate = 1
 		}

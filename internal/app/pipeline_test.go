@@ -620,7 +620,7 @@ func TestEmailOfARemovedDomainFails(t *testing.T) {
 func TestEmailsWaitingForTheRateStopWhenTheirDomainGoes(t *testing.T) {
 	a := apptest.StartWith(t, func() config.Config {
 		cfg := apptest.Config(t, pgtest.NewURL(t))
-		cfg.ProviderMaxRate = 1 // one message a second: the rest wait their turn
+		cfg.ProviderMaxRate = 1 // one recipient a second: the rest wait their turn
 		return cfg
 	}())
 	_, admin, key := a.Sender("acme.test")
@@ -687,7 +687,7 @@ func TestEmailsWaitingForTheRateStopWhenTheirDomainGoes(t *testing.T) {
 // rendered already, from content the erasure deleted.
 func TestEmailsWaitingForTheRateAreNotSentOnceErased(t *testing.T) {
 	cfg := apptest.Config(t, pgtest.NewURL(t))
-	cfg.ProviderMaxRate = 1 // one message a second: the rest wait their turn
+	cfg.ProviderMaxRate = 1 // one recipient a second: the rest wait their turn
 	a := apptest.StartWith(t, cfg)
 	_, admin, key := a.Sender("acme.test")
 	var ids []string

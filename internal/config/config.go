@@ -78,8 +78,9 @@ type Config struct {
 	SendMaxAge         time.Duration
 	SendConcurrency    int
 	// ProviderConcurrency is the most messages in flight to the provider
-	// per worker process; ProviderMaxRate the most messages a second for
-	// all worker processes together (0: the provider's own limit).
+	// per worker process; ProviderMaxRate the most recipients a second
+	// for all worker processes together, as SES counts its rate (0: the
+	// provider's own limit).
 	ProviderConcurrency int
 	ProviderMaxRate     float64
 	// AccountConcurrency is the most emails of one account being prepared
@@ -163,7 +164,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	c.duration(fs, &c.SendMaxAge, "send-max-age", "MAILROOM_SEND_MAX_AGE", 24*time.Hour, "how long transient provider failures and throttling are retried before an email fails with provider_unavailable (other transient failures: internal_error)")
 	c.integer(fs, &c.SendConcurrency, "send-concurrency", "MAILROOM_SEND_CONCURRENCY", 8, "deprecated and ignored: sending and webhooks run on the job queue (see provider-concurrency and webhook-concurrency)")
 	c.integer(fs, &c.ProviderConcurrency, "provider-concurrency", "MAILROOM_PROVIDER_CONCURRENCY", 128, "messages in flight to the provider per worker process (emails being prepared or sent)")
-	c.float(fs, &c.ProviderMaxRate, "provider-max-rate", "MAILROOM_PROVIDER_MAX_RATE", 0, "messages per second sent by all worker processes together; 0: the provider's own (SES: the account's maximum send rate; sandbox and smtp: unlimited)")
+	c.float(fs, &c.ProviderMaxRate, "provider-max-rate", "MAILROOM_PROVIDER_MAX_RATE", 0, "recipients per second sent to by all worker processes together (an email to ten recipients counts ten, as SES counts); 0: the provider's own (SES: the account's maximum send rate; sandbox and smtp: unlimited)")
 	c.integer(fs, &c.AccountConcurrency, "account-concurrency", "MAILROOM_ACCOUNT_CONCURRENCY", 96, "emails of one account being prepared or sent at once per worker process, so one account cannot take every slot (0: no cap); at or above provider-concurrency it caps nothing")
 	c.int64Flag(fs, &c.MaxSendingBytes, "max-sending-bytes", "MAILROOM_MAX_SENDING_BYTES", 64<<20, "attachment bytes of the emails one worker process prepares and sends at once, each held about six times over (each email counts its attachments, a download still to come at its most; a quarter of it is kept for emails with under 1 MiB of attachments, which never wait behind larger ones); at least 4 MiB, or 0 to disable")
 	str(fs, &c.WebhookRetries, "webhook-retry-schedule", "MAILROOM_WEBHOOK_RETRY_SCHEDULE", "30s,2m,10m,30m,1h30m,3h", "waits before each webhook retry (comma-separated Go durations)")

@@ -1,7 +1,9 @@
 // Package ratelimit keeps the provider's maximum send rate across every
 // worker process: a token bucket in PostgreSQL (table
 // provider_rate_buckets) that refills at the rate, up to one second's
-// worth, from which each process takes tokens in small batches.
+// worth, from which each process takes tokens in small batches. A token
+// is one recipient, as SES counts its maximum send rate: a message to
+// ten recipients takes ten.
 package ratelimit
 
 import (
@@ -19,7 +21,7 @@ import (
 type Limiter struct {
 	pool *pgxpool.Pool
 	name string
-	rate float64 // messages a second, > 0
+	rate float64 // recipients a second, > 0
 
 	// turn is held by the one sender of the process drawing from the
 	// bucket or waiting for it to refill; the others wait for it, each
@@ -28,7 +30,7 @@ type Limiter struct {
 	stash int // tokens taken from the bucket and not yet used; under turn
 }
 
-// New returns a limiter of rate messages a second on the bucket name.
+// New returns a limiter of rate recipients a second on the bucket name.
 func New(pool *pgxpool.Pool, name string, rate float64) *Limiter {
 	return &Limiter{pool: pool, name: name, rate: rate, turn: make(chan struct{}, 1)}
 }
@@ -41,23 +43,26 @@ func (l *Limiter) batch() int { return max(1, int(l.rate/10)) }
 // capacity is the bucket's size: one second's worth.
 func (l *Limiter) capacity() float64 { return max(1, l.rate) }
 
-// Wait blocks until this process may send one message, or ctx ends, also
-// while another sender of the process waits for the next token.
-func (l *Limiter) Wait(ctx context.Context) error {
+// Wait blocks until this process may send one message to recipients
+// recipients (at least one token), or ctx ends, also while another sender
+// of the process waits for its tokens. A message to more recipients than
+// the bucket holds gathers its tokens as they refill.
+func (l *Limiter) Wait(ctx context.Context, recipients int) error {
+	need := max(recipients, 1)
 	select {
 	case l.turn <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	defer func() { <-l.turn }()
-	for l.stash == 0 {
-		got, avail, err := l.take(ctx, l.batch())
+	for l.stash < need {
+		got, avail, err := l.take(ctx, max(l.batch(), need-l.stash))
 		if err != nil {
 			return err
 		}
 		if got > 0 {
-			l.stash = got
-			break
+			l.stash += got
+			continue
 		}
 		// Until a whole token has refilled.
 		wait := time.Duration((1 - avail) / l.rate * float64(time.Second))
@@ -69,7 +74,7 @@ func (l *Limiter) Wait(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-	l.stash--
+	l.stash -= need
 	return nil
 }
 

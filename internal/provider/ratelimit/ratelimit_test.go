@@ -29,7 +29,7 @@ func TestLimitersShareTheRate(t *testing.T) {
 	for i, l := range limiters {
 		for range 4 { // several senders per process
 			wg.Go(func() {
-				for l.Wait(ctx) == nil {
+				for l.Wait(ctx, 1) == nil {
 					counts[i].Add(1)
 				}
 			})
@@ -56,8 +56,8 @@ func TestLimitersShareTheRate(t *testing.T) {
 // came, long after the queue handed the job to another worker.
 func TestAWaitEndsWithItsContextWhileAnotherSenderWaits(t *testing.T) {
 	pool := pgtest.NewPool(t)
-	l := ratelimit.New(pool, "provider", 0.001)          // a token every 1000 s
-	if err := l.Wait(context.Background()); err != nil { // the bucket's one token
+	l := ratelimit.New(pool, "provider", 0.001)             // a token every 1000 s
+	if err := l.Wait(context.Background(), 1); err != nil { // the bucket's one token
 		t.Fatal(err)
 	}
 	drawn := func() time.Time {
@@ -70,7 +70,7 @@ func TestAWaitEndsWithItsContextWhileAnotherSenderWaits(t *testing.T) {
 	first := drawn()
 	ctx, stop := context.WithCancel(context.Background())
 	holder := make(chan error, 1)
-	go func() { holder <- l.Wait(ctx) }()
+	go func() { holder <- l.Wait(ctx, 1) }()
 	t.Cleanup(func() { stop(); <-holder })
 	// The other sender has found the bucket empty once it has drawn from
 	// it; from then on it waits for the next token, holding the limiter.
@@ -82,7 +82,7 @@ func TestAWaitEndsWithItsContextWhileAnotherSenderWaits(t *testing.T) {
 	timedOut, cancel := context.WithCancel(context.Background())
 	cancel()
 	done := make(chan error, 1)
-	go func() { done <- l.Wait(timedOut) }()
+	go func() { done <- l.Wait(timedOut, 1) }()
 	select {
 	case err := <-done:
 		if !errors.Is(err, context.Canceled) {
@@ -91,5 +91,30 @@ func TestAWaitEndsWithItsContextWhileAnotherSenderWaits(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		stop() // lets the blocked Wait return before the pool closes
 		t.Fatalf("a Wait whose context has ended is still waiting behind the other sender: %v", <-done)
+	}
+}
+
+// A message takes a token for each of its recipients, as SES counts its
+// rate, and one to more recipients than the bucket holds gathers them as
+// they refill.
+func TestAMessageTakesATokenPerRecipient(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool, "provider", 50) // a bucket of 50
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := l.Wait(ctx, 50); err != nil {
+		t.Fatal(err)
+	}
+	// The bucket's tokens as of its last draw: refills are counted at the
+	// next one, so this does not depend on how long the test took.
+	var left float64
+	if err := pool.QueryRow(ctx, "SELECT tokens FROM provider_rate_buckets WHERE name = 'provider'").Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left >= 1 {
+		t.Fatalf("a message to 50 recipients left %.2f of the bucket's 50 tokens", left)
+	}
+	if err := l.Wait(ctx, 60); err != nil {
+		t.Fatalf("a message to more recipients than the bucket holds: %v", err)
 	}
 }

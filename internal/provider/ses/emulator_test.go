@@ -56,7 +56,9 @@ func TestSendToEmulator(t *testing.T) {
 		t.Fatal("no message id")
 	}
 	e := sesemulator.Stored(t, base, id)
-	if e.Subject != subject || !strings.Contains(e.From, "sender@example.com") ||
+	// The sender keeps its display name: with no FromEmailAddress, SES
+	// reads the sender from the From header.
+	if e.Subject != subject || !strings.Contains(e.From, "Mailroom Test") || !strings.Contains(e.From, "sender@example.com") ||
 		len(e.Destination.To) != 1 || !strings.Contains(e.Destination.To[0], "rcpt@example.net") ||
 		!strings.Contains(e.Body.Text, "hello text") || !strings.Contains(e.Body.HTML, "hello html") {
 		t.Errorf("stored email = %+v", e)

@@ -39,11 +39,14 @@ const maxTagLen = 256
 // The SDK itself already retries throttling and 5xx a few times with backoff
 // before Send returns.
 func (p *Provider) Send(ctx context.Context, m provider.Outbound) (string, error) {
+	// No FromEmailAddress: with raw content SES replaces the message's From
+	// header with it, dropping the display name ("Acme <hello@acme.com>"
+	// would reach recipients as "hello@acme.com"). Left out, SES takes the
+	// sender from the From header, which names the same address.
 	in := &sesv2.SendEmailInput{
-		Content:          &types.EmailContent{Raw: &types.RawMessage{Data: m.Raw}},
-		Destination:      &types.Destination{ToAddresses: m.Recipients},
-		EmailTags:        messageTags(m.EmailID, m.Tags),
-		FromEmailAddress: aws.String(m.From),
+		Content:     &types.EmailContent{Raw: &types.RawMessage{Data: m.Raw}},
+		Destination: &types.Destination{ToAddresses: m.Recipients},
+		EmailTags:   messageTags(m.EmailID, m.Tags),
 	}
 	if p.cfg.ConfigurationSet != "" {
 		in.ConfigurationSetName = aws.String(p.cfg.ConfigurationSet)
@@ -130,7 +133,7 @@ func apiMessage(code, msg string) string {
 	return "SES " + code + ": " + msg
 }
 
-// MaxSendRate is the account's maximum send rate (messages a second) as
+// MaxSendRate is the account's maximum send rate (recipients a second) as
 // GetAccount reports it.
 func (p *Provider) MaxSendRate(ctx context.Context) (float64, error) {
 	out, err := p.ses.GetAccount(ctx, &sesv2.GetAccountInput{})
