@@ -33,7 +33,7 @@ var testOpts = []Option{
 	WithCloseTimeout(5 * time.Second),
 }
 
-const waitLimit = 15 * time.Second
+const waitLimit = 60 * time.Second // a failure bound: a slow machine only waits longer
 
 type env struct {
 	pool  *pgxpool.Pool

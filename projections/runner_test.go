@@ -84,7 +84,7 @@ func counts(t *testing.T, pool *pgxpool.Pool) (total, seen int) {
 // tests' transactions may hold it back for a moment.
 func catchUpTo(t *testing.T, r *projections.Runner, p projections.Projector, pos eventstore.Position) eventstore.Position {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		at, err := r.CatchUp(context.Background(), p)
 		if err != nil {
@@ -318,7 +318,7 @@ func TestDataErrorQuarantinesItsStream(t *testing.T) {
 // waitVisible waits until pos can be read from the log.
 func waitVisible(t *testing.T, s eventstore.Store, pos eventstore.Position) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		evs, err := s.ReadAll(context.Background(), eventstore.Start, 1000)
 		if err != nil {

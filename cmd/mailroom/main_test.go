@@ -119,7 +119,7 @@ func TestOperatorCommands(t *testing.T) {
 	}
 
 	// The server's runner brings every projection to the head of the log.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		out, _, err = run(t, append([]string{"projections", "status", "--json"}, flags...)...)
 		if err != nil {
@@ -402,25 +402,30 @@ func TestRebuildWhileServing(t *testing.T) {
 	waitForLag(t, s, 0)
 }
 
+// waitForLag waits until no projection lags more than want events. It
+// gives up only when the lag has not gone down for a minute: a slow machine
+// projects the bulk slowly, but it projects.
 func waitForLag(t *testing.T, s *apptest.Server, want int64) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	best := int64(-1)
+	stalled := time.Now().Add(60 * time.Second)
 	for {
 		st, err := s.Runner.Status(context.Background(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok := true
+		var lag int64
 		for _, p := range st {
-			if p.Lag > want {
-				ok = false
-			}
+			lag += max(0, p.Lag-want)
 		}
-		if ok {
+		if lag == 0 {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("projections still lag: %+v", st)
+		if best < 0 || lag < best {
+			best, stalled = lag, time.Now().Add(60*time.Second)
+		}
+		if time.Now().After(stalled) {
+			t.Fatalf("projections lag and have made no progress for a minute: %+v", st)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

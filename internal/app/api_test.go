@@ -119,7 +119,7 @@ func TestAPIKeysEndToEnd(t *testing.T) {
 	}
 	if lu, ok := listed["last_used"].(string); !ok || !timestamp.MatchString(lu) {
 		// last_used is written asynchronously.
-		for deadline := time.Now().Add(10 * time.Second); !ok && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(60 * time.Second); !ok && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			for _, k := range s.Do("GET", "/api/auth/api-keys", admin, nil).JSON(t)["data"].([]any) {
 				if k.(map[string]any)["id"] == keyID {
 					lu, ok = k.(map[string]any)["last_used"].(string)

@@ -98,7 +98,7 @@ func (w *dnsWorld) tick(t *testing.T) {
 // the poller does not wait for it.
 func pollDomains(t *testing.T, s *apptest.Server) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ran, err := s.DomainPoller().Tick(context.Background())
 		if err != nil {
@@ -361,7 +361,7 @@ func TestDomainBackgroundPoll(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.DomainPoller().Run(ctx)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		g := w.get(t, d["id"].(string))
 		if g["status"] == "verified" {

@@ -59,7 +59,7 @@ func (w *sendWorld) send(t *testing.T, body map[string]any) map[string]any {
 // waitFor polls GET /v1/emails/:id until done says so.
 func (w *sendWorld) waitFor(t *testing.T, id string, done func(map[string]any) bool) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		r := w.Do("GET", "/v1/emails/"+id, w.key, nil)
 		if r.Status != 200 {

@@ -169,7 +169,7 @@ func TestAnEmailErasedWhileHeld(t *testing.T) {
 		}
 		return n
 	}
-	for deadline := time.Now().Add(10 * time.Second); held() == 0; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); held() == 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the email was never held")
 		}

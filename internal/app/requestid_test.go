@@ -171,7 +171,7 @@ type exportedEvent struct {
 // WebhookAttemptSucceeded events (or after ten seconds).
 func exportUntil(t *testing.T, s *apptest.Server, attempts int) []exportedEvent {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var buf bytes.Buffer
 		if _, _, err := eventstore.Export(context.Background(), s.Ledger, eventstore.Start, "", &buf); err != nil {

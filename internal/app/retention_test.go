@@ -129,7 +129,7 @@ func answers(t *testing.T, w *sendWorld, from, to time.Time) string {
 // catches up with its erasure.
 func (w *sendWorld) waitGone(t *testing.T, id string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(60 * time.Second); ; {
 		r := w.Do("GET", "/v1/emails/"+id, w.key, nil)
 		if r.Status == http.StatusNotFound {
 			return

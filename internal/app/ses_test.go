@@ -164,7 +164,7 @@ func TestSESProvider(t *testing.T) {
 		delete(d["mail"].(map[string]any), "tags")
 	}))
 	for _, m := range []string{foreign, untagged} {
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(60 * time.Second)
 		for !slices.Contains(fake.Log(), "delete "+m) {
 			if time.Now().After(deadline) {
 				t.Fatalf("feedback %s was never deleted from the queue: %v", m, fake.Log())
@@ -227,7 +227,7 @@ func TestSESProvider(t *testing.T) {
 			}
 			return n
 		}
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(60 * time.Second)
 		for count() == 0 && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -59,7 +59,7 @@ func TestErasedEmailsHeldDeliveriesAreNeverSent(t *testing.T) {
 	// Each delivery's own stream ends too, though no attempt reaches it.
 	for _, d := range w.deliveries(t, id, "") {
 		did := d["id"].(string)
-		for deadline := time.Now().Add(10 * time.Second); ; {
+		for deadline := time.Now().Add(60 * time.Second); ; {
 			st, _, err := w.Commands.Delivery(t.Context(), did)
 			if err != nil {
 				t.Fatal(err)

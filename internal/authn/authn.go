@@ -113,6 +113,12 @@ func (a *Authenticator) touch(p Principal) {
 		defer cancel()
 		if _, err := a.pool.Exec(ctx, usageTables[p.Kind], p.ID, now); err != nil {
 			a.log.Warn("recording credential use", "kind", p.Kind, "id", p.ID, "err", err)
+			// The next use tries again rather than a minute later.
+			a.mu.Lock()
+			if a.lastSeen[p.ID].Equal(now) {
+				delete(a.lastSeen, p.ID)
+			}
+			a.mu.Unlock()
 		}
 	}()
 }

@@ -226,3 +226,44 @@ func TestCredentialsLookedUp(t *testing.T) {
 		t.Errorf("a token at its expiry: %d %s", status, body)
 	}
 }
+
+// A last use that could not be recorded is recorded at the next use, not
+// a minute later: last_used is written at most about once a minute, but
+// not skipped for a minute after a failed write.
+func TestAFailedLastUseIsWrittenAtTheNextUse(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	a := New(pool, slog.New(slog.DiscardHandler), func() time.Time { return now })
+	if _, err := pool.Exec(ctx, "ALTER TABLE api_key_usage RENAME TO api_key_usage_away"); err != nil {
+		t.Fatal(err)
+	}
+	a.touch(Principal{Kind: APIKey, ID: "k1"})
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		a.mu.Lock()
+		_, pending := a.lastSeen["k1"]
+		a.mu.Unlock()
+		if !pending {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the failed write is still taken for a recorded one")
+		}
+	}
+	if _, err := pool.Exec(ctx, "ALTER TABLE api_key_usage_away RENAME TO api_key_usage"); err != nil {
+		t.Fatal(err)
+	}
+	a.touch(Principal{Kind: APIKey, ID: "k1"})
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM api_key_usage WHERE key_id = 'k1'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the next use did not record last_used")
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
@@ -95,13 +96,113 @@ func TestReadersFollowingTheHeadSeeTheWholeLog(t *testing.T) {
 			}
 		}
 	}
-	// Without the window every call would be a query. With it, readers at
-	// the head wait for one shared query, and pages behind the head come
-	// from memory. Calls are counted rather than events, as a slow machine
-	// makes more empty polls at the head while the writers lag.
-	if q, c := queries.Load(), calls.Load(); q*2 >= c {
-		t.Errorf("%d queries for %d calls of %d readers: the readers did not share them", q, c, readers)
-	}
+	// How many of the calls the window answered from memory is not checked
+	// here: it depends on how the readers, the writers and the database
+	// interleave (readers that reach the head one at a time each need a
+	// query of their own), which a loaded machine changes. The sharing is
+	// checked without timing by TestReadersAtTheHeadShareOneQuery.
+	t.Logf("%d queries for %d calls of %d readers", queries.Load(), calls.Load(), readers)
+}
+
+// TestReadersAtTheHeadShareOneQuery: readers that ask for news while a
+// query from the window's end is in flight all wait for one next query,
+// rather than each running its own; readers behind the head are answered
+// from memory. The store is a fake log inside a synctest bubble, so the test
+// knows when every reader is waiting, however slow the machine.
+func TestReadersAtTheHeadShareOneQuery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		var (
+			mu      sync.Mutex
+			log     []eventstore.RecordedEvent
+			queries int
+		)
+		hold := make(chan struct{}) // holds the query that is numbered held
+		held := -1
+		query := func(ctx context.Context, from eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
+			mu.Lock()
+			queries++
+			n := queries
+			mu.Unlock()
+			if n == held {
+				<-hold
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var out []eventstore.RecordedEvent
+			for _, e := range log {
+				if from.Less(e.Position) && len(out) < max {
+					out = append(out, e)
+				}
+			}
+			return out, nil
+		}
+		appendFake := func(n int) {
+			mu.Lock()
+			defer mu.Unlock()
+			for range n {
+				log = append(log, eventstore.RecordedEvent{ID: uuid.New(), Type: "E", Position: eventstore.Position{Commit: uint64(len(log) + 1)}})
+			}
+		}
+		count := func() int { mu.Lock(); defer mu.Unlock(); return queries }
+
+		w := newRecentLog(recentEvents, recentBytes)
+		if _, err := w.read(ctx, eventstore.Start, 10, query); err != nil { // a reader at the head opens the window
+			t.Fatal(err)
+		}
+		appendFake(3)
+
+		// The first reader's query is held; seven more readers ask while it
+		// is in flight.
+		const readers = 8
+		got := make([][]eventstore.RecordedEvent, readers)
+		read := func(r int) {
+			evs, err := w.read(ctx, eventstore.Start, 10, query)
+			if err != nil {
+				t.Error(err)
+			}
+			got[r] = evs
+		}
+		held = count() + 1
+		var wg sync.WaitGroup
+		wg.Go(func() { read(0) })
+		synctest.Wait()
+		for r := 1; r < readers; r++ {
+			wg.Go(func() { read(r) })
+		}
+		synctest.Wait() // every reader waits, the first for its query
+		before := count()
+		close(hold)
+		wg.Wait()
+		if q := count() - before; q != 1 {
+			t.Errorf("%d readers that asked while a query was in flight ran %d queries after it, want 1", readers-1, q)
+		}
+		for r, evs := range got {
+			if len(evs) != 3 {
+				t.Errorf("reader %d read %d events, want 3", r, len(evs))
+			}
+		}
+
+		// Readers behind the head are answered from memory.
+		appendFake(20)
+		if _, err := w.read(ctx, eventstore.Start, 100, query); err != nil { // one reader brings the news
+			t.Fatal(err)
+		}
+		before = count()
+		for r := range readers {
+			pos := eventstore.Start
+			for range 23 / (1 + r%4) {
+				evs, err := w.read(ctx, pos, 1+r%4, query)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pos = evs[len(evs)-1].Position
+			}
+		}
+		if q := count() - before; q != 0 {
+			t.Errorf("readers behind the head ran %d queries, want none", q)
+		}
+	})
 }
 
 // TestReaderBehindTheWindowReadsTheStore: a reader older than the window
