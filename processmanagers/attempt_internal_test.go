@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/delivery"
@@ -23,14 +24,13 @@ import (
 	"github.com/mailroom/mailroom/projections"
 )
 
-// An attempt that waited (for the read model, for its place) goes by its
-// endpoint as it is when it posts: one paused, deleted or moved to another
-// URL meanwhile, the change already answered, is not posted to as it was.
-func TestAnAttemptGoesByTheEndpointAsItIsWhenItPosts(t *testing.T) {
-	ctx := context.Background()
+// attemptWorld is a database with the read models an attempt reads, and
+// the box its endpoints' secrets are sealed with.
+func attemptWorld(t *testing.T) (*pgxpool.Pool, *secretbox.Box) {
+	t.Helper()
 	pool := pgtest.NewPool(t)
 	for _, ddl := range []string{projections.Accounts{}.Schema(), projections.Webhooks{}.Schema(), projections.Emails{}.Schema()} {
-		if _, err := pool.Exec(ctx, ddl); err != nil {
+		if _, err := pool.Exec(context.Background(), ddl); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -38,6 +38,15 @@ func TestAnAttemptGoesByTheEndpointAsItIsWhenItPosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pool, box
+}
+
+// An attempt that waited (for the read model, for its place) goes by its
+// endpoint as it is when it posts: one paused, deleted or moved to another
+// URL meanwhile, the change already answered, is not posted to as it was.
+func TestAnAttemptGoesByTheEndpointAsItIsWhenItPosts(t *testing.T) {
+	ctx := context.Background()
+	pool, box := attemptWorld(t)
 	var before, after atomic.Int32
 	old := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { before.Add(1) }))
 	defer old.Close()
@@ -105,16 +114,7 @@ func TestAnAttemptGoesByTheEndpointAsItIsWhenItPosts(t *testing.T) {
 // posted.
 func TestAnAttemptOfAnEmailErasedMeanwhileIsNotPosted(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	for _, ddl := range []string{projections.Accounts{}.Schema(), projections.Webhooks{}.Schema(), projections.Emails{}.Schema()} {
-		if _, err := pool.Exec(ctx, ddl); err != nil {
-			t.Fatal(err)
-		}
-	}
-	box, err := secretbox.New(make([]byte, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, box := attemptWorld(t)
 	var posts atomic.Int32
 	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { posts.Add(1) }))
 	defer rcv.Close()

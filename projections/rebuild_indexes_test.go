@@ -86,7 +86,7 @@ func TestIndexBuildsHoldNoReaderBack(t *testing.T) {
 // after 20 s.
 func waitForLockWait(t *testing.T, pool *pgxpool.Pool, query, never string) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		var waiting bool
 		if err := pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
 			AND wait_event = 'advisory' AND query ILIKE $1)`, query).Scan(&waiting); err != nil {

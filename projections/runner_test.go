@@ -700,7 +700,7 @@ func TestASwapGivingWayReplaysWhatCameMeanwhile(t *testing.T) {
 	}
 	rebuilt := make(chan error, 1)
 	go func() { rebuilt <- r.Rebuild(ctx, p, nil) }()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		var blocked bool
 		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
 			AND wait_event_type = 'Lock' AND query ILIKE 'LOCK TABLE%')`).Scan(&blocked); err != nil {
@@ -998,14 +998,14 @@ func TestRunnerSubscribesAgainAfterALostSubscription(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	for deadline := time.Now().Add(20 * time.Second); flaky.subs.Load() < 2; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); flaky.subs.Load() < 2; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the runner never subscribed again")
 		}
 	}
 	last := appendN(t, store, "s-1", "Counted", 5)
 	waitVisible(t, store, last)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if total, _ := counts(t, pool); total == 5 {
 			break
 		}

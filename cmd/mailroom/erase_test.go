@@ -28,7 +28,7 @@ func TestEraseCommand(t *testing.T) {
 	theirs := []string{send("ann@example.org"), send("Ann <ANN@example.org>")}
 	kept := send("bob@example.org")
 	for _, id := range append(slices.Clone(theirs), kept) {
-		for deadline := time.Now().Add(20 * time.Second); s.Do("GET", "/v1/emails/"+id, key, nil).JSON(t)["status"] != "delivered"; {
+		for deadline := time.Now().Add(60 * time.Second); s.Do("GET", "/v1/emails/"+id, key, nil).JSON(t)["status"] != "delivered"; {
 			if time.Now().After(deadline) {
 				t.Fatalf("email %s was not delivered", id)
 			}

@@ -50,7 +50,7 @@ func TestMasterKeyRotation(t *testing.T) {
 	account, _, key := s.Sender("acme.test")
 	waitStatus := func(s *apptest.Server, id, want string) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); s.Do("GET", "/v1/emails/"+id, key, nil).JSON(t)["status"] != want; {
+		for deadline := time.Now().Add(60 * time.Second); s.Do("GET", "/v1/emails/"+id, key, nil).JSON(t)["status"] != want; {
 			if time.Now().After(deadline) {
 				t.Fatalf("email %s is not %s", id, want)
 			}

@@ -42,7 +42,7 @@ func TestQuarantineAndRetry(t *testing.T) {
 	other := send(otherKey, "b@other.test", "other account")
 	delivered := func(key, id string) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
+		deadline := time.Now().Add(60 * time.Second)
 		for {
 			r := s.Do("GET", "/v1/emails/"+id, key, nil)
 			if r.Status == 200 && r.JSON(t)["status"] == "delivered" {

@@ -70,7 +70,7 @@ func jobCount(t *testing.T, pool *pgxpool.Pool) map[string]int {
 // waitJobs waits until every id has a job.
 func waitJobs(t *testing.T, pool *pgxpool.Pool, ids []string) map[string]int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		got := jobCount(t, pool)
 		missing := 0
@@ -93,7 +93,7 @@ func waitJobs(t *testing.T, pool *pgxpool.Pool, ids []string) map[string]int {
 // readable when older transactions, of any database, have ended).
 func readAll(t *testing.T, store eventstore.Store, n int) []eventstore.RecordedEvent {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		evs, err := store.ReadAll(context.Background(), eventstore.Start, n+1)
 		if err != nil {

@@ -176,7 +176,7 @@ func stateOf(ts *pglock.Tenures, name string) pglock.Tenure {
 // eventually waits until ok holds of name's tenure.
 func eventually(t *testing.T, ts *pglock.Tenures, name string, ok func(pglock.Tenure) bool) pglock.Tenure {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		v := stateOf(ts, name)
 		if ok(v) {
@@ -391,7 +391,7 @@ func TestOnlyTheSessionLeftBehindIsEnded(t *testing.T) {
 	if ended, err := pglock.EndLeftSession(ctx, self, key, o); !ended || err == nil {
 		t.Fatalf("left session not ended: %v %v", ended, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for other.Ping(ctx) == nil {
 		if time.Now().After(deadline) {
 			t.Fatal("the left session lives on")

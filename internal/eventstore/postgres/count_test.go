@@ -83,7 +83,7 @@ func TestHeldBackCountsWhatAnOpenTransactionHides(t *testing.T) {
 	}
 	// Other tests' transactions on the same server hold it back too, for
 	// a moment.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		n, err := s.HeldBack(ctx, 100)
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +120,7 @@ func TestATransactionInAnotherDatabaseHoldsNothingBack(t *testing.T) {
 func waitReadable(t *testing.T, s *Store, while string) {
 	t.Helper()
 	ctx := context.Background()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		evs, err := s.ReadAll(ctx, eventstore.Start, 10)
 		if err != nil {
 			t.Fatal(err)

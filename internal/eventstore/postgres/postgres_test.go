@@ -132,7 +132,7 @@ func TestSubscriptionsShareOneConnection(t *testing.T) {
 	}
 	// pgxpool returns a connection whose wait was interrupted in the
 	// background, so give it a moment.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for pool.Stat().AcquiredConns() != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -75,7 +75,7 @@ func readStream(t *testing.T, s eventstore.Store, stream string) []eventstore.Re
 // of $all, which trail appends by a moment.
 func readAll(t *testing.T, s eventstore.Store, n int) []eventstore.RecordedEvent {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	for deadline := time.Now().Add(60 * time.Second); ; {
 		evs, err := s.ReadAll(context.Background(), eventstore.Start, 100)
 		if err != nil {
 			t.Fatal(err)
