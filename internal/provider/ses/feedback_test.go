@@ -527,3 +527,27 @@ func TestSESSetupNoticesAreIgnoredNotRefused(t *testing.T) {
 		}
 	}
 }
+
+// A subscription waiting for confirmation is told to the operator: until
+// it is confirmed, no feedback reaches the queue.
+func TestPollFeedbackWarnsOfAnUnconfirmedSubscription(t *testing.T) {
+	f := newFakeAWS(t)
+	p := f.provider("https://sqs.us-east-1.amazonaws.com/123456789012/mailroom-events")
+	var logs lockedBuffer
+	p.logger = slog.New(slog.NewTextHandler(&logs, nil))
+	id := f.enqueue(`{"Type":"SubscriptionConfirmation","Message":"You have chosen to subscribe","SubscribeURL":"https://sns.example/confirm"}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- p.PollFeedback(ctx, func(context.Context, []Feedback) error { return nil })
+	}()
+	waitFor(t, func() bool { return slices.Contains(f.log(), "delete "+id) })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "confirm the events queue's subscription") {
+		t.Fatalf("no warning of the unconfirmed subscription:\n%s", out)
+	}
+}
