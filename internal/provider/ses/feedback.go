@@ -40,13 +40,17 @@ type Feedback struct {
 	// DeliveryDelay, Subscription, SNS subscription messages, SES's setup
 	// notices and unknown event types).
 	Ignored bool
+	// SubscribeURL confirms the subscription an SNS
+	// SubscriptionConfirmation asks about; the operator opens it.
+	SubscribeURL string
 }
 
 // snsEnvelope is the part of an SNS notification ParseFeedback reads.
 type snsEnvelope struct {
-	Type      string `json:"Type"`
-	Message   string `json:"Message"`
-	Timestamp string `json:"Timestamp"` // when SNS published it
+	Type         string `json:"Type"`
+	Message      string `json:"Message"`
+	Timestamp    string `json:"Timestamp"`    // when SNS published it
+	SubscribeURL string `json:"SubscribeURL"` // of a SubscriptionConfirmation
 }
 
 type sesEvent struct {
@@ -128,7 +132,7 @@ func ParseFeedback(body []byte) ([]Feedback, error) {
 	case probe.Type == "Notification":
 		body, published = []byte(probe.Message), probe.Timestamp
 	case probe.Type == "SubscriptionConfirmation" || probe.Type == "UnsubscribeConfirmation":
-		return []Feedback{{EventType: "SNS " + probe.Type, Ignored: true}}, nil
+		return []Feedback{{EventType: "SNS " + probe.Type, Ignored: true, SubscribeURL: probe.SubscribeURL}}, nil
 	default:
 		return nil, errors.New("ses: feedback is neither an SNS notification nor an SES event")
 	}

@@ -547,7 +547,8 @@ func TestPollFeedbackWarnsOfAnUnconfirmedSubscription(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "confirm the events queue's subscription") {
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "confirm the events queue's subscription") ||
+		!strings.Contains(out, "subscribe_url=https://sns.example/confirm") {
 		t.Fatalf("no warning of the unconfirmed subscription:\n%s", out)
 	}
 }

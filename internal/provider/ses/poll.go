@@ -72,7 +72,7 @@ func (p *Provider) process(ctx context.Context, m types.Message, handle func(con
 			// The topic delivers nothing to the queue until its
 			// subscription is confirmed (a topic of another account).
 			p.logger.Warn("ses: SNS asks to confirm the events queue's subscription; no feedback arrives until it is confirmed "+
-				"(aws sns confirm-subscription, or open the SubscribeURL of the message)", "sqs_message_id", id)
+				"(open subscribe_url, or aws sns confirm-subscription)", "sqs_message_id", id, "subscribe_url", fb.SubscribeURL)
 		case fb.Ignored: // SES's setup notices among them: nothing to see
 			p.logger.Debug("ses: feedback that changes nothing, deleting it", "sqs_message_id", id, "event_type", fb.EventType)
 		}
