@@ -418,11 +418,11 @@ func (p *Pipeline) mayNotLeave(ctx context.Context, st email.State, pos eventsto
 		// rendered before the erasure, which deleted what it was made of.
 		// (Unsettled, the row may just not be there yet: the check that
 		// counts is the settled one, right before the provider call.)
-		now, _, err := p.Commands.EmailAt(ctx, q.EmailID)
+		latest, _, err := p.Commands.EmailAt(ctx, q.EmailID)
 		if err != nil {
 			return true, p.retryOrExpire(ctx, st, meta, err)
 		}
-		if now.Erased != nil || now.Queued == nil || now.Queued.Erased {
+		if latest.Erased != nil || latest.Queued == nil || latest.Queued.Erased {
 			return true, nil
 		}
 	}

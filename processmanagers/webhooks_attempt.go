@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/mailroom/mailroom/commands"
+	"github.com/mailroom/mailroom/domain"
 	"github.com/mailroom/mailroom/domain/delivery"
 	"github.com/mailroom/mailroom/domain/webhook"
 	"github.com/mailroom/mailroom/internal/egress"
@@ -230,13 +231,23 @@ func (w *Webhooks) endpointFor(ctx context.Context, a AttemptArgs, st delivery.S
 	}
 	if ep.EmailUnlisted {
 		// st holds the payload as read before the waits: an erasure
-		// answered since then reads in the stream now, and the payload,
+		// answered since then reads in the streams now, and the payload,
 		// which carries the email's addresses and subject, is not sent.
-		now, _, err := w.Commands.Delivery(ctx, a.DeliveryID)
+		// The email's EmailErased first: an erasure made by another
+		// process may not close the key this one still holds (for up to
+		// datakeys' liveFor), so the delivery alone can read as before.
+		em, err := w.Commands.Email(ctx, st.Created.EmailID)
+		if err != nil && !errors.Is(err, domain.ErrNotFound) {
+			return ep, true, err
+		}
+		if em.Erased != nil {
+			return ep, true, w.Commands.DropDelivery(ctx, a.DeliveryID, true, a.meta())
+		}
+		latest, _, err := w.Commands.Delivery(ctx, a.DeliveryID)
 		if err != nil {
 			return ep, true, err
 		}
-		if now.Created == nil || now.Created.Erased {
+		if latest.Created == nil || latest.Created.Erased {
 			return ep, true, w.Commands.DropDelivery(ctx, a.DeliveryID, false, a.meta())
 		}
 	}

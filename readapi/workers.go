@@ -27,12 +27,12 @@ type SendChecks struct {
 	Unlisted bool
 }
 
-// EmailChecks reads the SendChecks of email emailID in one statement. The domain is
-// the one the email was queued under (domainID; "" for emails recorded
-// before it was kept): one removed and added again under the same name is
-// another domain, with other keys, and its emails do not send. Recipients
-// are matched to suppressions by their keys, so an address stays
-// suppressed after the emails that suppressed it are erased.
+// EmailChecks reads the SendChecks of email emailID in one statement.
+// The domain is the one the email was queued under (domainID; "" for
+// emails recorded before it was kept): one removed and added again under
+// the same name is another domain, with other keys, and its emails do not
+// send. Recipients are matched to suppressions by their keys, so an
+// address stays suppressed after the emails that suppressed it are erased.
 func EmailChecks(ctx context.Context, q Querier, keys datakeys.AddressKeys, emailID, accountID, domainID, domainName string, addresses []string) (SendChecks, error) {
 	lower := make([]string, len(addresses))
 	for i, a := range addresses {

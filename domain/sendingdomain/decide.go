@@ -132,7 +132,7 @@ func CanRotate(s State, accountID string) error {
 // transitionInProgress refuses a key change while t is under way, saying
 // which change it is and when another may start.
 func transitionInProgress(t *Transition) error {
-	when := "once its new key is verified and the old one retired, 7 days after cutover"
+	when := fmt.Sprintf("once its new key is verified and the old one retired, %d days after cutover", int(OldKeyOverlap.Hours()/24))
 	if t.State == CutOver {
 		when = "once the old key is retired, at " + t.OldKeyRetiresAt.UTC().Format("2006-01-02T15:04:05.000Z") + " (old_key_retires_at)"
 	}

@@ -46,7 +46,12 @@ func (l *Limiter) capacity() float64 { return max(1, l.rate) }
 // Wait blocks until this process may send one message to recipients
 // recipients (at least one token), or ctx ends, also while another sender
 // of the process waits for its tokens. A message to more recipients than
-// the bucket holds gathers its tokens as they refill.
+// a batch takes them all at once, as soon as the bucket holds a whole
+// token, and leaves it owing the rest: the refill pays that back before
+// anyone draws again. Gathering them instead held the process's turn for
+// as long as they took to refill (50 s for 50 recipients at one a second),
+// could outlast the send job, and left what it had gathered to be spent
+// later on top of a full bucket.
 func (l *Limiter) Wait(ctx context.Context, recipients int) error {
 	need := max(recipients, 1)
 	select {
@@ -56,7 +61,7 @@ func (l *Limiter) Wait(ctx context.Context, recipients int) error {
 	}
 	defer func() { <-l.turn }()
 	for l.stash < need {
-		got, avail, err := l.take(ctx, max(l.batch(), need-l.stash))
+		got, avail, err := l.take(ctx, max(l.batch(), need-l.stash), need-l.stash > l.batch())
 		if err != nil {
 			return err
 		}
@@ -80,8 +85,9 @@ func (l *Limiter) Wait(ctx context.Context, recipients int) error {
 
 // take draws up to want whole tokens from the bucket after refilling it for
 // the time since it was last drawn from; it returns how many it got and the
-// tokens the bucket held before.
-func (l *Limiter) take(ctx context.Context, want int) (int, float64, error) {
+// tokens the bucket held before. With owe, it draws all of want once the
+// bucket holds a whole token, leaving it below zero.
+func (l *Limiter) take(ctx context.Context, want int, owe bool) (int, float64, error) {
 	var got int
 	var avail float64
 	err := l.pool.QueryRow(ctx, `
@@ -91,16 +97,18 @@ func (l *Limiter) take(ctx context.Context, want int) (int, float64, error) {
 		), cur AS (
 			SELECT LEAST($2, tokens + $3 * EXTRACT(EPOCH FROM clock_timestamp() - updated_at)::float8) AS avail
 			FROM provider_rate_buckets WHERE name = $1 FOR UPDATE
+		), drawn AS (
+			SELECT avail, CASE WHEN $5 AND avail >= 1 THEN $4 ELSE LEAST(floor(avail), $4) END AS n FROM cur
 		)
 		UPDATE provider_rate_buckets b
-		SET tokens = cur.avail - LEAST(floor(cur.avail), $4), updated_at = clock_timestamp()
-		FROM cur WHERE b.name = $1
-		RETURNING LEAST(floor(cur.avail), $4)::int, cur.avail`,
-		l.name, l.capacity(), l.rate, want).Scan(&got, &avail)
+		SET tokens = drawn.avail - drawn.n, updated_at = clock_timestamp()
+		FROM drawn WHERE b.name = $1
+		RETURNING drawn.n::int, drawn.avail`,
+		l.name, l.capacity(), l.rate, want, owe).Scan(&got, &avail)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The statement created the bucket, which its own snapshot cannot
 		// see yet: the next draw finds it full.
-		return l.take(ctx, want)
+		return l.take(ctx, want, owe)
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("provider rate limit: %w", err)

@@ -95,8 +95,8 @@ func TestAWaitEndsWithItsContextWhileAnotherSenderWaits(t *testing.T) {
 }
 
 // A message takes a token for each of its recipients, as SES counts its
-// rate, and one to more recipients than the bucket holds gathers them as
-// they refill.
+// rate, and one to more recipients than the bucket holds takes them at
+// once, leaving the bucket owing the rest.
 func TestAMessageTakesATokenPerRecipient(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	l := ratelimit.New(pool, "provider", 50) // a bucket of 50
@@ -116,5 +116,27 @@ func TestAMessageTakesATokenPerRecipient(t *testing.T) {
 	}
 	if err := l.Wait(ctx, 60); err != nil {
 		t.Fatalf("a message to more recipients than the bucket holds: %v", err)
+	}
+}
+
+// A message to more recipients than the bucket holds neither holds the
+// process's turn while the bucket refills nor outlasts its context: it
+// leaves the bucket owing, and the next message waits for the debt.
+func TestALargeMessageOwesWhatTheBucketLacks(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool, "provider", 10) // a bucket of 10
+	// Gathering the 30 missing tokens would take 3 s; owing them takes
+	// one draw.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := l.Wait(ctx, 40); err != nil {
+		t.Fatalf("40 recipients at 10 a second: %v", err)
+	}
+	start := time.Now()
+	if err := l.Wait(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 2500*time.Millisecond {
+		t.Fatalf("the next message went %v after one to 40 recipients at 10 a second, want about 3 s", d)
 	}
 }
