@@ -32,10 +32,7 @@ func TestAnAttemptOfAnEmailErasedByAnotherProcessIsNotPosted(t *testing.T) {
 	var posts atomic.Int32
 	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { posts.Add(1) }))
 	defer rcv.Close()
-	if _, err := pool.Exec(ctx, `INSERT INTO webhook_endpoints (id, account_id, url, description, event_types, sealed_secret, is_active, created_at, updated_at)
-		VALUES ('ep', 'acct', $1, '', '{email.sent}', $2, true, now(), now())`, rcv.URL, box.Seal([]byte("whsec_test"), commands.SecretContext("ep"))); err != nil {
-		t.Fatal(err)
-	}
+	addEndpoint(t, pool, box, rcv.URL)
 	worker := datakeys.New(pool, box) // the worker process's keyring
 	api := datakeys.New(pool, box)    // the API process's, which erases
 	inner := memory.New()

@@ -41,6 +41,16 @@ func attemptWorld(t *testing.T) (*pgxpool.Pool, *secretbox.Box) {
 	return pool, box
 }
 
+// addEndpoint lists the endpoint "ep" of account "acct", active and
+// subscribed to email.sent, posting to url.
+func addEndpoint(t *testing.T, pool *pgxpool.Pool, box *secretbox.Box, url string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `INSERT INTO webhook_endpoints (id, account_id, url, description, event_types, sealed_secret, is_active, created_at, updated_at)
+		VALUES ('ep', 'acct', $1, '', '{email.sent}', $2, true, now(), now())`, url, box.Seal([]byte("whsec_test"), commands.SecretContext("ep"))); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // An attempt that waited (for the read model, for its place) goes by its
 // endpoint as it is when it posts: one paused, deleted or moved to another
 // URL meanwhile, the change already answered, is not posted to as it was.
@@ -66,10 +76,7 @@ func TestAnAttemptGoesByTheEndpointAsItIsWhenItPosts(t *testing.T) {
 		if _, err := pool.Exec(ctx, "DELETE FROM webhook_endpoints"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pool.Exec(ctx, `INSERT INTO webhook_endpoints (id, account_id, url, description, event_types, sealed_secret, is_active, created_at, updated_at)
-			VALUES ('ep', 'acct', $1, '', '{email.sent}', $2, true, now(), now())`, old.URL, box.Seal([]byte("whsec_test"), commands.SecretContext("ep"))); err != nil {
-			t.Fatal(err)
-		}
+		addEndpoint(t, pool, box, old.URL)
 		c := delivery.Created{DeliveryID: uuid.NewString(), EndpointID: "ep", AccountID: "acct", EmailID: uuid.NewString(),
 			Type: "email.sent", Payload: "{}", CreatedAt: time.Now()}
 		if _, _, err := svc.CreateDeliveries(ctx, []commands.NewDelivery{{Created: c}}, commands.Meta{Actor: "test"}); err != nil {
@@ -118,10 +125,7 @@ func TestAnAttemptOfAnEmailErasedMeanwhileIsNotPosted(t *testing.T) {
 	var posts atomic.Int32
 	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { posts.Add(1) }))
 	defer rcv.Close()
-	if _, err := pool.Exec(ctx, `INSERT INTO webhook_endpoints (id, account_id, url, description, event_types, sealed_secret, is_active, created_at, updated_at)
-		VALUES ('ep', 'acct', $1, '', '{email.sent}', $2, true, now(), now())`, rcv.URL, box.Seal([]byte("whsec_test"), commands.SecretContext("ep"))); err != nil {
-		t.Fatal(err)
-	}
+	addEndpoint(t, pool, box, rcv.URL)
 	keyring := datakeys.New(pool, box)
 	inner := memory.New()
 	defer inner.Close()
