@@ -15,6 +15,7 @@ import (
 	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/provider"
 	"github.com/mailroom/mailroom/internal/provider/ratelimit"
+	"github.com/mailroom/mailroom/internal/provider/ses"
 	"github.com/mailroom/mailroom/internal/scan"
 	"github.com/mailroom/mailroom/internal/secretbox"
 	"github.com/mailroom/mailroom/processmanagers"
@@ -112,24 +113,52 @@ func (a *App) sendWorker(limit *ratelimit.Limiter) *processmanagers.SendWorker {
 // rateLimit is the provider's maximum send rate shared by every worker
 // process: MAILROOM_PROVIDER_MAX_RATE, else SES's own; nil when unlimited.
 // An SES account whose rate cannot be read is held to one recipient a second
-// until the next start rather than risk going over its quota.
+// until the next start rather than risk going over its quota. With SES it
+// also warns of an account that cannot send to everyone: an operator would
+// otherwise learn of it only from emails that fail or never arrive.
 func (a *App) rateLimit(ctx context.Context) *ratelimit.Limiter {
 	rate := a.Config.ProviderMaxRate
-	if rate == 0 && a.provider.ses != nil {
+	if a.provider.ses != nil {
 		qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		var err error
-		if rate, err = a.provider.ses.MaxSendRate(qctx); err != nil || rate <= 0 {
+		acct, err := a.provider.ses.Account(qctx)
+		cancel()
+		switch {
+		case err == nil:
+			a.warnOfSESAccount(acct)
+			if rate == 0 {
+				rate = acct.MaxSendRate
+			}
+		case rate == 0:
 			a.Log.Warn("SES maximum send rate unknown; sending to at most one recipient a second until the next start "+
 				"(allow ses:GetAccount, or set MAILROOM_PROVIDER_MAX_RATE)", "err", err)
+		default:
+			a.Log.Info("SES account not read: whether it is in the sandbox or paused is unknown (allow ses:GetAccount to know)", "err", err)
+		}
+		if rate <= 0 {
 			rate = 1
 		}
 	}
 	if rate <= 0 {
 		return nil
 	}
-	a.Log.Info("provider send rate limited", "messages_per_second", rate)
+	a.Log.Info("provider send rate limited", "recipients_per_second", rate)
 	return ratelimit.New(a.Pool, a.Config.Provider, rate)
+}
+
+// warnOfSESAccount logs what of the SES account's status keeps emails from
+// their recipients.
+func (a *App) warnOfSESAccount(acct ses.Account) {
+	if acct.Sandbox {
+		a.Log.Warn("SES account is in the sandbox: only verified addresses receive mail, and SES rejects every other recipient; "+
+			"request production access for the region", "max_24_hour_send", acct.Max24HourSend)
+	}
+	if acct.SendingPaused {
+		a.Log.Warn("SES sending is paused for this account: emails are retried until sending is resumed, and fail as provider_unavailable after MAILROOM_SEND_MAX_AGE")
+	}
+	if acct.Enforcement != "" && acct.Enforcement != "HEALTHY" {
+		a.Log.Warn("SES account under review: its bounce or complaint rate is too high; sending stops if it is shut down",
+			"enforcement_status", acct.Enforcement)
+	}
 }
 
 // signingKey opens the active DKIM key of an account's domain.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -359,4 +360,72 @@ func TestSESWithoutFeedbackSaysSoAtStart(t *testing.T) {
 			t.Errorf("%s: warned %t, want %t; logs:\n%s", c.name, said, c.warned, logs.String())
 		}
 	}
+}
+
+// An SES account that cannot send to everyone (in the sandbox, sending
+// paused, under review) is named when the workers start: otherwise an
+// operator would learn of it only from emails that fail or never arrive.
+func TestSESAccountThatCannotSendToEveryoneIsNamedAtStart(t *testing.T) {
+	fake := sesfake.Start(t)
+	fakeAWSEnv(t)
+	url := pgtest.NewURL(t)
+	warnings := []string{"SES account is in the sandbox", "SES sending is paused", "SES account under review"}
+	for _, c := range []struct {
+		name   string
+		status sesfake.AccountStatus
+		warned []bool
+	}{
+		{"healthy production account", sesfake.AccountStatus{}, []bool{false, false, false}},
+		{"sandbox", sesfake.AccountStatus{Sandbox: true}, []bool{true, false, false}},
+		{"paused on probation", sesfake.AccountStatus{SendingPaused: true, Enforcement: "PROBATION"}, []bool{false, true, true}},
+	} {
+		fake.SetAccountStatus(c.status)
+		cfg := apptest.Config(t, url)
+		cfg.Provider, cfg.SESEndpoint = "ses", fake.URL()
+		cfg.Roles = []string{"workers"}
+		logs := &lockedLog{}
+		a, err := app.Open(context.Background(), cfg, slog.New(slog.NewTextHandler(logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.RunWorkers(ctx) }()
+		// The account is read before the rate is set, which is said once known.
+		deadline := time.Now().Add(60 * time.Second)
+		for !strings.Contains(logs.String(), "provider send rate limited") {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the workers never set the send rate; logs:\n%s", c.name, logs)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("%s: workers: %v", c.name, err)
+		}
+		a.Close()
+		for i, w := range warnings {
+			if said := strings.Contains(logs.String(), w); said != c.warned[i] {
+				t.Errorf("%s: %q said %t, want %t; logs:\n%s", c.name, w, said, c.warned[i], logs)
+			}
+		}
+	}
+}
+
+// lockedLog is a log destination the workers write to while the test reads.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }

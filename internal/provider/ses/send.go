@@ -133,15 +133,36 @@ func apiMessage(code, msg string) string {
 	return "SES " + code + ": " + msg
 }
 
-// MaxSendRate is the account's maximum send rate (recipients a second) as
-// GetAccount reports it.
-func (p *Provider) MaxSendRate(ctx context.Context) (float64, error) {
+// Account is what GetAccount says of the SES account that matters to a
+// sender: its quota, and whether it may send to anyone at all.
+type Account struct {
+	MaxSendRate   float64 // recipients a second
+	Max24HourSend float64 // recipients in 24 hours
+	// Sandbox: only verified addresses receive mail, within the sandbox's
+	// small quota, until AWS grants production access.
+	Sandbox bool
+	// SendingPaused: every send fails with SendingPausedException until
+	// sending is resumed (by AWS after a review, or by the account owner).
+	SendingPaused bool
+	// Enforcement is AWS's view of the account's reputation: HEALTHY,
+	// PROBATION or SHUTDOWN.
+	Enforcement string
+}
+
+// Account reads the SES account's quota and status (GetAccount).
+func (p *Provider) Account(ctx context.Context) (Account, error) {
 	out, err := p.ses.GetAccount(ctx, &sesv2.GetAccountInput{})
 	if err != nil {
-		return 0, fmt.Errorf("ses: get account: %w", err)
+		return Account{}, fmt.Errorf("ses: get account: %w", err)
 	}
 	if out.SendQuota == nil {
-		return 0, errors.New("ses: get account: no send quota")
+		return Account{}, errors.New("ses: get account: no send quota")
 	}
-	return out.SendQuota.MaxSendRate, nil
+	return Account{
+		MaxSendRate:   out.SendQuota.MaxSendRate,
+		Max24HourSend: out.SendQuota.Max24HourSend,
+		Sandbox:       !out.ProductionAccessEnabled,
+		SendingPaused: !out.SendingEnabled,
+		Enforcement:   aws.ToString(out.EnforcementStatus),
+	}, nil
 }

@@ -125,13 +125,21 @@ func TestSendErrorMapping(t *testing.T) {
 	}
 }
 
-// The account's maximum send rate comes from GetAccount.
-func TestMaxSendRate(t *testing.T) {
+// The account's maximum send rate and status come from GetAccount.
+func TestAccount(t *testing.T) {
 	f := newFakeAWS(t)
 	f.SetMaxSendRate(250)
-	rate, err := f.provider("").MaxSendRate(context.Background())
-	if err != nil || rate != 250 {
-		t.Fatalf("MaxSendRate = %v, %v; want 250", rate, err)
+	acct, err := f.provider("").Account(context.Background())
+	want := Account{MaxSendRate: 250, Max24HourSend: 50000, Enforcement: "HEALTHY"}
+	if err != nil || acct != want {
+		t.Fatalf("Account = %+v, %v; want %+v", acct, err, want)
+	}
+	f.SetMaxSendRate(1)
+	f.SetAccountStatus(sesfake.AccountStatus{Sandbox: true, SendingPaused: true, Enforcement: "PROBATION"})
+	acct, err = f.provider("").Account(context.Background())
+	want = Account{MaxSendRate: 1, Max24HourSend: 200, Sandbox: true, SendingPaused: true, Enforcement: "PROBATION"}
+	if err != nil || acct != want {
+		t.Fatalf("Account = %+v, %v; want %+v", acct, err, want)
 	}
 }
 

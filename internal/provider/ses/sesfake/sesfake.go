@@ -63,6 +63,22 @@ type Server struct {
 	dkimStatus     string   // what GetEmailIdentity reports for every identity
 	mailFromStatus string
 	maxSendRate    float64 // GetAccount's SendQuota.MaxSendRate
+	account        AccountStatus
+}
+
+// AccountStatus is what GetAccount reports beside the quota. The default
+// is a production account in good standing.
+type AccountStatus struct {
+	Sandbox       bool   // ProductionAccessEnabled false
+	SendingPaused bool   // SendingEnabled false
+	Enforcement   string // EnforcementStatus; HEALTHY when empty
+}
+
+// SetAccountStatus sets the status GetAccount reports.
+func (f *Server) SetAccountStatus(s AccountStatus) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.account = s
 }
 
 // SetMaxSendRate sets the SendQuota.MaxSendRate GetAccount reports
@@ -243,11 +259,19 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]string{"MessageId": "0100018f-fake-ses-message-id-000000"})
 	case r.Method == http.MethodGet && r.URL.Path == "/v2/email/account":
 		f.mu.Lock()
-		rate := f.maxSendRate
+		rate, acct := f.maxSendRate, f.account
 		f.mu.Unlock()
+		quota := 50000.0
+		if acct.Sandbox {
+			quota = 200
+		}
+		if acct.Enforcement == "" {
+			acct.Enforcement = "HEALTHY"
+		}
 		_ = json.NewEncoder(w).Encode(map[string]any{
-			"SendQuota":      map[string]any{"Max24HourSend": 50000, "MaxSendRate": rate, "SentLast24Hours": 0},
-			"SendingEnabled": true, "ProductionAccessEnabled": true,
+			"SendQuota":      map[string]any{"Max24HourSend": quota, "MaxSendRate": rate, "SentLast24Hours": 0},
+			"SendingEnabled": !acct.SendingPaused, "ProductionAccessEnabled": !acct.Sandbox,
+			"EnforcementStatus": acct.Enforcement,
 		})
 	case r.Method == http.MethodPost && r.URL.Path == "/v2/email/identities":
 		f.createIdentity(w, body)
