@@ -275,7 +275,10 @@ func (s *Service) checkDNS(ctx context.Context, st sendingdomain.State) sendingd
 	records := st.Records()
 	lookups := make([]dnscheck.Record, len(records))
 	for i, r := range records {
-		lookups[i] = dnscheck.Record{Type: r.Type, Name: r.Name, Value: r.Value, Priority: r.Priority}
+		lookups[i] = dnscheck.Record{Type: r.Type, Name: r.Name, Value: r.Value, Priority: r.Priority, Zone: st.Name}
+		if r.Group == sendingdomain.GroupDMARC {
+			lookups[i].Inherit = sendingdomain.OrganisationalDMARC(st.Name)
+		}
 	}
 	res := s.dns.Check(ctx, lookups)
 

@@ -659,6 +659,21 @@ func TestVerifyDomainNeedsItsMailFromRecordsAndNotItsDMARC(t *testing.T) {
 		t.Errorf("without a DMARC record: %s, report ok %v, dmarc %v; want verified, dmarc reported missing",
 			got.Status, report.OK, got.LastCheck.DmarcOK)
 	}
+
+	// A subdomain without a DMARC record of its own is covered by its
+	// organisational domain's, as receivers read it.
+	sub := must[sendingdomain.State](t)(h.svc.ImportLegacyDomain(ctx, acct, "mail.example.org", meta))
+	publishAllBut(sub, sendingdomain.GroupDMARC)
+	dns.Add(dnscheck.Record{Type: "TXT", Name: "_dmarc.example.org", Value: "v=DMARC1; p=reject"})
+	got, _, err = h.svc.VerifyDomain(ctx, acct, sub.ID, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := got.LastCheck.Servers[0].Records[len(got.LastCheck.Servers[0].Records)-1]
+	if !got.LastCheck.DmarcOK || row.Name != "_dmarc.mail.example.org" || !row.OK ||
+		row.Reason != "none at this name; the policy at _dmarc.example.org applies to it" {
+		t.Errorf("a subdomain under an organisational DMARC policy: dmarc %v, row %+v", got.LastCheck.DmarcOK, row)
+	}
 }
 
 // A removal the read models do not show in time answers ErrNotVisible, and

@@ -1,5 +1,7 @@
 package sendingdomain
 
+import "golang.org/x/net/publicsuffix"
+
 // Record groups.
 const (
 	GroupDKIM     = "dkim"
@@ -65,4 +67,15 @@ func (s State) PendingKeyRecord() (Record, bool) {
 		return DKIMRecord(s.Name, t.Key), true
 	}
 	return Record{}, false
+}
+
+// OrganisationalDMARC is the DMARC record name receivers read for name when
+// name has none of its own: its organisational domain's (RFC 7489 6.6.3,
+// the name below its public suffix). Empty when name is that domain.
+func OrganisationalDMARC(name string) string {
+	org, err := publicsuffix.EffectiveTLDPlusOne(name)
+	if err != nil || org == name {
+		return ""
+	}
+	return "_dmarc." + org
 }

@@ -601,3 +601,22 @@ func TestAVerifyThatRestartsTheWindowRecordsItsCheck(t *testing.T) {
 		t.Fatalf("after the verify: %s, last check %+v", s.Status, s.LastCheck)
 	}
 }
+
+// A subdomain's DMARC policy may come from its organisational domain, the
+// name just below its public suffix; that domain's own comes from nowhere
+// else.
+func TestOrganisationalDMARC(t *testing.T) {
+	for name, want := range map[string]string{
+		"mail.example.com":      "_dmarc.example.com",
+		"a.b.example.co.uk":     "_dmarc.example.co.uk",
+		"example.com":           "",
+		"example.co.uk":         "",
+		"news.acme.github.io":   "_dmarc.acme.github.io",
+		"mail.orgdm.test":       "_dmarc.orgdm.test",
+		"xn--bcher-kva.example": "",
+	} {
+		if got := sd.OrganisationalDMARC(name); got != want {
+			t.Errorf("OrganisationalDMARC(%q) = %q, want %q", name, got, want)
+		}
+	}
+}

@@ -43,6 +43,14 @@ type Record struct {
 	Value string
 	// Priority is the MX preference; ignored for other types.
 	Priority int
+	// Zone is the domain the owner manages. When Name does not exist, the
+	// record is also looked for at Name followed by Zone, where a DNS
+	// provider puts a host entered in full (it appends its zone), to say so.
+	Zone string
+	// Inherit is where a DMARC record's policy comes from when Name has no
+	// DMARC record: _dmarc of the organisational domain, as receivers look
+	// it up (RFC 7489 6.6.3). Empty for a domain that is its own.
+	Inherit string
 }
 
 // Checker asks each resolver for each record.
@@ -180,22 +188,68 @@ func canonicalName(s string) string {
 	return dns.Fqdn(strings.TrimSuffix(s, "."))
 }
 
-// checkOne asks server for one record and judges its answer. A server that
-// does not implement EDNS (it answers a query with OPT by FORMERR or
-// NOTIMP and no OPT of its own, RFC 6891 7) is asked again without it.
+// checkOne asks server for one record and judges its answer. When the
+// name has none, it says where the owner may have put it instead, and a
+// DMARC record may come from the organisational domain.
 func (c *Checker) checkOne(ctx context.Context, server string, rec Record) (bool, string) {
 	want, bad := normalise(rec)
 	if bad != "" {
 		return false, bad
 	}
+	resp, reason := c.lookup(ctx, server, want)
+	if reason != "" {
+		return false, reason
+	}
+	seen, why := judge(want, resp)
+	if seen {
+		return true, ""
+	}
+	if rec.Inherit != "" && isDMARC(want.value) && !holdsDMARC(resp) {
+		org := want
+		org.name = canonicalName(rec.Inherit)
+		if resp, reason := c.lookup(ctx, server, org); reason == "" {
+			if ok, _ := judge(org, resp); ok {
+				return true, "none at this name; the policy at " + strings.TrimSuffix(org.name, ".") + " applies to it"
+			}
+		}
+	}
+	if why == "NXDOMAIN" && rec.Zone != "" {
+		doubled := want
+		doubled.name = want.name + canonicalName(rec.Zone)
+		if resp, reason := c.lookup(ctx, server, doubled); reason == "" {
+			if ok, _ := judge(doubled, resp); ok {
+				return false, "NXDOMAIN; the record is at " + strings.TrimSuffix(doubled.name, ".") +
+					": the DNS provider adds the domain to the host, so enter the host without it"
+			}
+		}
+	}
+	return false, why
+}
+
+// lookup asks server the question of want. A server that does not
+// implement EDNS (it answers a query with OPT by FORMERR or NOTIMP and no
+// OPT of its own, RFC 6891 7) is asked again without it.
+func (c *Checker) lookup(ctx context.Context, server string, want expected) (*dns.Msg, string) {
 	resp, reason := c.ask(ctx, server, query(want, true))
 	if reason == "" && lacksEDNS(resp) {
 		resp, reason = c.ask(ctx, server, query(want, false))
 	}
-	if reason != "" {
-		return false, reason
+	return resp, reason
+}
+
+// holdsDMARC reports whether an answer that exists or not (NOERROR or
+// NXDOMAIN) has a DMARC record: receivers go to the organisational domain
+// only when it has none, not when the resolver failed.
+func holdsDMARC(resp *dns.Msg) bool {
+	if resp.Rcode != dns.RcodeSuccess && resp.Rcode != dns.RcodeNameError {
+		return true
 	}
-	return judge(want, resp)
+	for _, rr := range resp.Answer {
+		if v, ok := rr.(*dns.TXT); ok && startsAsDMARC(joinTXT(v.Txt)) {
+			return true
+		}
+	}
+	return false
 }
 
 // query builds the question for want, with an OPT record when edns.
@@ -270,20 +324,10 @@ func (c *Checker) exchange(ctx context.Context, network, server string, q *dns.M
 
 // judge decides whether resp contains want.
 func judge(want expected, resp *dns.Msg) (bool, string) {
-	switch resp.Rcode {
-	case dns.RcodeSuccess:
-	case dns.RcodeNameError:
-		return false, "NXDOMAIN"
-	default:
-		if s, ok := dns.RcodeToString[resp.Rcode]; ok {
-			return false, s
-		}
-		return false, "rcode " + strconv.Itoa(resp.Rcode)
-	}
-
 	// Owners whose records answer the question: the name itself plus, for
 	// non-CNAME questions, any CNAME targets the resolver followed.
 	owners := map[string]bool{want.name: true}
+	end := want.name // where the chain of CNAMEs ends
 	if want.qtype != dns.TypeCNAME {
 		for changed := true; changed; {
 			changed = false
@@ -291,12 +335,28 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 				if cn, ok := rr.(*dns.CNAME); ok && owners[strings.ToLower(cn.Hdr.Name)] {
 					t := strings.ToLower(cn.Target)
 					if !owners[t] {
-						owners[t] = true
+						owners[t], end = true, t
 						changed = true
 					}
 				}
 			}
 		}
+	}
+	// The name exists when it is a CNAME: what is missing is its target.
+	target := ""
+	if end != want.name {
+		target = " at " + strings.TrimSuffix(end, ".") + ", the CNAME's target"
+	}
+
+	switch resp.Rcode {
+	case dns.RcodeSuccess:
+	case dns.RcodeNameError:
+		return false, "NXDOMAIN" + target
+	default:
+		if s, ok := dns.RcodeToString[resp.Rcode]; ok {
+			return false, s
+		}
+		return false, "rcode " + strconv.Itoa(resp.Rcode)
 	}
 
 	spf := isSPF(want.value)
@@ -333,6 +393,10 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 				why = reason
 			}
 		case *dns.MX:
+			if appended(v.Mx, want.value) {
+				why = "the MX target has a name added after it (" + strings.TrimSuffix(canonicalName(v.Mx), ".") +
+					"): end the target with a dot"
+			}
 			if canonicalName(v.Mx) == want.value {
 				if int(v.Preference) == want.priority {
 					if preferredOver(resp, owners, v) {
@@ -348,11 +412,15 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 			if canonicalName(v.Target) == want.value {
 				return true, ""
 			}
+			if appended(v.Target, want.value) {
+				why = "the CNAME target has a name added after it (" + strings.TrimSuffix(canonicalName(v.Target), ".") +
+					"): end the target with a dot"
+			}
 		}
 	}
 	switch {
 	case found == 0:
-		return false, "no " + want.typ + " record"
+		return false, "no " + want.typ + " record" + target
 	case priorityOnly:
 		return false, "priority differs"
 	case why != "":
@@ -360,6 +428,13 @@ func judge(want expected, resp *dns.Msg) (bool, string) {
 	default:
 		return false, "value differs"
 	}
+}
+
+// appended reports whether a published host name is want with a name added
+// after it: typed without its final dot in a zone file or a DNS provider's
+// form, which then appends the zone.
+func appended(got, want string) bool {
+	return strings.HasPrefix(canonicalName(got), want) && canonicalName(got) != want
 }
 
 // rivals counts the distinct records at want's name that receivers read
@@ -414,7 +489,7 @@ func txtMatches(want, got string) (bool, string) {
 	case isDKIM(want):
 		return dkimMatches(want, got)
 	case isSPF(want):
-		return spfMatches(want, got), ""
+		return spfMatches(want, got)
 	case isDMARC(want):
 		if isDMARC(got) {
 			return true, ""
@@ -450,7 +525,9 @@ func isDMARC(v string) bool {
 // is v=DMARC1 (records that are not are ignored by receivers).
 func startsAsDMARC(v string) bool {
 	k, val, ok := strings.Cut(strings.Split(v, ";")[0], "=")
-	return ok && strings.TrimSpace(k) == "v" && strings.TrimSpace(val) == "DMARC1"
+	// The tag name is case-insensitive (RFC 7489 6.4's ABNF "v"), the
+	// value DMARC1 is not (%x44 %x4d ...).
+	return ok && strings.EqualFold(strings.TrimSpace(k), "v") && strings.TrimSpace(val) == "DMARC1"
 }
 
 func isDKIM(v string) bool {
@@ -512,7 +589,7 @@ func dkimMatches(want, got string) (ok bool, reason string) {
 	key := dkimKey(w)
 	g, bad := dkimTags(got)
 	if !carriesKey(got, key) {
-		return false, ""
+		return false, misPasted(got, key)
 	}
 	switch {
 	case bad != "":
@@ -541,6 +618,24 @@ func hasTag(tags map[string]string, name string) bool {
 	return ok
 }
 
+// misPasted says how a record meant to publish key lost it on its way into
+// the DNS provider's form, where that shows: quote characters kept in the
+// value, or a key cut short (a form that stops at 255 characters). Empty
+// when the record is just of another key.
+func misPasted(record, key string) string {
+	if strings.Contains(record, `"`) && carriesKey(strings.ReplaceAll(record, `"`, ""), key) {
+		return "the value holds quote characters: publish it without them"
+	}
+	for _, part := range strings.Split(record, ";") {
+		k, val, ok := strings.Cut(part, "=")
+		p := strings.Join(strings.Fields(strings.ReplaceAll(val, `"`, "")), "")
+		if ok && strings.EqualFold(strings.TrimSpace(k), "p") && p != "" && len(p) < len(key) && strings.HasPrefix(key, p) {
+			return fmt.Sprintf("the key is cut short (%d of its %d characters): publish the whole value", len(p), len(key))
+		}
+	}
+	return ""
+}
+
 // carriesKey reports whether a record gives key in some p= tag, read
 // loosely (any case, any copy): such a record is meant to publish it, so
 // what a receiver finds wrong with it is worth saying.
@@ -554,34 +649,254 @@ func carriesKey(record, key string) bool {
 	return false
 }
 
+// isSPF reports whether v is an SPF record as receivers select them (RFC
+// 7208 4.5): it begins with exactly "v=spf1" (any case), ended by a space
+// or the end of the record. A leading space or a tab after the version
+// makes receivers discard it.
 func isSPF(v string) bool {
-	f := strings.Fields(v)
-	return len(f) > 0 && strings.EqualFold(f[0], "v=spf1")
+	return len(v) >= 6 && strings.EqualFold(v[:6], "v=spf1") && (len(v) == 6 || v[6] == ' ')
 }
 
 // spfMatches: an SPF record holding every include the wanted one has, in
 // any case, order or company; how it ends (~all, -all) is the owner's.
 // Receivers stop at "all" (RFC 7208 5.1), so includes after it count for
-// nothing.
-func spfMatches(want, got string) bool {
+// nothing. A record receivers cannot evaluate (a syntax error is a
+// permanent error for every message) does not count either. When got does
+// not match, reason may say why.
+func spfMatches(want, got string) (ok bool, reason string) {
 	if !isSPF(got) {
-		return false
+		if f := strings.Fields(got); len(f) > 0 && strings.EqualFold(f[0], "v=spf1") {
+			return false, `receivers ignore this record: it must begin with "v=spf1" and a space`
+		}
+		return false, ""
 	}
-	have := map[string]bool{}
-	for _, term := range strings.Fields(got)[1:] {
+	terms := strings.Split(got, " ")[1:]
+	if bad := spfSyntaxError(terms); bad != "" {
+		return false, bad
+	}
+	have, late := map[string]bool{}, map[string]bool{}
+	ended := false
+	for _, term := range terms {
 		t := strings.ToLower(strings.TrimLeft(term, "+-~?"))
 		if t == "all" {
-			break
+			ended = true
+			continue
 		}
 		// A domain may end in its root's dot (include:amazonses.com.).
-		have[strings.TrimSuffix(strings.ToLower(strings.TrimPrefix(term, "+")), ".")] = true
+		name := strings.TrimSuffix(strings.ToLower(strings.TrimPrefix(term, "+")), ".")
+		if ended {
+			late[name] = true
+		} else {
+			have[name] = true
+		}
 	}
 	for _, term := range strings.Fields(want)[1:] {
 		if t := strings.ToLower(term); strings.HasPrefix(t, "include:") && !have[t] {
+			if late[t] {
+				return false, term + ` comes after "all", where receivers stop reading`
+			}
+			return false, ""
+		}
+	}
+	return true, ""
+}
+
+// spfSyntaxError names the first term of an SPF record (after v=spf1) that
+// RFC 7208's grammar (section 12) does not allow, or a modifier given twice
+// (6): receivers then fail every message with a permanent error. Empty
+// when the record parses. Terms are separated by spaces only.
+func spfSyntaxError(terms []string) string {
+	bad := func(term string) string {
+		return fmt.Sprintf("SPF syntax error at %q: receivers fail every message (permerror)", quoteShort(term))
+	}
+	modifiers := map[string]bool{}
+	for _, term := range terms {
+		if term == "" {
+			continue // several spaces
+		}
+		name, arg, sep := spfTermName(term)
+		if sep == '=' {
+			lower := strings.ToLower(name)
+			switch {
+			case !spfModifierName(name):
+				return bad(term)
+			case lower == "redirect" || lower == "exp":
+				if modifiers[lower] || !spfDomainSpec(arg) {
+					return bad(term)
+				}
+				modifiers[lower] = true
+			case !spfMacroString(arg):
+				return bad(term)
+			}
+			continue
+		}
+		mech := strings.ToLower(strings.TrimLeft(name, "+-~?"))
+		if len(name)-len(strings.TrimLeft(name, "+-~?")) > 1 {
+			return bad(term) // one qualifier at most
+		}
+		var ok bool
+		switch mech {
+		case "all":
+			ok = sep == 0
+		case "include", "exists":
+			ok = sep == ':' && spfDomainSpec(arg)
+		case "a", "mx":
+			ok = spfDomainAndCIDR(sep, arg)
+		case "ptr":
+			ok = sep == 0 || sep == ':' && spfDomainSpec(arg)
+		case "ip4":
+			ok = sep == ':' && spfNetwork(arg, true)
+		case "ip6":
+			ok = sep == ':' && spfNetwork(arg, false)
+		}
+		if !ok {
+			return bad(term)
+		}
+	}
+	return ""
+}
+
+// spfTermName splits a term at its first ':', '/' or '=' (the separator,
+// 0 when none), the name before it and what follows.
+func spfTermName(term string) (name, arg string, sep byte) {
+	i := strings.IndexAny(term, ":/=")
+	if i < 0 {
+		return term, "", 0
+	}
+	if term[i] == '/' {
+		return term[:i], term[i:], '/'
+	}
+	return term[:i], term[i+1:], term[i]
+}
+
+// spfModifierName: ALPHA *( ALPHA / DIGIT / "-" / "_" / "." ).
+func spfModifierName(n string) bool {
+	if n == "" || !isAlpha(n[0]) {
+		return false
+	}
+	for i := 1; i < len(n); i++ {
+		if c := n[i]; !isAlpha(c) && !isDigit(c) && c != '-' && c != '_' && c != '.' {
 			return false
 		}
 	}
 	return true
+}
+
+// spfMacroString: visible ASCII, macros (%{...}, %%, %_, %-) well formed.
+func spfMacroString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+		if c != '%' {
+			continue
+		}
+		if i+1 >= len(s) {
+			return false
+		}
+		switch s[i+1] {
+		case '%', '_', '-':
+			i++
+		case '{':
+			j := strings.IndexByte(s[i:], '}')
+			if j < 3 || !strings.ContainsRune("slodiphcrtvSLODIPHCRTV", rune(s[i+2])) {
+				return false
+			}
+			i += j
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// spfDomainSpec: a macro string that ends in a top label (or a macro), so
+// an empty one, or one of a single label, is not.
+func spfDomainSpec(s string) bool {
+	if s == "" || !spfMacroString(s) {
+		return false
+	}
+	if strings.HasSuffix(s, "}") {
+		return true // ends in a macro
+	}
+	labels := strings.Split(strings.TrimSuffix(s, "."), ".")
+	if len(labels) < 2 {
+		return false
+	}
+	top := labels[len(labels)-1]
+	if top == "" || top[0] == '-' || top[len(top)-1] == '-' {
+		return false
+	}
+	letter := false
+	for i := 0; i < len(top); i++ {
+		c := top[i]
+		if !isAlpha(c) && !isDigit(c) && c != '-' {
+			return false
+		}
+		letter = letter || isAlpha(c) || c == '-'
+	}
+	return letter
+}
+
+// spfDomainAndCIDR is what may follow "a" or "mx": an optional
+// ":domain-spec", then an optional "/ip4-cidr" and "//ip6-cidr".
+func spfDomainAndCIDR(sep byte, arg string) bool {
+	switch sep {
+	case 0:
+		return true
+	case '/':
+		return spfDualCIDR(arg)
+	}
+	domain, cidr := arg, ""
+	if i := strings.IndexByte(arg, '/'); i >= 0 {
+		domain, cidr = arg[:i], arg[i:]
+	}
+	return spfDomainSpec(domain) && (cidr == "" || spfDualCIDR(cidr))
+}
+
+// spfDualCIDR: "/n" (0-32), "//n" (0-128) or "/n//m".
+func spfDualCIDR(s string) bool {
+	v4, v6, dual := strings.Cut(s, "//")
+	if dual && !spfPrefixLen(v6, 128) {
+		return false
+	}
+	if v4 == "" {
+		return dual
+	}
+	return strings.HasPrefix(v4, "/") && spfPrefixLen(v4[1:], 32)
+}
+
+func spfPrefixLen(s string, limit int) bool {
+	if s == "" || len(s) > 3 || (len(s) > 1 && s[0] == '0') {
+		return false
+	}
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && n <= limit
+}
+
+// spfNetwork: an address of the family, with an optional "/prefix".
+func spfNetwork(s string, v4 bool) bool {
+	addr, prefix, hasPrefix := strings.Cut(s, "/")
+	ip, err := netip.ParseAddr(addr)
+	if err != nil || ip.Is4() != v4 || ip.Zone() != "" {
+		return false
+	}
+	limit := 128
+	if v4 {
+		limit = 32
+	}
+	return !hasPrefix || spfPrefixLen(prefix, limit)
+}
+
+func isAlpha(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// quoteShort is s cut to 40 bytes for a message.
+func quoteShort(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
 }
 
 // joinTXT concatenates TXT character-strings, undoing the presentation

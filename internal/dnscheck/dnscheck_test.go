@@ -2,6 +2,7 @@ package dnscheck_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -281,8 +282,15 @@ func TestDKIMAndSPFAreReadForWhatTheyMean(t *testing.T) {
 	}
 	check("SPF without the include", []dnscheck.Record{txt(spf.Name, "v=spf1 include:_spf.google.com ~all")}, spf, false, "value differs")
 	for _, end := range []string{"-all", "~all", "all", "?all"} { // nothing after all is read
-		check("SPF with the include after "+end, []dnscheck.Record{txt(spf.Name, "v=spf1 "+end+" include:amazonses.com")}, spf, false, "value differs")
+		check("SPF with the include after "+end, []dnscheck.Record{txt(spf.Name, "v=spf1 "+end+" include:amazonses.com")}, spf, false,
+			`include:amazonses.com comes after "all", where receivers stop reading`)
 	}
+	// RFC 7208 4.5: a record not beginning with exactly "v=spf1" ended by a
+	// space is no SPF record to receivers.
+	ignored := `receivers ignore this record: it must begin with "v=spf1" and a space`
+	check("SPF with a leading space", []dnscheck.Record{txt(spf.Name, " v=spf1 include:amazonses.com ~all")}, spf, false, ignored)
+	check("SPF with a tab after the version", []dnscheck.Record{txt(spf.Name, "v=spf1\tinclude:amazonses.com ~all")}, spf, false, ignored)
+	check("SPF of another service", []dnscheck.Record{txt(spf.Name, "v=spf1 include:_spf.google.com ~all")}, spf, false, "value differs")
 	check("two SPF records", []dnscheck.Record{spf, txt(spf.Name, "v=spf1 include:_spf.google.com ~all")}, spf, false, "more than one SPF record")
 	check("SPF beside another TXT", []dnscheck.Record{spf, txt(spf.Name, "google-site-verification=abc")}, spf, true, "")
 }
@@ -674,10 +682,11 @@ func TestZeroTimeoutMeansDefault(t *testing.T) {
 func TestCNAMEToTheMXHostIsNoMX(t *testing.T) {
 	a := dnstest.Start(t)
 	mx := domainRecords()[1]
-	a.Set(dnscheck.Record{Type: "CNAME", Name: mx.Name, Value: mx.Value})
+	// The host exists, with an address and no MX of its own.
+	a.Set(dnscheck.Record{Type: "CNAME", Name: mx.Name, Value: mx.Value}, dnscheck.Record{Type: "A", Name: mx.Value, Value: "192.0.2.25"})
 	c := dnscheck.New([]string{a.Addr()}, 2*time.Second)
-	if r := c.Check(context.Background(), []dnscheck.Record{mx}).Servers[0].Records[0]; r.Seen || r.Reason != "no MX record" {
-		t.Errorf("MX published as a CNAME: seen=%v reason=%q, want unseen \"no MX record\"", r.Seen, r.Reason)
+	if r := c.Check(context.Background(), []dnscheck.Record{mx}).Servers[0].Records[0]; r.Seen || r.Reason != "no MX record at "+mx.Value+", the CNAME's target" {
+		t.Errorf("MX published as a CNAME: seen=%v reason=%q, want unseen, no MX record at the CNAME's target", r.Seen, r.Reason)
 	}
 }
 
@@ -731,6 +740,7 @@ func TestDMARCIsReadAsAPolicy(t *testing.T) {
 		"v=DMARC1; p=reject; rua=mailto:d@example.org": true,
 		"v=DMARC1; pct=50; p=quarantine":               true,
 		"v=DMARC1; p=REJECT":                           true,
+		"V=DMARC1; P=none":                             true,  // tag names are case-insensitive (RFC 7489 6.4)
 		"v=DMARC1; rua=mailto:d@example.org":           false, // no policy
 		"v=DMARC1; p=maybe":                            false,
 		"p=none; v=DMARC1":                             false, // v= must come first
@@ -809,6 +819,139 @@ func TestParseResolversHostAndPortBounds(t *testing.T) {
 	} {
 		if got, err := dnscheck.ParseResolvers(in); err == nil {
 			t.Errorf("ParseResolvers(%.40q…) = %q, want an error", in, got)
+		}
+	}
+}
+
+// An SPF record that receivers cannot evaluate is a permanent error for
+// every message (RFC 7208 4.6), whatever else it includes: it does not
+// count, and the term at fault is named. Well-formed records of every
+// mechanism and modifier count.
+func TestSPFSyntaxErrorsDoNotCount(t *testing.T) {
+	a := dnstest.Start(t)
+	c := dnscheck.New([]string{a.Addr()}, 2*time.Second)
+	spf := domainRecords()[2]
+	check := func(value string) dnscheck.RecordResult {
+		t.Helper()
+		a.Set(dnscheck.Record{Type: "TXT", Name: spf.Name, Value: value})
+		return c.Check(context.Background(), []dnscheck.Record{spf}).Servers[0].Records[0]
+	}
+	for _, value := range []string{
+		"v=spf1 a mx ptr ip4:192.0.2.0/24 ip4:192.0.2.1 ip6:2001:db8::/32 include:amazonses.com -all",
+		"v=spf1 include:amazonses.com a:mail.example.com/24//64 mx/28 mx//64 exists:%{i}._spf.%{d} ~all",
+		"v=spf1 include:amazonses.com redirect=_spf.example.com",
+		"v=spf1 include:amazonses.com exp=explain._spf.%{d} -all",
+		"v=spf1 include:amazonses.com ptr:example.com. ?all",
+		"v=spf1 include:amazonses.com unknown-mod=anything.goes%% ~all",
+		"v=spf1 +include:amazonses.com ~all",
+	} {
+		if r := check(value); !r.Seen {
+			t.Errorf("%q: unseen (%q)", value, r.Reason)
+		}
+	}
+	for value, term := range map[string]string{
+		"v=spf1 include:amazonses.com include: _spf.google.com ~all":         "include:",
+		"v=spf1 include:amazonses.com _spf.google.com ~all":                  "_spf.google.com",
+		"v=spf1 include:amazonses.com ip4:300.1.1.1 ~all":                    "ip4:300.1.1.1",
+		"v=spf1 include:amazonses.com ip4:192.0.2.0/33 ~all":                 "ip4:192.0.2.0/33",
+		"v=spf1 include:amazonses.com ip6:192.0.2.1 ~all":                    "ip6:192.0.2.1",
+		"v=spf1 include:amazonses.com include:localhost ~all":                "include:localhost",
+		"v=spf1 include:amazonses.com redirect=a.example redirect=b.example": "redirect=b.example",
+		"v=spf1 include:amazonses.com ~-all":                                 "~-all",
+		"v=spf1 include:amazonses.com all:example.com":                       "all:example.com",
+		"v=spf1 include:amazonses.com\t~all":                                 "include:amazonses.com\t~all",
+		"v=spf1 include:amazonses.com exists:%{x}.example.com ~all":          "exists:%{x}.example.com",
+	} {
+		want := fmt.Sprintf("SPF syntax error at %q: receivers fail every message (permerror)", term)
+		if r := check(value); r.Seen || r.Reason != want {
+			t.Errorf("%q: seen=%v reason=%q, want %q", value, r.Seen, r.Reason, want)
+		}
+	}
+}
+
+// The usual ways a record goes wrong in a DNS provider's form are named, so
+// that its owner knows what to change: quote characters pasted with a DKIM
+// key, a key cut at 255 characters, a host name typed without its final dot
+// (the provider appends its zone), a host typed in full (the provider adds
+// the domain again), a CNAME to a name that does not exist.
+func TestCommonMistakesAreNamed(t *testing.T) {
+	a := dnstest.Start(t)
+	c := dnscheck.New([]string{a.Addr()}, 2*time.Second)
+	dkim, mx := domainRecords()[0], domainRecords()[1]
+	check := func(want dnscheck.Record, published ...dnscheck.Record) dnscheck.RecordResult {
+		t.Helper()
+		a.Clear()
+		a.Set(published...)
+		return c.Check(context.Background(), []dnscheck.Record{want}).Servers[0].Records[0]
+	}
+	txt := func(name, value string) dnscheck.Record {
+		return dnscheck.Record{Type: "TXT", Name: name, Value: value}
+	}
+	for _, tc := range []struct {
+		what      string
+		want      dnscheck.Record
+		published []dnscheck.Record
+		reason    string
+	}{
+		{"a DKIM value in quotes", dkim, []dnscheck.Record{txt(dkim.Name, `"`+dkim.Value+`"`)},
+			"the value holds quote characters: publish it without them"},
+		{"a DKIM value cut at 255 characters", dkim, []dnscheck.Record{txt(dkim.Name, dkim.Value[:255])},
+			fmt.Sprintf("the key is cut short (%d of its %d characters): publish the whole value", 255-len("v=DKIM1; k=rsa; p="), len(dkimKey))},
+		{"another key", dkim, []dnscheck.Record{txt(dkim.Name, "v=DKIM1; k=rsa; p="+dkimKey[:100]+"QQQQ")}, "value differs"},
+		{"an MX target with the zone appended", mx,
+			[]dnscheck.Record{{Type: "MX", Name: mx.Name, Value: mx.Value + ".example.com", Priority: 10}},
+			"the MX target has a name added after it (" + mx.Value + ".example.com): end the target with a dot"},
+		{"a CNAME to nothing", dkim,
+			[]dnscheck.Record{{Type: "CNAME", Name: dkim.Name, Value: "missing.example.net"}, txt("other.example.net", "x")},
+			"NXDOMAIN at missing.example.net, the CNAME's target"},
+		{"the domain doubled without a zone to look in", dkim,
+			[]dnscheck.Record{txt(dkim.Name+".example.com", dkim.Value)}, "NXDOMAIN"},
+		{"the domain doubled", withZone(dkim, "example.com"),
+			[]dnscheck.Record{txt(dkim.Name+".example.com", dkim.Value)},
+			"NXDOMAIN; the record is at " + dkim.Name + ".example.com: the DNS provider adds the domain to the host, so enter the host without it"},
+		{"nothing anywhere", withZone(dkim, "example.com"), []dnscheck.Record{txt("example.com", "v=spf1 -all")}, "NXDOMAIN"},
+	} {
+		if r := check(tc.want, tc.published...); r.Seen || r.Reason != tc.reason {
+			t.Errorf("%s: seen=%v reason=%q, want %q", tc.what, r.Seen, r.Reason, tc.reason)
+		}
+	}
+}
+
+func withZone(r dnscheck.Record, zone string) dnscheck.Record {
+	r.Zone = zone
+	return r
+}
+
+// A subdomain without a DMARC record of its own is covered by its
+// organisational domain's (RFC 7489 6.6.3), as receivers read it; its own
+// record, when it has one, is the one that counts.
+func TestDMARCOfTheOrganisationalDomainCovers(t *testing.T) {
+	a := dnstest.Start(t)
+	c := dnscheck.New([]string{a.Addr()}, 2*time.Second)
+	want := dnscheck.Record{Type: "TXT", Name: "_dmarc.mail.example.com", Value: "v=DMARC1; p=none;", Inherit: "_dmarc.example.com"}
+	org := dnscheck.Record{Type: "TXT", Name: "_dmarc.example.com", Value: "v=DMARC1; p=reject; sp=reject"}
+	covered := "none at this name; the policy at _dmarc.example.com applies to it"
+	for _, tc := range []struct {
+		what      string
+		published []dnscheck.Record
+		seen      bool
+		reason    string
+	}{
+		{"the organisational domain's only", []dnscheck.Record{org}, true, covered},
+		{"its own beside the organisational domain's",
+			[]dnscheck.Record{org, {Type: "TXT", Name: want.Name, Value: "v=DMARC1; p=quarantine"}}, true, ""},
+		{"another TXT record at its name", []dnscheck.Record{org, {Type: "TXT", Name: want.Name, Value: "hello"}}, true, covered},
+		{"its own, not a policy", []dnscheck.Record{org, {Type: "TXT", Name: want.Name, Value: "v=DMARC1; p=maybe"}},
+			false, "not a DMARC policy (v=DMARC1; p=none, quarantine or reject)"},
+		{"none anywhere", []dnscheck.Record{{Type: "TXT", Name: "example.com", Value: "v=spf1 -all"}}, false, "NXDOMAIN"},
+		{"two at the organisational domain",
+			[]dnscheck.Record{org, {Type: "TXT", Name: org.Name, Value: "v=DMARC1; p=none"}}, false, "NXDOMAIN"},
+	} {
+		a.Clear()
+		a.Set(tc.published...)
+		r := c.Check(context.Background(), []dnscheck.Record{want}).Servers[0].Records[0]
+		if r.Seen != tc.seen || r.Reason != tc.reason {
+			t.Errorf("%s: seen=%v reason=%q, want seen=%v %q", tc.what, r.Seen, r.Reason, tc.seen, tc.reason)
 		}
 	}
 }

@@ -346,6 +346,8 @@ func (s *Server) answer(resp *dns.Msg, q dns.Question) {
 				resp.Answer = append(resp.Answer, rr)
 				name = keyOf(cn[0].Value, "").name
 				if !s.knownLocked(name) {
+					// The rcode is the chain's last name's (RFC 6604).
+					resp.Rcode = dns.RcodeNameError
 					return
 				}
 				continue
