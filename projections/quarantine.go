@@ -20,15 +20,15 @@ import (
 // could not be applied. Event, Revision and Position are those of the first
 // event passed over; a retry starts there.
 type Quarantine struct {
-	Projection string              `json:"projection"`
-	Stream     string              `json:"stream"`
-	EventID    uuid.UUID           `json:"event_id"`
-	EventType  string              `json:"event_type"`
-	Revision   uint64              `json:"revision"`
-	Position   eventstore.Position `json:"position"`
-	Error      string              `json:"error"`
-	Since      apitime.Time        `json:"since"`
-	Attempts   int                 `json:"attempts"`
+	Projection string        `json:"projection"`
+	Stream     string        `json:"stream"`
+	EventID    uuid.UUID     `json:"event_id"`
+	EventType  string        `json:"event_type"`
+	Revision   uint64        `json:"revision"`
+	Position   ShownPosition `json:"position"`
+	Error      string        `json:"error"`
+	Since      apitime.Time  `json:"since"`
+	Attempts   int           `json:"attempts"`
 }
 
 // eventError is a projector's failure on one event, from its own code or
@@ -100,7 +100,7 @@ func (r *Runner) applyEach(ctx context.Context, tx pgx.Tx, p Projector, events [
 			return nil, err
 		}
 		q := Quarantine{Projection: t.checkpoint, Stream: ev.StreamID, EventID: ev.ID, EventType: ev.Type,
-			Revision: ev.StreamRevision, Position: ev.Position, Error: errorText(err), Since: apitime.Of(time.Now()), Attempts: 1}
+			Revision: ev.StreamRevision, Position: ShownPosition(ev.Position), Error: errorText(err), Since: apitime.Of(time.Now()), Attempts: 1}
 		if _, err := tx.Exec(ctx, insertQuarantine, q.Projection, q.Stream, q.EventID, q.EventType,
 			int64(q.Revision), int64(q.Position.Commit), int64(q.Position.Prepare), q.Error); err != nil {
 			return nil, fmt.Errorf("projection %s: quarantine %s: %w", p.Name(), q.Stream, err)

@@ -73,9 +73,25 @@ func (r *Runner) waitingToRebuild(p Projector) pglock.Options {
 }
 
 // rebuild is Rebuild once it holds the projector's rebuild lock.
-func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) error {
+func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) (err error) {
 	shadow := pgx.Identifier{"projection_rebuild_" + strings.ReplaceAll(string(p.Name()), "-", "_")}.Sanitize()
 	t := target{checkpoint: "rebuild:" + string(p.Name()), version: p.Version(), skip: map[string]bool{}}
+	// A rebuild that stops part way (interrupted, failed) drops its shadow
+	// tables: they hold opened personal data that erasures of the live
+	// tables would not reach, until the next rebuild of the projection.
+	defer func() {
+		if err == nil {
+			return
+		}
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, derr := r.pool.Exec(cleanup, fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE", shadow)); derr != nil {
+			r.log.Warn("could not drop the shadow tables of a rebuild that stopped; the next rebuild drops them", "projection", p.Name(), "err", derr)
+		}
+		if _, derr := r.pool.Exec(cleanup, "DELETE FROM public.projection_checkpoints WHERE name = $1", t.checkpoint); derr != nil {
+			r.log.Warn("could not remove the checkpoint of a rebuild that stopped", "projection", p.Name(), "err", derr)
+		}
+	}()
 	if _, err := r.pool.Exec(ctx, fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s", shadow, shadow)); err != nil {
 		return fmt.Errorf("rebuild %s: shadow schema: %w", p.Name(), err)
 	}

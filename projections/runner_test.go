@@ -374,7 +374,7 @@ func TestFailingProjectorAndRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ = r.Status(ctx, 0)
-	if q := st[0].Quarantined; st[0].Failing != nil || st[0].Position != last || len(q) != 1 || q[0].Stream != "s-2" || q[0].Projection != "notes" {
+	if q := st[0].Quarantined; st[0].Failing != nil || eventstore.Position(st[0].Position) != last || len(q) != 1 || q[0].Stream != "s-2" || q[0].Projection != "notes" {
 		t.Fatalf("after rebuild: %+v", st[0])
 	}
 	var leftover int
@@ -1075,5 +1075,31 @@ func TestStartsTogetherBuildANewIndexOnce(t *testing.T) {
 	var indexed bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass('emails_account_status_idx') IS NOT NULL").Scan(&indexed); err != nil || !indexed {
 		t.Fatalf("index not built (%v)", err)
+	}
+}
+
+// A rebuild that stops part way (here interrupted after its first batch)
+// leaves no shadow tables behind: they would keep opened personal data
+// that erasures of the live tables do not reach.
+func TestAnInterruptedRebuildLeavesNothingBehind(t *testing.T) {
+	pool, store, _ := thirtyTallied(t)
+	r := projections.NewRunner(pool, store, nil, quiet, tally{version: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := r.Rebuild(ctx, tally{version: 1}, func(int64) { cancel() })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted rebuild: %v", err)
+	}
+	var schemas, checkpoints int
+	if err := pool.QueryRow(context.Background(),
+		"SELECT (SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE 'projection_rebuild_%'), "+
+			"(SELECT count(*) FROM projection_checkpoints WHERE name LIKE 'rebuild:%')").Scan(&schemas, &checkpoints); err != nil {
+		t.Fatal(err)
+	}
+	if schemas != 0 || checkpoints != 0 {
+		t.Fatalf("left behind: %d shadow schema(s), %d rebuild checkpoint(s)", schemas, checkpoints)
+	}
+	if total, seen := counts(t, pool); total != 30 || seen != 30 {
+		t.Fatalf("live read model after the interrupted rebuild: total %d seen %d, want 30 each", total, seen)
 	}
 }

@@ -14,13 +14,29 @@ import (
 
 // Status is where a projector stands.
 type Status struct {
-	Name        string              `json:"name"`
-	Version     int                 `json:"version"`
-	Position    eventstore.Position `json:"position"`
-	Lag         int64               `json:"lag"` // events not yet applied, up to the bound asked; -1 when the store cannot count
-	UpdatedAt   apitime.Time        `json:"updated_at"`
-	Failing     *Failure            `json:"failing"`     // nil unless its last batch failed
-	Quarantined []Quarantine        `json:"quarantined"` // streams it passes over
+	Name        string        `json:"name"`
+	Version     int           `json:"version"`
+	Position    ShownPosition `json:"position"`
+	Lag         int64         `json:"lag"` // events not yet applied, up to the bound asked; -1 when the store cannot count
+	UpdatedAt   apitime.Time  `json:"updated_at"`
+	Failing     *Failure      `json:"failing"`     // nil unless its last batch failed
+	Quarantined []Quarantine  `json:"quarantined"` // streams it passes over
+}
+
+// ShownPosition is a position as operators read it: "commit/prepare" in
+// text and JSON, the form `events export` prints and its --from takes.
+type ShownPosition eventstore.Position
+
+func (p ShownPosition) String() string { return eventstore.Position(p).String() }
+
+// MarshalText writes p as String does.
+func (p ShownPosition) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText reads what MarshalText writes.
+func (p *ShownPosition) UnmarshalText(text []byte) error {
+	pos, err := eventstore.ParsePosition(string(text))
+	*p = ShownPosition(pos)
+	return err
 }
 
 // Failure is a projector whose latest batches failed for a reason that is
@@ -64,7 +80,7 @@ func (r *Runner) Status(ctx context.Context, lagCap int64) ([]Status, error) {
 			rows.Close()
 			return nil, err
 		}
-		s.Position = eventstore.Position{Commit: uint64(c), Prepare: uint64(pr)}
+		s.Position = ShownPosition{Commit: uint64(c), Prepare: uint64(pr)}
 		if lastError != nil {
 			s.Failing = &Failure{Error: *lastError, Attempts: failures}
 			if since != nil {
@@ -93,7 +109,7 @@ func (r *Runner) Status(ctx context.Context, lagCap int64) ([]Status, error) {
 			return nil, fmt.Errorf("projection %s has no checkpoint", name)
 		}
 		if counter != nil {
-			n, err := counter.CountAfter(ctx, s.Position, lagCap)
+			n, err := counter.CountAfter(ctx, eventstore.Position(s.Position), lagCap)
 			switch {
 			case errors.Is(err, errors.ErrUnsupported):
 			case err != nil:
@@ -121,7 +137,7 @@ func (r *Runner) quarantined(ctx context.Context, names []string) ([]Quarantine,
 		var rev, c, p int64
 		var since time.Time
 		err := row.Scan(&q.Projection, &q.Stream, &q.EventID, &q.EventType, &rev, &c, &p, &q.Error, &since, &q.Attempts)
-		q.Revision, q.Position, q.Since = uint64(rev), eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}, apitime.Of(since)
+		q.Revision, q.Position, q.Since = uint64(rev), ShownPosition{Commit: uint64(c), Prepare: uint64(p)}, apitime.Of(since)
 		return q, err
 	})
 }

@@ -33,8 +33,10 @@ func accountsCmd(cfg *config.Config) *cobra.Command {
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(acct)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "account %s\nadmin token %s (shown once)\n", acct.AccountID, acct.Token)
-			return nil
+			// The token is shown once: an output that did not take it
+			// (a full disk, a closed pipe) is a failure, not a success.
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "account %s\nadmin token %s (shown once)\n", acct.AccountID, acct.Token)
+			return err
 		}),
 	}
 	create.Flags().StringVar(&name, "name", "", "account name")
@@ -75,11 +77,13 @@ func tokensCmd(cfg *config.Config) *cobra.Command {
 					ExpiresAt apitime.Time `json:"expires_at"`
 				}{tok.Token, tok.ID, apitime.Of(tok.ExpiresAt)})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "token %s (shown once)\nid    %s\n", tok.Token, tok.ID)
-			if !tok.ExpiresAt.IsZero() {
-				fmt.Fprintf(cmd.OutOrStdout(), "expires %s\n", apitime.Format(tok.ExpiresAt))
+			if _, err := fmt.Fprintf(cmd.OutOrStdout(), "token %s (shown once)\nid    %s\n", tok.Token, tok.ID); err != nil {
+				return err
 			}
-			return nil
+			if !tok.ExpiresAt.IsZero() {
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "expires %s\n", apitime.Format(tok.ExpiresAt))
+			}
+			return err
 		}),
 	}
 	create.Flags().StringVar(&accountID, "account", "", "account id")

@@ -30,7 +30,11 @@ POST /api/domains/:id/upgrade then moves it to a Mailroom-held key.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "imported %s as %s (legacy DKIM); publish:\n", st.Name, st.ID)
 			for _, r := range st.Records() {
-				fmt.Fprintf(cmd.OutOrStdout(), "  %-5s %s  %s\n", r.Type, r.Name, r.Value)
+				value := r.Value
+				if r.Type == "MX" {
+					value = fmt.Sprintf("%d %s", r.Priority, r.Value)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "  %-5s %s  %s\n", r.Type, r.Name, value)
 			}
 			return nil
 		}),

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/google/uuid"
@@ -42,6 +44,9 @@ func eventsCmd(cfg *config.Config) *cobra.Command {
 			}
 			if foreign > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "skipped %d event(s) of other applications\n", foreign)
+			}
+			if errors.Is(err, eventstore.ErrStreamNotFound) {
+				return fmt.Errorf("--stream %s: no such stream (streams are named like apikey-<id>, email-<id>)", stream)
 			}
 			return err
 		},
@@ -110,7 +115,13 @@ func verifyExport(cmd *cobra.Command, file string, partial bool, report func(eve
 		defer f.Close()
 		in = f
 	}
-	checked, anchored, err := eventstore.VerifyExport(in, partial, report)
+	// The file is read without the database, so nothing else notices a
+	// stop signal: stop reading at it, as every other command does,
+	// rather than report an interrupted input as intact.
+	checked, anchored, err := eventstore.VerifyExport(ctxReader{cmd.Context(), in}, partial, report)
+	if cmd.Context().Err() != nil {
+		return fmt.Errorf("interrupted after %d exported events: %w", checked, cmd.Context().Err())
+	}
 	if err != nil {
 		return err
 	}
@@ -124,4 +135,17 @@ func verifyExport(cmd *cobra.Command, file string, partial bool, report func(eve
 	}
 	fmt.Fprintln(out)
 	return nil
+}
+
+// ctxReader fails its reads once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -34,17 +35,14 @@ func main() {
 	// process at once, as a second Ctrl-C should. Both are caught on one
 	// buffered channel, so a second signal sent however soon after the
 	// first is never lost.
+	ignoredAtStart = map[syscall.Signal]bool{syscall.SIGINT: signal.Ignored(syscall.SIGINT), syscall.SIGTERM: signal.Ignored(syscall.SIGTERM)}
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	var stoppedBy atomic.Int32 // the first signal's number
 	go func() {
 		stoppedBy.Store(int32((<-signals).(syscall.Signal)))
 		cancel()
-		// Exited with the status a shell gives a process the signal ended
-		// (130, 143): raising it again would do nothing where the signal
-		// was ignored when the process started (a background job).
-		sig := <-signals
-		os.Exit(128 + int(sig.(syscall.Signal)))
+		exitBy((<-signals).(syscall.Signal))
 	}()
 	if err := root().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "mailroom:", err)
@@ -52,10 +50,28 @@ func main() {
 		// ended it, so a script tells an interruption from a failure. A
 		// command that stopped gracefully (serve) returns no error.
 		if sig := stoppedBy.Load(); sig != 0 {
-			os.Exit(128 + int(sig))
+			exitBy(syscall.Signal(sig))
 		}
 		os.Exit(1)
 	}
+}
+
+// ignoredAtStart are the stop signals the process started with ignored (a
+// background job's SIGINT), which cannot end it again.
+var ignoredAtStart map[syscall.Signal]bool
+
+// exitBy ends the process as sig would have ended it: by the signal itself,
+// so that a shell running it in a script stops too (bash goes on after a
+// child that caught SIGINT and exited, taking it as handled), or, where the
+// signal was ignored at start, with the status a shell gives (128 + its
+// number).
+func exitBy(sig syscall.Signal) {
+	if !ignoredAtStart[sig] {
+		signal.Reset(sig)
+		syscall.Kill(os.Getpid(), sig)
+		time.Sleep(time.Second) // delivered at once; the exit below is a fallback
+	}
+	os.Exit(128 + int(sig))
 }
 
 // operator is the metadata of an operator command: each command is a run

@@ -114,6 +114,11 @@ func TestOperatorCommands(t *testing.T) {
 	if r := s.Do("GET", "/api/domains/"+legacy["id"].(string), acct.Token, nil); r.Status != 200 || r.JSON(t)["dkim_mode"] != "legacy" {
 		t.Fatalf("imported domain over the API: %d %s", r.Status, r.Body)
 	}
+	// The records to publish, the MX with its priority.
+	out, _, err = run(t, append([]string{"domains", "import", "--legacy-dkim", "human.example", "--account", acct.AccountID}, flags...)...)
+	if err != nil || !regexp.MustCompile(`(?m)^  MX +send\.human\.example  10 feedback-smtp\.[a-z0-9-]+\.amazonses\.com$`).MatchString(out) {
+		t.Fatalf("domains import: %q %v", out, err)
+	}
 	if _, _, err := run(t, append([]string{"domains", "import", "--legacy-dkim", "x.example", "--account", uuid.NewString()}, flags...)...); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("import into a missing account: %v", err)
 	}
@@ -129,6 +134,7 @@ func TestOperatorCommands(t *testing.T) {
 			Projections []struct {
 				Name      string
 				Lag       int64
+				Position  string
 				UpdatedAt string `json:"updated_at"`
 			}
 		}
@@ -145,6 +151,14 @@ func TestOperatorCommands(t *testing.T) {
 			}
 		}
 		if lagging == "" {
+			// A position reads as events export prints it and takes it.
+			pos := st.Projections[0].Position
+			if !regexp.MustCompile(`^[0-9]+/[0-9]+$`).MatchString(pos) {
+				t.Fatalf("%s position %q, want commit/prepare", st.Projections[0].Name, pos)
+			}
+			if _, _, err := run(t, append([]string{"events", "export", "--from", pos}, flags...)...); err != nil {
+				t.Fatalf("events export --from a projection's position (%s): %v", pos, err)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
@@ -215,6 +229,9 @@ func TestEventsVerifyAndExport(t *testing.T) {
 	writeFile(full)
 	if out, _, err := run(t, "events", "verify", "--file", exported); err != nil || out != "ok: 4 events, every hash chain intact\n" {
 		t.Fatalf("verify --file of an export: %q %v", out, err)
+	}
+	if _, _, err := run(t, append([]string{"events", "export", "--stream", "apikey-nope"}, flags...)...); err == nil || !strings.Contains(err.Error(), "--stream apikey-nope: no such stream") {
+		t.Fatalf("export of a stream that does not exist: %v", err)
 	}
 	lines := strings.SplitAfter(strings.TrimSuffix(full, "\n"), "\n")
 	var first struct{ Position string }

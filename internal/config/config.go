@@ -222,6 +222,11 @@ func (c *Config) Validate() error {
 			return invalid("roles", "unknown role %q (want api, projections, workers)", r)
 		}
 	}
+	if len(c.Roles) == 0 {
+		// A process of no role would serve nothing yet answer ready, as
+		// `--roles "$ROLES"` with the variable unset gives.
+		return invalid("roles", "at least one role is needed (api, projections, workers)")
+	}
 	// In a fixed order, so that of several wrong settings the same one is
 	// named every time.
 	for _, s := range []setting[float64]{{"rate-limit", c.RateLimit}, {"ip-rate-limit", c.IPRateLimit},

@@ -88,6 +88,7 @@ func TestValuesThatCannotWorkAreRefusedByName(t *testing.T) {
 		"dkim-rotation-days (MAILROOM_DKIM_ROTATION_DAYS)":         func(c *Config) { c.DKIMRotationDays = 0 },
 		"webhook-retry-schedule (MAILROOM_WEBHOOK_RETRY_SCHEDULE)": func(c *Config) { c.WebhookRetries = "1m,soon" },
 		"max-sending-bytes (MAILROOM_MAX_SENDING_BYTES)":           func(c *Config) { c.MaxSendingBytes = 200 << 10 },
+		"roles (MAILROOM_ROLES)":                                   func(c *Config) { c.Roles = nil }, // --roles ""
 	} {
 		cfg := defaults(t)
 		set(&cfg)
