@@ -19,6 +19,8 @@ import (
 
 	"golang.org/x/net/idna"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/mailroom/mailroom/domain"
 )
 
 // Address is one mailbox: an optional display name and an addr-spec.
@@ -203,6 +205,12 @@ func ParseNewAddress(s string) (Address, error) {
 	}
 	if n := utf8.RuneCountInString(a.Name); n > MaxNameLength {
 		return Address{}, addrErr(fmt.Sprintf("the display name must be at most %d characters; got %d", MaxNameLength, n))
+	}
+	// A name given as RFC 2047 encoded-words is checked as decoded too, by
+	// the rule of every one-line field of a request (the raw string was
+	// checked before decoding).
+	if p := domain.TextProblem(a.Name, false); p != "" {
+		return Address{}, addrErr("the display name " + p)
 	}
 	return a, nil
 }

@@ -85,3 +85,14 @@ func TestSpellingsOfARecipient(t *testing.T) {
 		}
 	}
 }
+
+func TestParseNewAddressDecodedNameControls(t *testing.T) {
+	for _, s := range []string{"=?utf-8?q?a=09b?= <a@example.org>", "=?utf-8?q?a=C2=85b?= <a@example.org>", "=?utf-8?q?a=E2=80=A8b?= <a@example.org>"} {
+		if _, err := ParseNewAddress(s); err == nil {
+			t.Errorf("%q accepted", s)
+		}
+	}
+	if _, err := ParseNewAddress("=?utf-8?q?Caf=C3=A9?= <a@example.org>"); err != nil {
+		t.Error(err)
+	}
+}

@@ -436,8 +436,32 @@ func textPart(sub, s string) *entity {
 		mediaType: "text/" + sub,
 		params:    []param{{attr: "charset", value: "utf-8"}},
 		encoding:  "quoted-printable",
-		body:      buf.Bytes(),
+		body:      protectLines(buf.Bytes()),
 	}
+}
+
+// protectLines encodes what RFC 2049 section 3 (8) says transports corrupt:
+// a line starting "From " (mbox ">From " quoting, which breaks a DKIM body
+// hash) becomes "=46rom ", and a "." alone on a line becomes "=2E". A line
+// that "=46" would take past 76 characters is cut after it (a soft break).
+func protectLines(qp []byte) []byte {
+	if !bytes.Contains(qp, []byte("From ")) && !bytes.Contains(qp, []byte(".")) {
+		return qp
+	}
+	lines := bytes.Split(qp, []byte("\r\n"))
+	for i, l := range lines {
+		switch {
+		case bytes.HasPrefix(l, []byte("From ")):
+			if len(l)+2 <= 76 {
+				lines[i] = append([]byte("=46"), l[1:]...)
+			} else {
+				lines[i] = append([]byte("=46=\r\n"), l[1:]...)
+			}
+		case len(l) == 1 && l[0] == '.':
+			lines[i] = []byte("=2E")
+		}
+	}
+	return bytes.Join(lines, []byte("\r\n"))
 }
 
 var b64 = base64.StdEncoding

@@ -1173,3 +1173,21 @@ func TestContentTypeForNeverGuessesAContainerType(t *testing.T) {
 		}
 	}
 }
+
+func TestBodiesProtectFromAndDot(t *testing.T) {
+	m := baseMessage()
+	m.Text = "From the start\n.\n" + strings.Repeat("x", 70) + "From here on " + strings.Repeat("y", 80) + "\nFrom"
+	m.HTML = "From <b>x</b>\r\n.\r\n"
+	raw, _, root := mustParse(t, m)
+	if got, want := string(root.leaves("text/plain")[0].body), normalizeNewlines(m.Text); got != want {
+		t.Errorf("text:\n got %q\nwant %q", got, want)
+	}
+	if got := string(root.leaves("text/html")[0].body); got != normalizeNewlines(m.HTML) {
+		t.Errorf("html:\n got %q", got)
+	}
+	for _, l := range strings.Split(string(raw), "\r\n") {
+		if strings.HasPrefix(l, "From ") || l == "." || len(l) > 998 {
+			t.Errorf("line %q left as is", l)
+		}
+	}
+}

@@ -232,7 +232,7 @@ func (r *Relay) dial(ctx context.Context, startTLS bool) (*gosmtp.Client, bool, 
 	}
 	// After STARTTLS this is the second EHLO (the first, inside go-smtp,
 	// says "localhost"); the TLS handshake happens on its way.
-	if err := c.Hello(r.localName); err != nil {
+	if err := c.Hello(helloName(r.localName, conn.LocalAddr())); err != nil {
 		closeAll()
 		stage := "EHLO"
 		if startTLS {

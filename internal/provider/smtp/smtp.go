@@ -189,6 +189,24 @@ func defaultLocalName() string {
 	return h
 }
 
+// helloName is the name given in EHLO on a connection whose own end is
+// local: the machine's name when it is fully qualified, else the address
+// literal of that end, which RFC 5321 (4.1.4) asks of a client without a
+// name and relays that refuse bare names (a container's, a pod's) take.
+func helloName(name string, local net.Addr) string {
+	if strings.Contains(strings.Trim(name, "."), ".") {
+		return name
+	}
+	tcp, ok := local.(*net.TCPAddr)
+	if !ok || tcp.IP == nil {
+		return name
+	}
+	if ip4 := tcp.IP.To4(); ip4 != nil {
+		return "[" + ip4.String() + "]"
+	}
+	return "[IPv6:" + tcp.IP.String() + "]"
+}
+
 // clientTLSConfig is the configured TLS config with ServerName filled in.
 func (r *Relay) clientTLSConfig() *tls.Config {
 	var c *tls.Config

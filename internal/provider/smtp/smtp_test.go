@@ -105,11 +105,12 @@ func trustTestCA(t *testing.T) Option {
 
 // received is one message as the test relay stored it.
 type received struct {
-	From string
-	To   []string
-	Data []byte
-	User string // authenticated user, "" if none
-	TLS  bool
+	Hello string // the name given in the last EHLO
+	From  string
+	To    []string
+	Data  []byte
+	User  string // authenticated user, "" if none
+	TLS   bool
 }
 
 // backend is an in-process SMTP relay: it requires AUTH PLAIN when user is
@@ -189,7 +190,7 @@ func (s *session) Data(r io.Reader) error {
 	_, isTLS := s.c.TLSConnectionState()
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
-	s.b.msgs = append(s.b.msgs, received{From: s.from, To: s.to, Data: data, User: s.user, TLS: isTLS})
+	s.b.msgs = append(s.b.msgs, received{Hello: s.c.Hostname(), From: s.from, To: s.to, Data: data, User: s.user, TLS: isTLS})
 	return nil
 }
 
@@ -620,6 +621,30 @@ func TestPlainNoAuth(t *testing.T) {
 	}
 	if !bytes.Equal(got.Data, raw) {
 		t.Error("message changed in transit although there is no DKIM key")
+	}
+	if want := helloName(defaultLocalName(), &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}); got.Hello != want {
+		t.Errorf("EHLO %q, want %q", got.Hello, want)
+	}
+}
+
+// EHLO gives a fully qualified name, as RFC 5321 asks and relays that
+// check it require: the machine's when it has one, else the address
+// literal of the connection's own end.
+func TestHelloNameIsFullyQualifiedOrAnAddress(t *testing.T) {
+	v4, v6 := &net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 40000}, &net.TCPAddr{IP: net.ParseIP("2001:db8::7")}
+	for _, c := range []struct {
+		name  string
+		local net.Addr
+		want  string
+	}{
+		{"mail-1.example.com", v4, "mail-1.example.com"},
+		{"worker-7d9f8c", v4, "[192.0.2.7]"},
+		{"localhost", v6, "[IPv6:2001:db8::7]"},
+		{"worker-7d9f8c", nil, "worker-7d9f8c"},
+	} {
+		if got := helloName(c.name, c.local); got != c.want {
+			t.Errorf("helloName(%q, %v) = %q, want %q", c.name, c.local, got, c.want)
+		}
 	}
 }
 
