@@ -266,7 +266,7 @@ func (s *Service) stage(ctx context.Context, req SendEmail, checked checkedSend,
 	q.Attachments = make([]email.Attachment, len(req.Attachments))
 	for i, a := range req.Attachments {
 		att := &q.Attachments[i]
-		*att = email.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: strings.Trim(a.ContentID, "<>")}
+		*att = email.Attachment{Filename: a.Filename, ContentType: a.ContentType, ContentID: storedContentID(a.ContentID)}
 		if a.Path != "" {
 			// A presigned URL is a credential: only the pipeline reads it.
 			att.Path, att.SealedPath = egress.Redact(a.Path), s.box.Seal([]byte(a.Path), PathContext(q.EmailID))
@@ -602,8 +602,7 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 		case domain.TextProblem(a.ContentID, false) != "":
 			v.CheckLine(f("content_id"), a.ContentID)
 		case a.ContentID != "":
-			// As stored: surrounding angle brackets dropped.
-			id := strings.Trim(a.ContentID, "<>")
+			id := storedContentID(a.ContentID)
 			if err := mailmsg.CheckContentID(id); err != nil {
 				v.Add(f("content_id"), "%s", err)
 			} else if j, dup := contentIDs[mailmsg.ContentIDKey(id)]; dup {
@@ -622,6 +621,17 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 		v.Add("attachments", "attachments total %d bytes of base64, over the %d byte limit", total, MaxAttachmentBytes)
 	}
 	return v, decoded
+}
+
+// storedContentID is a content_id as the message carries it: without the
+// angle brackets of its header form or the "cid:" of the URL an HTML body
+// names it by (RFC 2392), which clients of other mail APIs write.
+func storedContentID(id string) string {
+	id = strings.Trim(id, "<>")
+	if len(id) > 4 && strings.EqualFold(id[:4], "cid:") {
+		id = id[4:]
+	}
+	return id
 }
 
 // decodeBase64 decodes standard base64, padded or not, with line breaks

@@ -105,7 +105,8 @@ func TestSendEndToEnd(t *testing.T) {
 		"text":     "Hello in plain text",
 		"tags":     map[string]string{"category": "invoice", "customer_id": "c-42"},
 		"attachments": []map[string]any{
-			{"filename": "logo.png", "content": base64.StdEncoding.EncodeToString(logo), "content_id": "logo"},
+			// Written as the body names it; stored and sent as "logo".
+			{"filename": "logo.png", "content": base64.StdEncoding.EncodeToString(logo), "content_id": "cid:logo"},
 			{"filename": "report.pdf", "content": base64.StdEncoding.EncodeToString(report)},
 		},
 	})

@@ -595,6 +595,18 @@ func TestDateToAtAndBelowTheMillisecond(t *testing.T) {
 				ms.Format("15:04:05.000000"), at.Format("15:04:05.000000"), got)
 		}
 	}
+	// A date_to written to the second includes that whole second, as a
+	// date includes its whole day.
+	if got := total(at.Truncate(time.Second).Format("2006-01-02T15:04:05Z07:00")); got != 1.0 {
+		t.Errorf("date_to at the second (%s, email at %s): %v, want 1", at.Truncate(time.Second).Format(time.RFC3339), at.Format(time.RFC3339Nano), got)
+	}
+	if got := total(at.Truncate(time.Second).Add(-time.Second).Format("2006-01-02T15:04:05Z07:00")); got != 0.0 {
+		t.Errorf("date_to the second before: %v, want 0", got)
+	}
+	// RFC 3339 allows its letters in lower case.
+	if got := total(strings.ToLower(at.Truncate(time.Second).Format("2006-01-02T15:04:05Z07:00"))); got != 1.0 {
+		t.Errorf("date_to in lower case: %v, want 1", got)
+	}
 	for _, zone := range []string{"+24:00", "+00:60", "-25:00"} {
 		wantProblem(t, w.Do("GET", "/v1/emails?date_from="+url.QueryEscape("2026-11-27T07:35:38"+zone), w.key, nil), 422, "validation_failed")
 	}

@@ -914,3 +914,26 @@ func TestDeliveriesArePaged(t *testing.T) {
 		wantProblem(t, w.Do("GET", "/v1/webhooks/"+id+"/deliveries?"+q, w.key, nil), 422, "validation_failed")
 	}
 }
+
+// An id written in capitals, as some databases and languages print UUIDs,
+// names the same email, endpoint and delivery (UUIDs are read without
+// regard to case); a changed id still names nothing.
+func TestIDsInCapitalsNameTheSameThing(t *testing.T) {
+	w := newHookWorld(t)
+	rcv := newReceiver(t, always(200))
+	endpoint, _ := w.endpoint(t, map[string]any{"url": rcv.URL, "event_types": []string{"email.delivered"}})
+	first := w.test(t, endpoint)
+	second := w.test(t, endpoint)
+	up := strings.ToUpper
+	if r := w.Do("GET", "/v1/webhooks/"+up(endpoint), w.key, nil); r.Status != 200 || r.JSON(t)["id"] != endpoint {
+		t.Fatalf("endpoint by its id in capitals: %d %s", r.Status, r.Body)
+	}
+	if after := w.deliveries(t, up(endpoint), "?after="+up(second)); len(after) != 1 || after[0]["id"] != first {
+		t.Fatalf("deliveries after %s, in capitals: %v", second, after)
+	}
+	emailID := w.send(t, map[string]any{"from": "a@acme.test", "to": "ann@example.org", "subject": "s", "text": "t"})["id"].(string)
+	if r := w.Do("GET", "/v1/emails/"+up(emailID), w.key, nil); r.Status != 200 || r.JSON(t)["id"] != emailID {
+		t.Fatalf("email by its id in capitals: %d %s", r.Status, r.Body)
+	}
+	wantProblem(t, w.Do("GET", "/v1/emails/"+up(emailID[:35])+"X", w.key, nil), 404, "not_found")
+}

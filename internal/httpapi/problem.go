@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailroom/mailroom/commands"
@@ -32,6 +33,19 @@ func answering(h echo.HandlerFunc, resource string) echo.HandlerFunc {
 	}
 }
 
+// canonicalIDs writes ids that are UUIDs in capitals (as some databases and
+// languages print them) as Mailroom does, in lower case: UUIDs are read
+// without regard to case (RFC 9562), and an id so written names the same
+// thing.
+func canonicalIDs(values []string) []string {
+	for i, v := range values {
+		if u, err := uuid.Parse(v); err == nil && len(v) == 36 {
+			values[i] = u.String()
+		}
+	}
+	return values
+}
+
 // checkURL refuses what no handler could take from the URL: an id that is
 // not text cannot name anything (404), a query string that does not parse
 // would otherwise lose the pairs it cannot read, filters included, without
@@ -42,6 +56,7 @@ func checkURL(c echo.Context, resource string) error {
 			return httpserver.NotFound("no such " + resource)
 		}
 	}
+	c.SetParamValues(canonicalIDs(c.ParamValues())...)
 	values, err := url.ParseQuery(c.Request().URL.RawQuery)
 	if err != nil {
 		return httpserver.BadRequest("invalid_query", "the query string cannot be read: "+err.Error())

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -32,6 +33,8 @@ func queryDate(c echo.Context, name string, endOfDay bool) (time.Time, *httpserv
 	if s == "" {
 		return time.Time{}, bad
 	}
+	// RFC 3339 allows "t" and "z" in lower case; they are its only letters.
+	s = strings.ToUpper(s)
 	if t, err := time.Parse(time.DateOnly, s); err == nil {
 		if bad := outOfRange(name, t); bad != nil {
 			return time.Time{}, bad
@@ -46,19 +49,28 @@ func queryDate(c echo.Context, name string, endOfDay bool) (time.Time, *httpserv
 			return time.Time{}, bad
 		}
 		if endOfDay {
-			// Times are shown to the millisecond, so a date_to written to
-			// the millisecond (or coarser) includes that whole millisecond;
-			// one written finer is taken as given (times are kept to the
-			// microsecond).
-			if m := fraction.FindStringSubmatch(s); m == nil || len(m[1]) <= 3 {
-				t = t.Add(time.Millisecond)
+			// A date_to includes the whole unit it is written to, as a
+			// bare date includes its whole day: 23:59:59Z the whole second,
+			// .793Z (as answers show times) the whole millisecond. One
+			// written finer than the millisecond is taken as given (times
+			// are kept to the microsecond).
+			digits := 0
+			if m := fraction.FindStringSubmatch(s); m != nil {
+				digits = len(m[1])
+			}
+			if digits <= 3 {
+				unit := time.Second
+				for range digits {
+					unit /= 10
+				}
+				t = t.Add(unit)
 			} else {
 				t = t.Truncate(time.Microsecond).Add(time.Microsecond)
 			}
 		}
 		return t, nil
 	}
-	return time.Time{}, &httpserver.FieldError{Field: name, Message: "must be an ISO date (YYYY-MM-DD) or timestamp"}
+	return time.Time{}, &httpserver.FieldError{Field: name, Message: "must be a date (YYYY-MM-DD) or an RFC 3339 timestamp with seconds and a zone (2026-01-31T09:30:00Z, or +01:00 for the zone)"}
 }
 
 // rfc3339Zone is a timestamp's zone as RFC 3339 writes it: Go's parser

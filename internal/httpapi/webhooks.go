@@ -154,6 +154,7 @@ func (h handlers) listDeliveries(c echo.Context) error {
 		statusErr = &httpserver.FieldError{Field: "status", Message: "must be pending, delivered or failed"}
 	}
 	after, afterErr := httpserver.Query(c, "after")
+	after = canonicalIDs([]string{after})[0]
 	if err := validationOf(limitErr, statusErr, afterErr); err != nil {
 		return err
 	}

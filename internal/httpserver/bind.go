@@ -489,7 +489,9 @@ func extendsField(path, field string) bool {
 }
 
 // StringOrList accepts a JSON string or an array of strings (e.g. an email's
-// "to"); a string becomes a one-element list. null leaves it unchanged.
+// "to"); a string becomes a one-element list. null leaves it unchanged. An
+// empty (or blank) string is the field not given, as templates that fill
+// every field write an absent cc; an empty item of an array stays an item.
 type StringOrList []string
 
 // UnmarshalJSON implements json.Unmarshaler.
@@ -505,6 +507,10 @@ func (s *StringOrList) UnmarshalJSON(data []byte) error {
 		var one string
 		if err := json.Unmarshal(data, &one); err != nil {
 			return err
+		}
+		if strings.TrimSpace(one) == "" {
+			*s = nil
+			return nil
 		}
 		*s = StringOrList{one}
 		return nil

@@ -411,6 +411,16 @@ func TestStringOrList(t *testing.T) {
 	if err := json.Unmarshal([]byte(`["a","b"]`), &s); err != nil || len(s) != 2 {
 		t.Errorf("list: %v %v", s, err)
 	}
+	// An empty string is the field not given; an empty item is an item.
+	for _, empty := range []string{`""`, `"  "`} {
+		s = StringOrList{"a"}
+		if err := json.Unmarshal([]byte(empty), &s); err != nil || s != nil {
+			t.Errorf("%s: %q %v, want nothing given", empty, s, err)
+		}
+	}
+	if err := json.Unmarshal([]byte(`[""]`), &s); err != nil || len(s) != 1 || s[0] != "" {
+		t.Errorf(`[""]: %q %v`, s, err)
+	}
 	for _, bad := range []string{`1`, `{}`, `false`, `[1]`, `[["a"]]`} {
 		var te *json.UnmarshalTypeError
 		if err := json.Unmarshal([]byte(bad), &s); !errors.As(err, &te) {

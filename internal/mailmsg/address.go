@@ -168,9 +168,15 @@ func ParseAddress(s string) (Address, error) {
 	} else if strings.ContainsAny(s, "<>") {
 		// "Acme <hello@acme.com" would otherwise be blamed on its space.
 		return Address{}, addrErr("unbalanced angle brackets")
+	} else if strings.HasPrefix(s, `"`) && strings.Contains(s, `"@`) {
+		// "\"ann smith\"@example.org": a quoted local part.
+		return Address{}, addrErr("a quoted local part is not taken: the part before @ must be letters, digits and . ! # $ % & ' * + - / = ? ^ _ ` { | } ~")
 	} else if i := strings.LastIndexFunc(s, unicode.IsSpace); i >= 0 && strings.IndexByte(s[i+1:], '@') > 0 && !strings.Contains(s[:i], "@") {
 		// "Acme hello@acme.com": a display name without its brackets.
 		return Address{}, addrErr("it contains a space; to give a display name, write Name <address>")
+	} else if j := strings.IndexByte(s, '('); j > 0 && strings.HasSuffix(s, ")") && strings.Contains(s[:j], "@") {
+		// "ann@example.org (Ann)": the old form of a name, as a comment.
+		return Address{}, addrErr("comments are not taken; to give a display name, write Name <address>")
 	}
 	if err := checkEmail(raw); err != nil {
 		return Address{}, err

@@ -814,6 +814,8 @@ func TestParseAddress(t *testing.T) {
 		"Ann < ann@example.org>":             "it contains a space",
 		"Acme <hello@example.com":            "unbalanced angle brackets",
 		"Acme hello@example.com":             "it contains a space; to give a display name, write Name <address>",
+		"ann@example.org (Ann)":              "comments are not taken; to give a display name, write Name <address>",
+		`"ann smith"@example.org`:            "a quoted local part is not taken: the part before @ must be letters, digits and . ! # $ % & ' * + - / = ? ^ _ ` { | } ~",
 		"=?shift_jis?b?k/qWe4zq?= <a@b.com>": "the display name is an encoded-word in a charset other than UTF-8, US-ASCII or ISO-8859-1; write the name itself in UTF-8",
 		"a@" + strings.Repeat("é", 63) + "." + strings.Repeat("é", 63) + ".com": "it is longer than 254 bytes",
 	} {
