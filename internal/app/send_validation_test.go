@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -116,6 +117,8 @@ func TestSendValidation(t *testing.T) {
 		{"missing from", with("from", nil), "from"},
 		{"missing to", with("to", nil), "to"},
 		{"missing subject", with("subject", nil), "subject"},
+		// Ignored, it would send at once what was meant for later.
+		{"scheduled_at", with("scheduled_at", "2030-01-01T09:00:00Z"), "scheduled_at"},
 		{"subject of 999", with("subject", strings.Repeat("s", 999)), "subject"},
 		{"21 attachments", with("attachments", func() []map[string]any {
 			var out []map[string]any
@@ -176,6 +179,12 @@ func TestSendValidation(t *testing.T) {
 	r := w.Do("POST", "/v1/emails/send", w.key, with("attachments", att(map[string]any{"path": longURL + strings.Repeat("b", 1000)})))
 	if n := strings.Count(string(r.Body), `"field":"attachments.0.path"`); n != 1 {
 		t.Fatalf("a long path is reported %d times: %s", n, r.Body)
+	}
+	// A scheduled_at of nothing is no schedule.
+	for _, none := range []any{"", json.RawMessage("null")} {
+		if r := w.Do("POST", "/v1/emails/send", w.key, with("scheduled_at", none)); r.Status != 202 {
+			t.Fatalf("scheduled_at %v: %d %s", none, r.Status, r.Body)
+		}
 	}
 	// 50 recipients in all are fine, and so is every limit reached exactly.
 	b := base()

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -29,6 +30,9 @@ type sendRequest struct {
 	Text        string                    `json:"text"`
 	Tags        map[string]string         `json:"tags"`
 	Attachments []commands.SendAttachment `json:"attachments"`
+	// Not taken: other mail APIs schedule a send with it, and ignored like
+	// other unknown fields it would send at once what was meant for later.
+	ScheduledAt json.RawMessage `json:"scheduled_at"`
 }
 
 func (h handlers) sendEmail(c echo.Context) error {
@@ -47,6 +51,9 @@ func (h handlers) sendEmail(c echo.Context) error {
 		v.Add(commands.IdempotencyKeyField, "must be given once, not %d times", len(keys))
 	case len(keys) == 1 && keys[0] == "":
 		v.Add(commands.IdempotencyKeyField, "must not be empty; leave the header out to send without one")
+	}
+	if at := string(req.ScheduledAt); at != "" && at != "null" && at != `""` {
+		v.Add("scheduled_at", "scheduled sends are not supported; leave scheduled_at out to send now")
 	}
 	if err := v.OrNil(); err != nil {
 		return err
