@@ -30,6 +30,11 @@ suppressed. The request is recorded without the address.`,
 				return err
 			}
 			er, err := a.Commands.EraseRecipient(cmd.Context(), accountID, recipient, operator())
+			if err != nil && cmd.Context().Err() != nil {
+				// Stopped part way: what is erased stays erased, and the
+				// same erase finishes the rest.
+				return fmt.Errorf("interrupted: some emails may be erased already; run the same erase again to finish: %w", cmd.Context().Err())
+			}
 			if err != nil {
 				return asFlags(describe(err, "account", accountID), map[string]string{"email": "--recipient"})
 			}
