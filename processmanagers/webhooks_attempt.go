@@ -294,6 +294,14 @@ func (w *Webhooks) post(ctx context.Context, c *delivery.Created, url, sealed st
 	resp, err := w.Client.Do(req)
 	if err != nil {
 		o.Error = egress.Describe(err)
+		var re *egress.RefusedError
+		if w.Log != nil && errors.As(err, &re) {
+			// The customer is told "destination not allowed" or "host does
+			// not resolve to a public address"; the operator gets who
+			// asked for which host, and what it resolved to.
+			w.Log.Info("webhook destination refused", "endpoint_id", c.EndpointID, "delivery_id", c.DeliveryID,
+				"host", req.URL.Hostname(), "reason", re.Reason, "detail", re.Detail)
+		}
 		return o, nil
 	}
 	drain(resp)

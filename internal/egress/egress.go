@@ -23,6 +23,7 @@ import (
 	"strings"
 
 	"code.dny.dev/ssrf"
+	"golang.org/x/net/idna"
 )
 
 // Policy says which destinations are acceptable. The zero value is the
@@ -295,6 +296,15 @@ func (p Policy) checkStatic(u *url.URL) (string, netip.Addr, error) {
 	if host == "" {
 		return "", none, refused("host is required")
 	}
+	// A Unicode (IDN) host is looked up, and dialled by net/http, by its
+	// punycode name: the resolver refuses non-ASCII names outright.
+	if !isASCII(host) {
+		ascii, err := idna.Lookup.ToASCII(host)
+		if err != nil {
+			return "", none, refused("host is not a valid domain name")
+		}
+		host = ascii
+	}
 	if a, ok := parseIPv4Host(host); ok {
 		if !a.IsValid() {
 			return "", none, refused("host is not a valid IP address")
@@ -387,4 +397,13 @@ func parseAtonPart(s string) (uint64, bool) {
 	}
 	n, err := strconv.ParseUint(s, base, 64)
 	return n, err == nil
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }

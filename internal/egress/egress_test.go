@@ -958,3 +958,15 @@ func TestFetchTellsTheDeclaredLength(t *testing.T) {
 		t.Errorf("a chunked response declared %v", heard)
 	}
 }
+
+func TestCheckURLIDNHostIsLookedUpInPunycode(t *testing.T) {
+	u, _ := url.Parse("https://bücher.example/hooks")
+	host, _, err := (Policy{}).checkStatic(u)
+	if err != nil || host != "xn--bcher-kva.example" {
+		t.Fatalf("checkStatic = %q, %v; want xn--bcher-kva.example", host, err)
+	}
+	u, _ = url.Parse("https://ｌｏｃａｌｈｏｓｔ/hooks")
+	if _, _, err := (Policy{}).checkStatic(u); err == nil {
+		t.Fatal("fullwidth localhost accepted")
+	}
+}
