@@ -51,7 +51,7 @@ func SESFeedback(ctx context.Context, p *ses.Provider, cmds *commands.Service, p
 				}
 			}
 			return nil
-		})
+		}, func(err error) { tenures.Working(o.Name, err) })
 		if err != nil && ctx.Err() == nil {
 			log.Warn("ses feedback", "err", err)
 		}

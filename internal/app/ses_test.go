@@ -429,3 +429,28 @@ func (l *lockedLog) String() string {
 	defer l.mu.Unlock()
 	return l.buf.String()
 }
+
+// An SES events queue the workers cannot read (IAM denies it, a wrong
+// URL) records no bounce or complaint: readiness and the worker's state
+// say so after three failures in a row, and clear once it is read again.
+func TestAnSESEventsQueueThatCannotBeReadIsNotReady(t *testing.T) {
+	fake := sesfake.Start(t)
+	fakeAWSEnv(t)
+	for range 4 {
+		fake.FailNext("AmazonSQS.ReceiveMessage", sesfake.Error{Status: 400, Code: "AccessDenied", Msg: "not authorized to sqs:ReceiveMessage"})
+	}
+	s := apptest.Start(t, func(c *config.Config) {
+		c.Provider, c.SESEndpoint, c.SESConfigSet = "ses", fake.URL(), "mailroom"
+		c.SESEventsQueueURL = fake.URL() + "/123456789012/mailroom-events"
+	})
+	ctx := context.Background()
+	eventually(t, "not ready", func() (bool, string) {
+		_, err := s.App.Ready(ctx)
+		why := fmt.Sprint(err)
+		return strings.Contains(why, "worker ses-feedback is failing since") && strings.Contains(why, "AccessDenied"), why
+	})
+	eventually(t, "ready again", func() (bool, string) {
+		_, err := s.App.Ready(ctx)
+		return err == nil, fmt.Sprint(err)
+	})
+}

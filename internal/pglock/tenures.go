@@ -106,6 +106,26 @@ func (t *Tenures) set(name string, state State, now time.Time, err error) {
 	h.state, h.since, h.err = state, now, err
 }
 
+// Working records how a holder's work goes while it holds its lock, for
+// work that retries on its own inside a tenure rather than ending it (a
+// queue it cannot read): an error makes it Failing, counting each in a
+// run, and the next success makes it Active again.
+func (t *Tenures) Working(name string, err error) {
+	if t == nil || name == "" {
+		return
+	}
+	if err != nil {
+		t.set(name, Failing, time.Now(), err)
+		return
+	}
+	t.mu.Lock()
+	failing := t.m[name] != nil && t.m[name].state == Failing
+	t.mu.Unlock()
+	if failing {
+		t.set(name, Active, time.Now(), nil)
+	}
+}
+
 // leave records the session name's last tenure left at the server (nil:
 // none).
 func (t *Tenures) leave(name string, s *session) {

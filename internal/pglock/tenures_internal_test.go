@@ -58,3 +58,28 @@ func TestANilTenuresRecordsNothing(t *testing.T) {
 		t.Fatalf("nil Tenures listed %v", got)
 	}
 }
+
+// Work that retries inside its tenure reports each failure, which counts
+// in a run, and its first success after them, which makes it active; a
+// success while active changes nothing.
+func TestWorkingReportsFailuresInsideATenure(t *testing.T) {
+	var ts Tenures
+	denied := errors.New("AccessDenied")
+	ts.set("feedback", Active, time.Now(), nil)
+	ts.Working("feedback", nil)
+	if v := tenureOf(t, &ts, "feedback"); v.State != Active || v.Failures != 0 {
+		t.Fatalf("a success while active: %+v", v)
+	}
+	for range 3 {
+		ts.Working("feedback", denied)
+	}
+	if v := tenureOf(t, &ts, "feedback"); v.State != Failing || v.Failures != 3 || v.Err != denied {
+		t.Fatalf("three failed reads: %+v", v)
+	}
+	ts.Working("feedback", nil)
+	if v := tenureOf(t, &ts, "feedback"); v.State != Active {
+		t.Fatalf("read again: %+v", v)
+	}
+	var none *Tenures
+	none.Working("feedback", denied) // records nothing, and does not panic
+}

@@ -335,7 +335,7 @@ func TestPollFeedbackDeletesOnlyAfterHandleSucceeds(t *testing.T) {
 			got = append(got, fbs...)
 			cancel()
 			return nil
-		})
+		}, nil)
 	}()
 
 	// First round: handle fails, so the good message must not be deleted;
@@ -417,7 +417,7 @@ func TestUnparseableFeedbackIsLoggedWithoutItsContent(t *testing.T) {
 		done <- p.PollFeedback(ctx, func(context.Context, []Feedback) error {
 			t.Error("handle called for a body that cannot be parsed")
 			return nil
-		})
+		}, nil)
 	}()
 	waitFor(t, func() bool {
 		for _, id := range ids {
@@ -499,7 +499,7 @@ func TestSESSetupNoticesAreIgnoredNotRefused(t *testing.T) {
 			defer mu.Unlock()
 			handled = append(handled, fbs...)
 			return nil
-		})
+		}, nil)
 	}()
 	waitFor(t, func() bool {
 		for id := range ids {
@@ -540,7 +540,7 @@ func TestPollFeedbackWarnsOfAnUnconfirmedSubscription(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- p.PollFeedback(ctx, func(context.Context, []Feedback) error { return nil })
+		done <- p.PollFeedback(ctx, func(context.Context, []Feedback) error { return nil }, nil)
 	}()
 	waitFor(t, func() bool { return slices.Contains(f.log(), "delete "+id) })
 	cancel()
@@ -550,5 +550,49 @@ func TestPollFeedbackWarnsOfAnUnconfirmedSubscription(t *testing.T) {
 	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "confirm the events queue's subscription") ||
 		!strings.Contains(out, "subscribe_url=https://sns.example/confirm") {
 		t.Fatalf("no warning of the unconfirmed subscription:\n%s", out)
+	}
+}
+
+// While the queue cannot be read no bounce or complaint is recorded: the
+// poller says so to health at each failure, and once at the success after
+// them, so that readiness can show it.
+func TestPollFeedbackReportsAQueueItCannotRead(t *testing.T) {
+	f := newFakeAWS(t)
+	p := f.provider("https://sqs.us-east-1.amazonaws.com/123456789012/mailroom-events")
+	for range 2 {
+		f.failNext("AmazonSQS.ReceiveMessage", fakeError{Status: 400, Code: "AccessDenied", Msg: "not authorized to sqs:ReceiveMessage"})
+	}
+	id := f.enqueue(`{"Type":"Notification","Message":"{\"eventType\":\"Send\",\"mail\":{\"messageId\":\"m-1\",\"tags\":{}}}"}`)
+	var mu sync.Mutex
+	var heard []string
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- p.PollFeedback(ctx, func(context.Context, []Feedback) error { return nil }, func(err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				heard = append(heard, "ok")
+			} else {
+				heard = append(heard, "failed")
+			}
+		})
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.Contains(f.log(), "delete "+id) {
+		if time.Now().After(deadline) {
+			t.Fatal("the message was never read")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(heard, []string{"failed", "failed", "ok"}) {
+		t.Fatalf("health heard %v, want two failures then one success", heard)
 	}
 }

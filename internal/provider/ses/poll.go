@@ -24,8 +24,10 @@ import (
 // names recipients, and logs keep no addresses.
 //
 // ReceiveMessage failures are logged and retried with backoff (1 s doubling
-// up to 30 s).
-func (p *Provider) PollFeedback(ctx context.Context, handle func(context.Context, []Feedback) error) error {
+// up to 30 s). health, when given, hears each failure and the first
+// success after them: while the queue cannot be read no bounce or
+// complaint is recorded, which the poller alone would not show.
+func (p *Provider) PollFeedback(ctx context.Context, handle func(context.Context, []Feedback) error, health func(error)) error {
 	if p.cfg.EventsQueueURL == "" {
 		return errors.New("ses: PollFeedback: no events queue URL")
 	}
@@ -42,11 +44,17 @@ func (p *Provider) PollFeedback(ctx context.Context, handle func(context.Context
 			}
 			backoff = min(max(2*backoff, time.Second), 30*time.Second)
 			p.logger.Warn("ses: receive feedback failed", "queue", p.cfg.EventsQueueURL, "err", err, "retry_in", backoff)
+			if health != nil {
+				health(err)
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(backoff):
 			}
 			continue
+		}
+		if backoff > 0 && health != nil {
+			health(nil)
 		}
 		backoff = 0
 		for _, m := range out.Messages {
