@@ -3,6 +3,7 @@ package database
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"net"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,6 +27,13 @@ func Unreachable(err error) bool {
 	}
 	var connect *pgconn.ConnectError
 	var netErr net.Error
+	var pathErr *fs.PathError
+	if errors.As(err, &pathErr) {
+		// A file's error (blob directory missing, disk full, permission):
+		// *fs.PathError has Timeout and Temporary, so it reads as a
+		// net.Error, but it is no database of ours failing.
+		return false
+	}
 	return errors.As(err, &connect) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		pgconn.Timeout(err) || pgconn.SafeToRetry(err)
 }

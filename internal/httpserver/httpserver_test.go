@@ -126,7 +126,7 @@ func TestInternalErrorHidesInternals(t *testing.T) {
 	s.Close()
 	found := false
 	for _, l := range s.logs.logLines(t) {
-		if l["level"] == "ERROR" && l["request_id"] == p.RequestID && strings.Contains(fmt.Sprint(l["error"]), "hunter2") {
+		if l["level"] == "ERROR" && l["request_id"] == p.RequestID && strings.Contains(fmt.Sprint(l["err"]), "hunter2") {
 			found = true
 		}
 	}

@@ -181,7 +181,7 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		ids := RequestIDsOf(c).logAttrs()
 		if c.Response().Committed {
 			logger.LogAttrs(context.Background(), slog.LevelError, "error after response was committed", append(ids,
-				slog.String("method", c.Request().Method), slog.String("route", c.Path()), slog.Any("error", err))...)
+				slog.String("method", c.Request().Method), slog.String("route", c.Path()), slog.Any("err", err))...)
 			return
 		}
 
@@ -196,7 +196,7 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		// Refusals that shed load, or that readiness logs itself when it
 		// changes, are answers, not failures: the request line has them.
 		if p.Status >= 500 && p.Code != "not_ready" && p.Code != "server_busy" {
-			attrs := append(ids, slog.String("method", c.Request().Method), slog.String("route", c.Path()), slog.Any("error", err))
+			attrs := append(ids, slog.String("method", c.Request().Method), slog.String("route", c.Path()), slog.Any("err", err))
 			var pe *PanicError
 			if errors.As(err, &pe) {
 				attrs = append(attrs, slog.String("stack", string(pe.Stack)))
