@@ -219,18 +219,21 @@ func (s *Service) verifyOnce(ctx context.Context, accountID, id string, meta Met
 var errNameGivenUp = errors.New("the domain gave its name up while it was checked")
 
 // RecheckDomain is the background poll's check: recorded only when it
-// changes something. A check overtaken by a change of the domain's records
-// records nothing; the next poll judges the new ones.
-func (s *Service) RecheckDomain(ctx context.Context, id string, meta Meta) (sendingdomain.State, error) {
+// changes something, and returned whatever it found. A check overtaken by
+// a change of the domain's records records nothing and returns no outcome;
+// the next poll judges the new ones.
+func (s *Service) RecheckDomain(ctx context.Context, id string, meta Meta) (sendingdomain.State, sendingdomain.Outcome, error) {
 	st, err := s.loadDomain(ctx, id)
 	if err != nil || !st.Exists() {
-		return st, err
+		return st, sendingdomain.Outcome{}, err
 	}
-	after, err := s.applyCheck(ctx, id, "", checkedRecords(st), s.checkDNS(ctx, st), false, false, meta)
+	o := s.checkDNS(ctx, st)
+	after, err := s.applyCheck(ctx, id, "", checkedRecords(st), o, false, false, meta)
 	if errors.Is(err, errRecordsChanged) {
-		return s.loadDomain(ctx, id)
+		st, err = s.loadDomain(ctx, id)
+		return st, sendingdomain.Outcome{}, err
 	}
-	return after, err
+	return after, o, err
 }
 
 // errRecordsChanged: the domain's records changed while its DNS was being

@@ -370,7 +370,7 @@ func TestVerifyOvertakenByARotationJudgesTheNewKey(t *testing.T) {
 			t.Errorf("rotate: %v", err)
 		}
 	}
-	if got, err = h.svc.RecheckDomain(ctx, st.ID, meta); err != nil || got.Status != sendingdomain.StatusPending {
+	if got, _, err = h.svc.RecheckDomain(ctx, st.ID, meta); err != nil || got.Status != sendingdomain.StatusPending {
 		t.Errorf("recheck overtaken by a rotation: %s, %v; want pending", got.Status, err)
 	}
 	publish(srv, rotated.Records())

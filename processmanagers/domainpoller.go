@@ -10,6 +10,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/sendingdomain"
+	"github.com/mailroom/mailroom/internal/dnscheck"
 	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/readapi"
 )
@@ -79,7 +80,10 @@ func (p *DomainPoller) poll(ctx context.Context) error {
 			case d.State.Status == sendingdomain.StatusPending && !now.Before(d.State.Deadline):
 				err = p.Commands.ExpireDomain(ctx, d.ID, meta)
 			case d.State.Status == sendingdomain.StatusPending || (t != nil && t.State == sendingdomain.AwaitingDNS):
-				_, err = p.Commands.RecheckDomain(ctx, d.ID, meta)
+				var o sendingdomain.Outcome
+				if _, o, err = p.Commands.RecheckDomain(ctx, d.ID, meta); err == nil {
+					p.warnOfResolvers(ctx, o.Servers)
+				}
 			case t != nil && t.State == sendingdomain.CutOver && !now.Before(t.OldKeyRetiresAt):
 				err = p.Commands.RetireOldDKIMKey(ctx, d.ID, meta)
 			}
@@ -91,6 +95,27 @@ func (p *DomainPoller) poll(ctx context.Context) error {
 	}
 	g.Wait()
 	return nil
+}
+
+// warnOfResolvers says which configured resolver answered none of a
+// domain's lookups: its owner reads "timeout" in the check and can do
+// nothing, while every domain stays pending until it expires. The line
+// names the resolver, not the domain, so an outage folds to one a window.
+func (p *DomainPoller) warnOfResolvers(ctx context.Context, servers []sendingdomain.ServerCheck) {
+	for _, srv := range servers {
+		reason := ""
+		for _, r := range srv.Records {
+			if !dnscheck.ResolverTrouble(r.Reason) {
+				reason = ""
+				break
+			}
+			reason = r.Reason
+		}
+		if reason != "" {
+			p.Log.WarnContext(ctx, "DNS resolver not answering; domains cannot verify (MAILROOM_DNS_RESOLVERS)",
+				"server", srv.Server, "err", reason)
+		}
+	}
 }
 
 // pollConcurrency is how many domains one poll checks at once.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
@@ -654,5 +655,46 @@ func TestPollerChecksDomainsSideBySide(t *testing.T) {
 	// in flight means several domains were being checked together.
 	if peak := w.a.PeakConcurrency(); peak <= 4 {
 		t.Fatalf("at most %d queries in flight: the domains were checked one after another", peak)
+	}
+}
+
+// A configured resolver that answers none of a pending domain's lookups is
+// the operator's to fix, not the domain owner's: the poller says which, in
+// a line that folds however many domains wait. A resolver that answers,
+// even that a record is missing, is no trouble of the operator's.
+func TestAResolverThatDoesNotAnswerIsNamedInTheLog(t *testing.T) {
+	answering := dnstest.Start(t)
+	silent := "127.0.0.1:9" // nothing listens: the query is refused
+	s := apptest.Start(t, func(c *config.Config) {
+		c.DNSResolvers, c.DNSTimeout = answering.Addr()+","+silent, time.Second
+	})
+	_, admin := s.Account("Acme")
+	if r := s.Do("POST", "/api/domains", admin, map[string]any{"domain": "pending.example"}); r.Status != 201 {
+		t.Fatalf("add: %d %s", r.Status, r.Body)
+	}
+	showLog(t, s, projections.DomainsName)
+	logs := &lockedLog{}
+	poller := s.DomainPoller()
+	poller.Log = slog.New(slog.NewTextHandler(logs, nil))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ran, err := poller.Tick(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ran {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the domain poll lock stayed taken")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "DNS resolver not answering") || !strings.Contains(out, "server="+silent) {
+		t.Fatalf("no warning naming %s:\n%s", silent, out)
+	}
+	if strings.Contains(out, "server="+answering.Addr()) {
+		t.Fatalf("the resolver that answers is named:\n%s", out)
 	}
 }

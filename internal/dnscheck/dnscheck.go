@@ -926,6 +926,18 @@ func joinTXT(parts []string) string {
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
+// ResolverTrouble reports whether a record's reason is a resolver's failure
+// to answer (unreachable, timed out, refusing the query) rather than an
+// answer about the domain: the operator's to fix, not the domain owner's.
+func ResolverTrouble(reason string) bool {
+	switch {
+	case reason == "timeout", reason == "connection refused", reason == "REFUSED",
+		strings.HasPrefix(reason, "truncated, TCP retry failed"), strings.HasPrefix(reason, "error: "):
+		return true
+	}
+	return false
+}
+
 func ctxReason(err error) string {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return "timeout"
