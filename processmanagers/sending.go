@@ -15,6 +15,7 @@ import (
 
 	"github.com/mailroom/mailroom/commands"
 	"github.com/mailroom/mailroom/domain/email"
+	"github.com/mailroom/mailroom/internal/blob"
 	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/jobs"
@@ -328,12 +329,17 @@ func (w *SendWorker) outcome(ctx context.Context, job *river.Job[SendArgs], err 
 		n := retried(ctx, job.Metadata)
 		d := w.Retry.Delay(n)
 		if w.Log != nil && n > 1 {
-			lctx, msg := ctx, "email send will be retried"
-			if pt := (*providerTrouble)(nil); errors.As(err, &pt) {
-				// One line per window for every email the provider holds
-				// back; a cause of the email's own stays a line of its own.
-				lctx, msg = logs.Many(ctx), "provider did not take the email for now; send will be retried"
+			lctx, msg := logs.Many(ctx), "email send will be retried"
+			switch pt := (*providerTrouble)(nil); {
+			case errors.As(err, &pt):
+				msg = "provider did not take the email for now; send will be retried"
+			case errors.Is(err, blob.ErrNotFound), errors.Is(err, blob.ErrCorrupt):
+				// A cause of the email's own (its stored content) stays a
+				// line of its own.
+				lctx = ctx
 			}
+			// Otherwise one line per window for every email held back by
+			// the same trouble: the provider, the blob store, the database.
 			w.Log.WarnContext(lctx, msg, "email_id", job.Args.EmailID, "request_id", job.Args.CorrelationID,
 				"err", logs.Redacted(err), "retry_in", d)
 		}
