@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailroom/mailroom/internal/eventstore"
+	"github.com/mailroom/mailroom/internal/httpserver"
 	"github.com/mailroom/mailroom/projections"
 )
 
@@ -19,7 +20,9 @@ func (a *App) settle(ctx context.Context, pos eventstore.Position, names ...proj
 	var lag *projections.LagError
 	if errors.As(err, &lag) {
 		for _, n := range lag.Behind {
-			a.Log.Warn("read model did not show a write in time", "projector", n, "timeout", lag.Timeout)
+			// The request's id ties the line to the 503 the client got.
+			a.Log.Warn("read model did not show a write in time", "projector", n, "timeout", lag.Timeout,
+				"request_id", httpserver.RequestIDFrom(ctx))
 			if a.readModelLate != nil {
 				a.readModelLate(n)
 			}
