@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/mailroom/mailroom/internal/blob"
+	"github.com/mailroom/mailroom/internal/datakeys"
 	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/logs"
 )
@@ -38,6 +39,8 @@ func TestRetryWarningsFoldWhatManyEmailsShare(t *testing.T) {
 		retry(fmt.Sprint("own-", i), fmt.Errorf("blob emails/e/body: %w", blob.ErrNotFound))
 	}
 	retry("damaged", fmt.Errorf("blob emails/d/body: %w", blob.ErrCorrupt))
+	retry("keyless", fmt.Errorf("blob sha256:k of email keyless: %w", datakeys.ErrNoKey))
+	retry("unopened", fmt.Errorf("blob sha256:u of email unopened: %w", datakeys.ErrCannotOpen))
 	for i := range 20 {
 		retry(fmt.Sprint("store-", i), fmt.Errorf("blob: put sha256:%d: open /blobs/x: permission denied", i))
 	}
@@ -45,7 +48,7 @@ func TestRetryWarningsFoldWhatManyEmailsShare(t *testing.T) {
 	if n := strings.Count(out, "provider did not take the email for now"); n != 1 {
 		t.Errorf("%d lines for the provider's outage, want 1:\n%s", n, out)
 	}
-	if n := strings.Count(out, `"msg":"email send will be retried"`); n != 5 {
-		t.Errorf("%d lines for emails held back by their own cause and by the blob store, want 4 and 1:\n%s", n, out)
+	if n := strings.Count(out, `"msg":"email send will be retried"`); n != 7 {
+		t.Errorf("%d lines for emails held back by their own cause and by the blob store, want 6 and 1:\n%s", n, out)
 	}
 }

@@ -333,9 +333,10 @@ func (w *SendWorker) outcome(ctx context.Context, job *river.Job[SendArgs], err 
 			switch pt := (*providerTrouble)(nil); {
 			case errors.As(err, &pt):
 				msg = "provider did not take the email for now; send will be retried"
-			case errors.Is(err, blob.ErrNotFound), errors.Is(err, blob.ErrCorrupt):
-				// A cause of the email's own (its stored content) stays a
-				// line of its own.
+			case errors.Is(err, blob.ErrNotFound), errors.Is(err, blob.ErrCorrupt),
+				errors.Is(err, datakeys.ErrNoKey), errors.Is(err, datakeys.ErrCannotOpen):
+				// A cause of the email's own (its stored content, or the key
+				// that seals it) stays a line of its own.
 				lctx = ctx
 			}
 			// Otherwise one line per window for every email held back by

@@ -61,7 +61,7 @@ func (r *Runner) Rebuild(ctx context.Context, p Projector, progress Progress) er
 	}
 	// One rebuild of a projector at a time, across processes.
 	return pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(string(p.Name())), r.waitingToRebuild(p),
-		func(ctx context.Context, _ *pglock.Conn) error { return r.rebuild(ctx, p, progress) })
+		func(ctx context.Context, lock *pglock.Conn) error { return r.rebuild(ctx, lock, p, progress) })
 }
 
 // waitingToRebuild are the options of the rebuild lock: a process that
@@ -73,7 +73,7 @@ func (r *Runner) waitingToRebuild(p Projector) pglock.Options {
 }
 
 // rebuild is Rebuild once it holds the projector's rebuild lock.
-func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) (err error) {
+func (r *Runner) rebuild(ctx context.Context, lock *pglock.Conn, p Projector, progress Progress) (err error) {
 	shadow := pgx.Identifier{"projection_rebuild_" + strings.ReplaceAll(string(p.Name()), "-", "_")}.Sanitize()
 	t := target{checkpoint: "rebuild:" + string(p.Name()), version: p.Version(), skip: map[string]bool{}}
 	// A rebuild that stops part way (interrupted, failed) drops its shadow
@@ -83,13 +83,22 @@ func (r *Runner) rebuild(ctx context.Context, p Projector, progress Progress) (e
 		if err == nil {
 			return
 		}
+		// On the rebuild lock's own session: a rebuild whose lock was lost
+		// (its connection failed a check) may have been followed by another
+		// process's, whose shadow tables have the same name. If that
+		// session is gone, so is the lock, and the cleanup is the next
+		// rebuild's.
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if _, derr := r.pool.Exec(cleanup, fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE", shadow)); derr != nil {
+		derr := lock.Do(func(conn *pgx.Conn) error {
+			if _, err := conn.Exec(cleanup, fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE", shadow)); err != nil {
+				return err
+			}
+			_, err := conn.Exec(cleanup, "DELETE FROM public.projection_checkpoints WHERE name = $1", t.checkpoint)
+			return err
+		})
+		if derr != nil {
 			r.log.Warn("could not drop the shadow tables of a rebuild that stopped; the next rebuild drops them", "projection", p.Name(), "err", derr)
-		}
-		if _, derr := r.pool.Exec(cleanup, "DELETE FROM public.projection_checkpoints WHERE name = $1", t.checkpoint); derr != nil {
-			r.log.Warn("could not remove the checkpoint of a rebuild that stopped", "projection", p.Name(), "err", derr)
 		}
 	}()
 	if _, err := r.pool.Exec(ctx, fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s", shadow, shadow)); err != nil {

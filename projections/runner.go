@@ -115,11 +115,11 @@ func (r *Runner) Prepare(ctx context.Context) error {
 		// the rebuild lock rebuilds it; the others, looking again once they
 		// hold it, find it done.
 		err = pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.Rebuild(string(p.Name())), r.waitingToRebuild(p),
-			func(ctx context.Context, _ *pglock.Conn) error {
+			func(ctx context.Context, lock *pglock.Conn) error {
 				if stale, err := r.stale(ctx, p, false); err != nil || !stale {
 					return err
 				}
-				return r.rebuild(ctx, p, nil)
+				return r.rebuild(ctx, lock, p, nil)
 			})
 		if err != nil {
 			return err

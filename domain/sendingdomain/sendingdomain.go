@@ -155,7 +155,7 @@ type RecordVerdict struct {
 	Type   string `json:"type"`
 	Name   string `json:"name"`
 	OK     bool   `json:"ok"`
-	Reason string `json:"reason,omitempty"` // e.g. "NXDOMAIN", "value differs", "timeout"
+	Reason string `json:"reason,omitempty"` // why not OK, e.g. "NXDOMAIN", "value differs", "timeout"; or, when OK, where it counts from
 }
 
 func (*Added) EventType() string                 { return "DomainAdded" }

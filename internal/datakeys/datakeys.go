@@ -32,6 +32,10 @@ var ErrErased = errors.New("datakeys: the data key was destroyed")
 // ErrNoKey is returned by Open for a key that was never created.
 var ErrNoKey = errors.New("datakeys: no data key")
 
+// ErrCannotOpen is returned for sealed data its key does not open: damaged,
+// or sealed for another owner or context.
+var ErrCannotOpen = errors.New("datakeys: cannot open sealed data (wrong key or context)")
+
 // Key seals and opens one owner's data. The zero Key is an erased one.
 //
 // A Key holds its 32 raw bytes and builds its cipher on each use: that
@@ -73,11 +77,11 @@ func (k Key) Open(sealed []byte, context string) ([]byte, error) {
 	}
 	n := aead.NonceSize()
 	if len(sealed) < n {
-		return nil, errors.New("datakeys: sealed data is too short")
+		return nil, fmt.Errorf("%w: too short", ErrCannotOpen)
 	}
 	plain, err := aead.Open(nil, sealed[:n], sealed[n:], []byte(context))
 	if err != nil {
-		return nil, errors.New("datakeys: cannot open sealed data (wrong key or context)")
+		return nil, ErrCannotOpen
 	}
 	return plain, nil
 }

@@ -85,7 +85,9 @@ type RecordResult struct {
 	Record Record
 	Seen   bool
 	// Reason is a short explanation when Seen is false, e.g. "timeout",
-	// "NXDOMAIN", "no TXT record", "value differs".
+	// "NXDOMAIN", "no TXT record", "value differs"; when Seen is true it is
+	// empty, unless the record counts from elsewhere (a DMARC policy of the
+	// organisational domain) and says so.
 	Reason string
 }
 

@@ -292,18 +292,21 @@ func (p Policy) checkStatic(u *url.URL) (string, netip.Addr, error) {
 		}
 		return host, a, nil
 	}
-	host = strings.TrimSuffix(host, ".")
-	if host == "" {
-		return "", none, refused("host is required")
-	}
 	// A Unicode (IDN) host is looked up, and dialled by net/http, by its
-	// punycode name: the resolver refuses non-ASCII names outright.
+	// punycode name: the resolver refuses non-ASCII names outright. It is
+	// converted before any rule reads it: the conversion maps full-width
+	// letters and dots ("localhost。" is "localhost."), so the rules below
+	// must see what the resolver will be asked.
 	if !isASCII(host) {
 		ascii, err := idna.Lookup.ToASCII(host)
 		if err != nil {
 			return "", none, refused("host is not a valid domain name")
 		}
-		host = ascii
+		host = strings.ToLower(ascii)
+	}
+	host = strings.TrimSuffix(host, ".")
+	if host == "" {
+		return "", none, refused("host is required")
 	}
 	if a, ok := parseIPv4Host(host); ok {
 		if !a.IsValid() {

@@ -970,3 +970,21 @@ func TestCheckURLIDNHostIsLookedUpInPunycode(t *testing.T) {
 		t.Fatal("fullwidth localhost accepted")
 	}
 }
+
+// The name rules read the host as it will be looked up: a Unicode dot at
+// its end (U+3002, U+FF0E, U+FF61) becomes the root's dot in punycode and
+// must not hide localhost, a reserved suffix, a single label or an address.
+func TestIDNHostsMeetTheNameRules(t *testing.T) {
+	for _, raw := range []string{
+		"https://localhost。/x", "https://ｌｏｃａｌｈｏｓｔ．/x", "https://metadata.google.internal。/x",
+		"https://printer.local。/x", "https://router.home.arpa｡/x", "https://intranet。/x", "https://127。0。0。1。/x",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if host, _, err := (Policy{}).checkStatic(u); err == nil {
+			t.Errorf("%s accepted as %q", raw, host)
+		}
+	}
+}

@@ -509,8 +509,7 @@ func (s *StringOrList) UnmarshalJSON(data []byte) error {
 			return err
 		}
 		if strings.TrimSpace(one) == "" {
-			*s = nil
-			return nil
+			return nil // not given, as null: a value given before it stays
 		}
 		*s = StringOrList{one}
 		return nil

@@ -413,9 +413,14 @@ func TestStringOrList(t *testing.T) {
 	}
 	// An empty string is the field not given; an empty item is an item.
 	for _, empty := range []string{`""`, `"  "`} {
-		s = StringOrList{"a"}
+		var s StringOrList
 		if err := json.Unmarshal([]byte(empty), &s); err != nil || s != nil {
 			t.Errorf("%s: %q %v, want nothing given", empty, s, err)
+		}
+		// Like null, it leaves a value given before it ("cc" twice).
+		var twice struct{ Cc StringOrList }
+		if err := json.Unmarshal([]byte(`{"cc":"a@example.org","cc":`+empty+`}`), &twice); err != nil || len(twice.Cc) != 1 {
+			t.Errorf("a value, then %s: %q %v, want the value kept", empty, twice.Cc, err)
 		}
 	}
 	if err := json.Unmarshal([]byte(`[""]`), &s); err != nil || len(s) != 1 || s[0] != "" {

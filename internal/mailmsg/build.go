@@ -445,7 +445,10 @@ func textPart(sub, s string) *entity {
 // hash) becomes "=46rom ", and a "." alone on a line becomes "=2E". A line
 // that "=46" would take past 76 characters is cut after it (a soft break).
 func protectLines(qp []byte) []byte {
-	if !bytes.Contains(qp, []byte("From ")) && !bytes.Contains(qp, []byte(".")) {
+	// Most bodies have neither: they are returned without a copy.
+	if !bytes.HasPrefix(qp, []byte("From ")) && !bytes.Contains(qp, []byte("\r\nFrom ")) &&
+		!bytes.HasPrefix(qp, []byte(".\r\n")) && !bytes.Contains(qp, []byte("\r\n.\r\n")) &&
+		!bytes.HasSuffix(qp, []byte("\r\n.")) && string(qp) != "." {
 		return qp
 	}
 	lines := bytes.Split(qp, []byte("\r\n"))

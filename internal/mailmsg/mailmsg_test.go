@@ -1193,3 +1193,25 @@ func TestBodiesProtectFromAndDot(t *testing.T) {
 		}
 	}
 }
+
+// Lines that transports corrupt are encoded wherever they fall in the
+// quoted-printable text; other text is left as it is, without a copy.
+func TestProtectLines(t *testing.T) {
+	for in, want := range map[string]string{
+		".":                "=2E",
+		".\r\nx":           "=2E\r\nx",
+		"x\r\n.":           "x\r\n=2E",
+		"x\r\n.\r\ny":      "x\r\n=2E\r\ny",
+		"From a":           "=46rom a",
+		"x\r\nFrom a\r\n":  "x\r\n=46rom a\r\n",
+		"x.y\r\n..\r\nFro": "x.y\r\n..\r\nFro",
+	} {
+		if got := string(protectLines([]byte(in))); got != want {
+			t.Errorf("protectLines(%q) = %q, want %q", in, got, want)
+		}
+	}
+	plain := []byte("a.b\r\nc. d\r\n")
+	if got := protectLines(plain); &got[0] != &plain[0] {
+		t.Error("text with nothing to protect was copied")
+	}
+}
