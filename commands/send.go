@@ -535,7 +535,7 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 			val := req.Tags[k]
 			nameOK := tagPattern.MatchString(k)
 			if !nameOK {
-				v.Add("tags", "tag name %s must be 1 to %d ASCII letters, digits, _ or -", quoteShort(k), MaxTagLength)
+				v.Add("tags", "tag name %s must be 1 to %d ASCII letters, digits, _ or -", domain.QuoteShort(k), MaxTagLength)
 			} else if k == email.IDTag {
 				v.Add("tags", "tag name %q is reserved: Mailroom uses it to carry the email id", k)
 			}
@@ -544,7 +544,7 @@ func validateSend(req SendEmail) (*domain.ValidationError, [][]byte) {
 			case nameOK:
 				v.Add("tags."+k, "must be 1 to %d ASCII letters, digits, _ or -", MaxTagLength)
 			default: // a name that is no field name is not made one
-				v.Add("tags", "the value of tag %s must be 1 to %d ASCII letters, digits, _ or -", quoteShort(k), MaxTagLength)
+				v.Add("tags", "the value of tag %s must be 1 to %d ASCII letters, digits, _ or -", domain.QuoteShort(k), MaxTagLength)
 			}
 		}
 	}
@@ -663,15 +663,6 @@ func ContentTypeProblem(ct string) string {
 		return "must be a MIME type such as application/pdf, with parameter names of at most 64 characters and no '*'"
 	}
 	return ""
-}
-
-// quoteShort quotes s for a message, cut to its first 40 characters and
-// its length when longer, so a refusal does not repeat a long input whole.
-func quoteShort(s string) string {
-	if n := utf8.RuneCountInString(s); n > 40 {
-		return fmt.Sprintf("%q… (%d characters)", string([]rune(s)[:40]), n)
-	}
-	return fmt.Sprintf("%q", s)
 }
 
 // filenameProblem says what is wrong with an attachment's file name, or "".

@@ -38,6 +38,15 @@ func validAt(s string, i int) bool {
 	return size == 3
 }
 
+// QuoteShort quotes s for a message, cut to its first 40 characters and
+// its length when longer, so a refusal does not repeat a long input whole.
+func QuoteShort(s string) string {
+	if n := utf8.RuneCountInString(s); n > 40 {
+		return fmt.Sprintf("%q… (%d characters)", string([]rune(s)[:40]), n)
+	}
+	return fmt.Sprintf("%q", s)
+}
+
 // URLProblem says why s cannot be taken as a URL to store, or "" when it
 // can; whether Mailroom may fetch it is the egress policy's decision.
 func URLProblem(s string) string {

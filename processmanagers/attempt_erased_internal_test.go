@@ -3,8 +3,6 @@ package processmanagers
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,10 +27,8 @@ import (
 func TestAnAttemptOfAnEmailErasedByAnotherProcessIsNotPosted(t *testing.T) {
 	ctx := context.Background()
 	pool, box := attemptWorld(t)
-	var posts atomic.Int32
-	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { posts.Add(1) }))
-	defer rcv.Close()
-	addEndpoint(t, pool, box, rcv.URL)
+	url, posts := countingReceiver(t)
+	addEndpoint(t, pool, box, url)
 	worker := datakeys.New(pool, box) // the worker process's keyring
 	api := datakeys.New(pool, box)    // the API process's, which erases
 	inner := memory.New()
@@ -60,7 +56,7 @@ func TestAnAttemptOfAnEmailErasedByAnotherProcessIsNotPosted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &Webhooks{Pool: pool, Commands: svc, Box: box, Client: rcv.Client(), Now: time.Now, PerAccount: 4, PerEndpoint: 2,
+	w := &Webhooks{Pool: pool, Commands: svc, Box: box, Client: http.DefaultClient, Now: time.Now, PerAccount: 4, PerEndpoint: 2,
 		Schedule: []time.Duration{time.Minute},
 		Settle: func(ctx context.Context, _ eventstore.Position, _ ...projections.Name) error {
 			// The erasure, in the API process, is answered meanwhile

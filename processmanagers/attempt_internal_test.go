@@ -51,32 +51,38 @@ func addEndpoint(t *testing.T, pool *pgxpool.Pool, box *secretbox.Box, url strin
 	}
 }
 
+// countingReceiver is a webhook receiver that counts the posts it gets,
+// until t ends.
+func countingReceiver(t *testing.T) (url string, posts *atomic.Int32) {
+	posts = new(atomic.Int32)
+	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { posts.Add(1) }))
+	t.Cleanup(rcv.Close)
+	return rcv.URL, posts
+}
+
 // An attempt that waited (for the read model, for its place) goes by its
 // endpoint as it is when it posts: one paused, deleted or moved to another
 // URL meanwhile, the change already answered, is not posted to as it was.
 func TestAnAttemptGoesByTheEndpointAsItIsWhenItPosts(t *testing.T) {
 	ctx := context.Background()
 	pool, box := attemptWorld(t)
-	var before, after atomic.Int32
-	old := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { before.Add(1) }))
-	defer old.Close()
-	moved := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { after.Add(1) }))
-	defer moved.Close()
+	oldURL, before := countingReceiver(t)
+	movedURL, after := countingReceiver(t)
 	store := memory.New()
 	defer store.Close()
 	svc := commands.New(commands.Deps{Store: store, Now: time.Now})
 
 	for change, wantMoved := range map[string]int32{
-		"UPDATE webhook_endpoints SET is_active = false":         0,
-		"DELETE FROM webhook_endpoints":                          0,
-		"UPDATE webhook_endpoints SET url = '" + moved.URL + "'": 1,
+		"UPDATE webhook_endpoints SET is_active = false":        0,
+		"DELETE FROM webhook_endpoints":                         0,
+		"UPDATE webhook_endpoints SET url = '" + movedURL + "'": 1,
 	} {
 		before.Store(0)
 		after.Store(0)
 		if _, err := pool.Exec(ctx, "DELETE FROM webhook_endpoints"); err != nil {
 			t.Fatal(err)
 		}
-		addEndpoint(t, pool, box, old.URL)
+		addEndpoint(t, pool, box, oldURL)
 		c := delivery.Created{DeliveryID: uuid.NewString(), EndpointID: "ep", AccountID: "acct", EmailID: uuid.NewString(),
 			Type: "email.sent", Payload: "{}", CreatedAt: time.Now()}
 		if _, _, err := svc.CreateDeliveries(ctx, []commands.NewDelivery{{Created: c}}, commands.Meta{Actor: "test"}); err != nil {
@@ -86,7 +92,7 @@ func TestAnAttemptGoesByTheEndpointAsItIsWhenItPosts(t *testing.T) {
 
 		waiting, gate := make(chan struct{}), make(chan struct{})
 		var once sync.Once
-		w := &Webhooks{Pool: pool, Commands: svc, Box: box, Client: old.Client(), Now: time.Now, PerAccount: 4, PerEndpoint: 2,
+		w := &Webhooks{Pool: pool, Commands: svc, Box: box, Client: http.DefaultClient, Now: time.Now, PerAccount: 4, PerEndpoint: 2,
 			Schedule: []time.Duration{time.Minute},
 			Settle: func(context.Context, eventstore.Position, ...projections.Name) error {
 				once.Do(func() { close(waiting) })
@@ -122,10 +128,8 @@ func TestAnAttemptGoesByTheEndpointAsItIsWhenItPosts(t *testing.T) {
 func TestAnAttemptOfAnEmailErasedMeanwhileIsNotPosted(t *testing.T) {
 	ctx := context.Background()
 	pool, box := attemptWorld(t)
-	var posts atomic.Int32
-	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { posts.Add(1) }))
-	defer rcv.Close()
-	addEndpoint(t, pool, box, rcv.URL)
+	url, posts := countingReceiver(t)
+	addEndpoint(t, pool, box, url)
 	keyring := datakeys.New(pool, box)
 	inner := memory.New()
 	defer inner.Close()
@@ -141,7 +145,7 @@ func TestAnAttemptOfAnEmailErasedMeanwhileIsNotPosted(t *testing.T) {
 		if err != nil || st.Created == nil || st.Created.Erased {
 			t.Fatalf("delivery before the erasure: %+v, %v", st.Created, err)
 		}
-		w := &Webhooks{Pool: pool, Commands: svc, Box: box, Client: rcv.Client(), Now: time.Now, PerAccount: 4, PerEndpoint: 2,
+		w := &Webhooks{Pool: pool, Commands: svc, Box: box, Client: http.DefaultClient, Now: time.Now, PerAccount: 4, PerEndpoint: 2,
 			Schedule: []time.Duration{time.Minute},
 			Settle: func(ctx context.Context, _ eventstore.Position, _ ...projections.Name) error {
 				if erase {

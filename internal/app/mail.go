@@ -128,13 +128,12 @@ func (a *App) rateLimit(ctx context.Context) *ratelimit.Limiter {
 			if rate == 0 {
 				rate = acct.MaxSendRate
 			}
-		case rate == 0:
-			a.Log.Warn("SES maximum send rate unknown; sending to at most one recipient a second until the next start "+
-				"(allow ses:GetAccount, or set MAILROOM_PROVIDER_MAX_RATE)", "err", err)
-		default:
+		case rate != 0:
 			a.Log.Info("SES account not read: whether it is in the sandbox or paused is unknown (allow ses:GetAccount to know)", "err", err)
 		}
 		if rate <= 0 {
+			a.Log.Warn("SES maximum send rate unknown; sending to at most one recipient a second until the next start "+
+				"(allow ses:GetAccount, or set MAILROOM_PROVIDER_MAX_RATE)", "err", err)
 			rate = 1
 		}
 	}

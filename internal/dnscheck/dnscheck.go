@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mailroom/mailroom/domain"
 )
 
 // DefaultTimeout is used when a Checker has no positive Timeout.
@@ -709,7 +711,7 @@ func spfMatches(want, got string) (ok bool, reason string) {
 // when the record parses. Terms are separated by spaces only.
 func spfSyntaxError(terms []string) string {
 	bad := func(term string) string {
-		return fmt.Sprintf("SPF syntax error at %q: receivers fail every message (permerror)", quoteShort(term))
+		return fmt.Sprintf("SPF syntax error at %s: receivers fail every message (permerror)", domain.QuoteShort(term))
 	}
 	modifiers := map[string]bool{}
 	for _, term := range terms {
@@ -892,14 +894,6 @@ func spfNetwork(s string, v4 bool) bool {
 }
 
 func isAlpha(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
-
-// quoteShort is s cut to 40 bytes for a message.
-func quoteShort(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
-}
 
 // joinTXT concatenates TXT character-strings, undoing the presentation
 // escaping (\" \\ \DDD) miekg/dns applies when unpacking.
