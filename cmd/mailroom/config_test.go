@@ -167,7 +167,7 @@ func TestSettingsFromEnvironment(t *testing.T) {
 }
 
 // TestErrorsHideURLPasswords checks that connection strings that do not
-// parse are reported without their passwords.
+// parse are reported without their passwords, even in part.
 func TestErrorsHideURLPasswords(t *testing.T) {
 	db := pgtest.NewURL(t)
 	t.Setenv("MAILROOM_DATA_DIR", t.TempDir())
@@ -177,9 +177,25 @@ func TestErrorsHideURLPasswords(t *testing.T) {
 		{"bad esdb host", db, "esdb://admin:esdb-leak-1@[::1:2113", "esdb-leak-1"},
 		{"unknown event store scheme", db, "edsb://admin:esdb-leak-2@kurrentdb:2113", "esdb-leak-2"},
 		{"event store without scheme", db, "admin:esdb-leak-3@kurrentdb:2113", "esdb-leak-3"},
+		// A "/", "?" or "#" not percent-encoded ends the host part early,
+		// and the password's rest would be read (and quoted) as port, path
+		// or database name.
+		{"slash in database password", "postgres://postgres:12345/db-leak-3@127.0.0.1:5432/x", "", "db-leak-3"},
+		{"slash in esdb password", db, "esdb://admin:esdb-leak-4/rest@kurrentdb:2113", "esdb-leak-4"},
+		{"slash after digits in esdb password", db, "esdb://admin:12345/esdb-leak-5@kurrentdb:2113", "esdb-leak-5"},
+		{"question mark in esdb password", db, "esdb://admin:12345?esdb-leak-6=1@kurrentdb:2113", "esdb-leak-6"},
+		{"slash in smtp password", db, "smtp://AKIAEXAMPLE:smtp-leak-1/rest+x@email-smtp.us-east-1.amazonaws.com:587", "smtp-leak-1"},
+		{"question mark in smtp password", db, "smtp://user:12345?smtp-leak-2=1@relay.example", "smtp-leak-2"},
+		{"hash in smtp password", db, "smtp://user:smtp-leak-3#rest@relay.example", "smtp-leak-3"},
+		{"bad escape in smtp password", db, "smtp://user:pw%zz@relay.example", "%zz"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("MAILROOM_DATABASE_URL", c.db)
+			if strings.HasPrefix(c.eventstore, "smtp") {
+				t.Setenv("MAILROOM_PROVIDER", "smtp")
+				t.Setenv("MAILROOM_SMTP_URL", c.eventstore)
+				c.eventstore = ""
+			}
 			t.Setenv("MAILROOM_EVENTSTORE", c.eventstore)
 			_, stderr, err := run(t, "projections", "status")
 			if err == nil {
@@ -188,7 +204,8 @@ func TestErrorsHideURLPasswords(t *testing.T) {
 			if strings.Contains(err.Error(), c.secret) || strings.Contains(stderr, c.secret) {
 				t.Errorf("the error shows the password: %v\n%s", err, stderr)
 			}
-			if !strings.HasPrefix(err.Error(), "database-url (MAILROOM_DATABASE_URL): ") && !strings.HasPrefix(err.Error(), "eventstore (MAILROOM_EVENTSTORE): ") {
+			if !strings.HasPrefix(err.Error(), "database-url (MAILROOM_DATABASE_URL): ") && !strings.HasPrefix(err.Error(), "eventstore (MAILROOM_EVENTSTORE): ") &&
+				!strings.HasPrefix(err.Error(), "smtp-url (MAILROOM_SMTP_URL): ") {
 				t.Errorf("the error does not say which setting is wrong: %v", err)
 			}
 		})

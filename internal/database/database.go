@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
+	"github.com/mailroom/mailroom/internal/connstr"
 	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/internal/pglock"
 )
@@ -156,6 +157,15 @@ func urlError(err error) error {
 // CheckURL reports whether url is a connection string Open can use,
 // without connecting.
 func CheckURL(url string) error {
+	if strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://") {
+		// pgx reads a "?" or "#" in a password itself, but a "/" ends the
+		// host part: the password's rest becomes the database name, which
+		// connection errors quote.
+		path, _, _ := strings.Cut(url, "?")
+		if connstr.MisplacedCredentials(path, "/") {
+			return connstr.ErrMisplacedCredentials
+		}
+	}
 	if _, err := pgxpool.ParseConfig(url); err != nil {
 		return urlError(err)
 	}

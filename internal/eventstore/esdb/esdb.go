@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mailroom/mailroom/internal/codec"
+	"github.com/mailroom/mailroom/internal/connstr"
 	"github.com/mailroom/mailroom/internal/eventstore"
 )
 
@@ -100,8 +101,17 @@ func CheckConnectionString(connectionString string) error {
 // parse reads a connection string; its errors never quote it, as
 // url.Error does, credentials included.
 func parse(connectionString string) (*esdb.Configuration, error) {
+	// Checked first: the client would quote the password's rest as a path
+	// or log it as an unknown setting.
+	if connstr.MisplacedCredentials(connectionString, "/?#") {
+		return nil, fmt.Errorf("connection string: %w", connstr.ErrMisplacedCredentials)
+	}
 	cfg, err := esdb.ParseConnectionString(connectionString)
 	if err != nil {
+		var ee url.EscapeError
+		if errors.As(err, &ee) {
+			return nil, errors.New(`connection string: a "%" is not followed by two hex digits (write "%" as %25)`)
+		}
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err

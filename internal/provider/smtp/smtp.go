@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mailroom/mailroom/internal/connstr"
 	"github.com/mailroom/mailroom/internal/provider"
 )
 
@@ -112,9 +113,17 @@ const (
 // query parameter is starttls=require. The port defaults to 587 for smtp and
 // 465 for smtps. Errors never contain the password.
 func New(rawURL string, opts ...Option) (*Relay, error) {
+	if connstr.MisplacedCredentials(rawURL, "/?#") {
+		return nil, fmt.Errorf("smtp url: %w", connstr.ErrMisplacedCredentials)
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		// url.Error quotes the whole URL, password included.
+		// url.Error quotes the whole URL, password included, and an
+		// escape error the escape, which may be the password's.
+		var ee url.EscapeError
+		if errors.As(err, &ee) {
+			return nil, errors.New(`smtp url: a "%" is not followed by two hex digits (write "%" as %25)`)
+		}
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err

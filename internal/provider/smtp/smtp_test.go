@@ -811,13 +811,18 @@ func TestNew(t *testing.T) {
 		"smtp://:pw@mail.example.com",
 		"smtp://user:se cret%zz@mail.example.com",
 		"mail.example.com:587",
+		// Not percent-encoded, these end the host part early.
+		"smtp://AKIAEXAMPLE:se/cret+x@email-smtp.us-east-1.amazonaws.com:587",
+		"smtp://user:12345?se=cret@mail.example.com",
+		"smtp://user:se#cret@mail.example.com",
+		"smtp://user:secre%zt@mail.example.com",
 	} {
 		_, err := New(u)
 		if err == nil {
 			t.Errorf("New(%q) succeeded", u)
 			continue
 		}
-		if strings.Contains(err.Error(), "cret") {
+		if strings.Contains(err.Error(), "cret") || strings.Contains(err.Error(), "%zt") {
 			t.Errorf("New(%q) error leaks the password: %v", u, err)
 		}
 	}
