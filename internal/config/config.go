@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
 	"net"
@@ -435,22 +436,52 @@ func (c *Config) LoadMasterKey() (key []byte, generated bool, err error) {
 		return nil, false, invalid("master-key", "required in production (64 hex characters)")
 	}
 	path := c.MasterKeyFile()
-	if b, err := os.ReadFile(path); err == nil {
-		k, err := decodeKey(strings.TrimSpace(string(b)))
-		if err != nil {
-			return nil, false, fmt.Errorf("%s: %w", path, err)
-		}
-		return k, false, nil
+	if k, err := readKeyFile(path); !errors.Is(err, fs.ErrNotExist) {
+		return k, false, err
 	}
 	key = make([]byte, 32)
 	rand.Read(key)
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return nil, false, err
 	}
-	if err := os.WriteFile(path, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+	// Written aside, then linked into place, which fails if the file
+	// exists: processes started at once all take the first one's key
+	// instead of each overwriting the file with its own (what the others
+	// sealed would be lost), and none reads a file half written.
+	tmp, err := os.CreateTemp(c.DataDir, ".master.key-*")
+	if err != nil {
+		return nil, false, err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(hex.EncodeToString(key) + "\n")
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
+		k, err := readKeyFile(path)
+		return k, false, err
+	} else if err != nil {
 		return nil, false, err
 	}
 	return key, true, nil
+}
+
+// readKeyFile reads a development master key file; a missing one is
+// fs.ErrNotExist, any other trouble (unreadable, not a key) an error that
+// names the file and never leads to a new key over it.
+func readKeyFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	k, err := decodeKey(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
 }
 
 // LoadPreviousKeys returns the keys of MAILROOM_MASTER_KEY_PREVIOUS.

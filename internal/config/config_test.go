@@ -1,9 +1,12 @@
 package config
 
 import (
+	"bytes"
 	"math"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -214,5 +217,45 @@ func TestVariablesThatNameNoSettingAreListed(t *testing.T) {
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("an unknown variable stopped the start: %v", err)
+	}
+}
+
+// Processes that start at once without a development key all end with the
+// same one: none overwrites the file another wrote and sealed under.
+func TestDevelopmentKeyIsGeneratedOnce(t *testing.T) {
+	for range 20 {
+		cfg := defaults(t)
+		cfg.DataDir = t.TempDir()
+		const n = 8
+		keys := make([][]byte, n)
+		generated := make([]bool, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { keys[i], generated[i], errs[i] = cfg.LoadMasterKey() })
+		}
+		wg.Wait()
+		made := 0
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			if !bytes.Equal(keys[i], keys[0]) {
+				t.Fatalf("processes started at once got different keys")
+			}
+			if generated[i] {
+				made++
+			}
+		}
+		if made != 1 {
+			t.Fatalf("%d processes say they made the key, want 1", made)
+		}
+		onDisk, _, err := cfg.LoadMasterKey()
+		if err != nil || !bytes.Equal(onDisk, keys[0]) {
+			t.Fatalf("the file holds another key (%v)", err)
+		}
+		if entries, _ := os.ReadDir(cfg.DataDir); len(entries) != 1 {
+			t.Fatalf("the data dir holds %v, want master.key alone", entries)
+		}
 	}
 }
