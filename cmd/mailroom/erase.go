@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -29,6 +32,13 @@ suppressed. The request is recorded without the address.`,
 			if err := blobsAtHand(cfg); err != nil {
 				return err
 			}
+			if recipient == "-" {
+				r, err := readRecipient(cmd.InOrStdin())
+				if err != nil {
+					return err
+				}
+				recipient = r
+			}
 			er, err := a.Commands.EraseRecipient(cmd.Context(), accountID, recipient, operator())
 			if err != nil && cmd.Context().Err() != nil {
 				// Stopped part way: what is erased stays erased, and the
@@ -50,7 +60,7 @@ suppressed. The request is recorded without the address.`,
 		}),
 	}
 	cmd.Flags().StringVar(&accountID, "account", "", "account id")
-	cmd.Flags().StringVar(&recipient, "recipient", "", "the address whose emails are erased")
+	cmd.Flags().StringVar(&recipient, "recipient", "", `the address whose emails are erased; "-" reads it from standard input, which keeps it out of ps and the shell's history`)
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"id", "object", "erased", "email_ids", "created_at"} as JSON`)
 	cmd.MarkFlagRequired("account")
 	cmd.MarkFlagRequired("recipient")
@@ -76,4 +86,18 @@ func blobsAtHand(cfg *config.Config) error {
 			config.Setting("blob-dir"), cfg.BlobDir)
 	}
 	return nil
+}
+
+// readRecipient reads the address to erase from the first line of r, so
+// that it need not be on the command line, which every user of the
+// machine sees (ps) and shells keep in their history.
+func readRecipient(r io.Reader) (string, error) {
+	line, err := bufio.NewReader(io.LimitReader(r, 4096)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("--recipient -: reading standard input: %w", err)
+	}
+	if line = strings.TrimSpace(line); line == "" {
+		return "", errors.New("--recipient -: standard input holds no address")
+	}
+	return line, nil
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,6 +79,28 @@ func TestEraseCommand(t *testing.T) {
 	}
 	if r := s.Do("GET", "/v1/emails/"+kept, key, nil); r.Status != 200 {
 		t.Errorf("another recipient's email: %d", r.Status)
+	}
+	// "-" reads the address from standard input, keeping it off the
+	// command line.
+	carl := send("carl@example.org")
+	for deadline := time.Now().Add(60 * time.Second); s.Do("GET", "/v1/emails/"+carl, key, nil).JSON(t)["status"] != "delivered"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("email %s was not delivered", carl)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd := root()
+	var stdout bytes.Buffer
+	cmd.SetArgs([]string{"erase", "--account", acct, "--recipient", "-", "--json", "--database-url", db,
+		"--data-dir", s.Config.DataDir, "--blob-dir", s.Config.BlobDir, "--sandbox-outbox", t.TempDir()})
+	cmd.SetIn(strings.NewReader("carl@example.org\n"))
+	cmd.SetOut(&stdout)
+	cmd.SetErr(io.Discard)
+	if err := cmd.ExecuteContext(context.Background()); err != nil || !strings.Contains(stdout.String(), carl) {
+		t.Fatalf("erase --recipient -: %q %v", stdout.String(), err)
+	}
+	if r := s.Do("GET", "/v1/emails/"+carl, key, nil); r.Status != 404 {
+		t.Errorf("email erased through standard input: %d", r.Status)
 	}
 	if _, _, err := run(t, "erase", "--account", acct, "--recipient", "not an address", "--database-url", db, "--data-dir", s.Config.DataDir,
 		"--blob-dir", s.Config.BlobDir); err == nil || !strings.Contains(err.Error(), "--recipient: is not a valid email address") {
