@@ -454,6 +454,9 @@ func (c *Config) LoadMasterKey() (key []byte, generated bool, err error) {
 	}
 	defer os.Remove(tmp.Name())
 	_, err = tmp.WriteString(hex.EncodeToString(key) + "\n")
+	if err == nil {
+		err = tmp.Sync() // on disk before any process seals under it
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
