@@ -287,6 +287,11 @@ func (r *Relay) fail(ctx context.Context, stage string, err error) error {
 	var se *gosmtp.SMTPError
 	if errors.As(err, &se) {
 		reply := formatReply(se)
+		if stage == "AUTH" {
+			// A relay's answer to a login may repeat the credentials
+			// it was given; its codes say what went wrong.
+			reply = replyCode(se) + " (the relay's text is not shown: it may repeat the credentials)"
+		}
 		re := &ReplyError{Stage: stage, Reply: reply, Code: se.Code, err: se}
 		if throttleCodes[se.Code] {
 			return &provider.ThrottledError{Reason: stage + ": " + reply, Err: re}

@@ -153,7 +153,8 @@ func (s *session) AuthMechanisms() []string {
 func (s *session) Auth(string) (sasl.Server, error) {
 	return sasl.NewPlainServer(func(_, user, pass string) error {
 		if user != s.b.user || pass != s.b.pass {
-			return &gosmtp.SMTPError{Code: 535, EnhancedCode: gosmtp.EnhancedCode{5, 7, 8}, Message: "Authentication credentials invalid"}
+			// As some relays do, the refusal repeats what it was given.
+			return &gosmtp.SMTPError{Code: 535, EnhancedCode: gosmtp.EnhancedCode{5, 7, 8}, Message: "Authentication credentials invalid for " + user + " with " + pass}
 		}
 		s.user = user
 		return nil
@@ -662,6 +663,9 @@ func TestWrongCredentials(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "wrong") {
 		t.Errorf("error leaks the password: %v", err)
+	}
+	if !strings.Contains(err.Error(), "535 5.7.8") {
+		t.Errorf("error lacks the reply's codes: %v", err)
 	}
 	if len(b.messages()) != 0 {
 		t.Error("message delivered despite failed AUTH")
