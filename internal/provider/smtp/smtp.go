@@ -27,6 +27,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -151,6 +152,9 @@ func New(rawURL string, opts ...Option) (*Relay, error) {
 		if r.implicitTLS {
 			port = defaultSMTPSPort
 		}
+	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		// url.Parse takes any digits: refused here, not at every send's dial.
+		return nil, fmt.Errorf("smtp url: port %s is not between 1 and 65535", port)
 	}
 	r.addr = net.JoinHostPort(r.host, port)
 	if u.User != nil {

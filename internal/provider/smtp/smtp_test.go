@@ -820,6 +820,9 @@ func TestNew(t *testing.T) {
 		"smtp://user:12345?se=cret@mail.example.com",
 		"smtp://user:se#cret@mail.example.com",
 		"smtp://user:secre%zt@mail.example.com",
+		"smtp://mail.example.com:0",
+		"smtp://mail.example.com:99999",
+		"smtps://user:cret@mail.example.com:4650000000000000000000",
 	} {
 		_, err := New(u)
 		if err == nil {
