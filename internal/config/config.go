@@ -164,12 +164,12 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	c.boolean(fs, &c.WebhookAllowHTTP, "webhook-allow-http", "MAILROOM_WEBHOOK_ALLOW_HTTP", false, "development only: allow plain http webhook and attachment URLs")
 	c.duration(fs, &c.SendMaxAge, "send-max-age", "MAILROOM_SEND_MAX_AGE", 24*time.Hour, "how long transient provider failures and throttling are retried before an email fails with provider_unavailable (other transient failures: internal_error)")
 	c.integer(fs, &c.SendConcurrency, "send-concurrency", "MAILROOM_SEND_CONCURRENCY", 8, "deprecated and ignored: sending and webhooks run on the job queue (see provider-concurrency and webhook-concurrency)")
-	c.integer(fs, &c.ProviderConcurrency, "provider-concurrency", "MAILROOM_PROVIDER_CONCURRENCY", 128, "messages in flight to the provider per worker process (emails being prepared or sent)")
+	c.integer(fs, &c.ProviderConcurrency, "provider-concurrency", "MAILROOM_PROVIDER_CONCURRENCY", 128, "messages in flight to the provider per worker process (emails being prepared or sent), 1 to 10000")
 	c.float(fs, &c.ProviderMaxRate, "provider-max-rate", "MAILROOM_PROVIDER_MAX_RATE", 0, "recipients per second sent to by all worker processes together (an email to ten recipients counts ten, as SES counts); 0: the provider's own (SES: the account's maximum send rate; sandbox and smtp: unlimited)")
 	c.integer(fs, &c.AccountConcurrency, "account-concurrency", "MAILROOM_ACCOUNT_CONCURRENCY", 96, "emails of one account being prepared or sent at once per worker process, so one account cannot take every slot (0: no cap); at or above provider-concurrency it caps nothing")
 	c.int64Flag(fs, &c.MaxSendingBytes, "max-sending-bytes", "MAILROOM_MAX_SENDING_BYTES", 64<<20, "attachment bytes of the emails one worker process prepares and sends at once, each held about six times over (each email counts its attachments, a download still to come at its most; a quarter of it is kept for emails with under 1 MiB of attachments, which never wait behind larger ones); at least 4 MiB, or 0 to disable")
 	str(fs, &c.WebhookRetries, "webhook-retry-schedule", "MAILROOM_WEBHOOK_RETRY_SCHEDULE", "30s,2m,10m,30m,1h30m,3h", "waits before each webhook retry (comma-separated Go durations)")
-	c.integer(fs, &c.WebhookConcurrency, "webhook-concurrency", "MAILROOM_WEBHOOK_CONCURRENCY", 128, "webhook attempts in flight per worker process")
+	c.integer(fs, &c.WebhookConcurrency, "webhook-concurrency", "MAILROOM_WEBHOOK_CONCURRENCY", 128, "webhook attempts in flight per worker process, 1 to 10000")
 	c.integer(fs, &c.WebhookAccountConcurrency, "webhook-account-concurrency", "MAILROOM_WEBHOOK_ACCOUNT_CONCURRENCY", 16, "webhook attempts of one account in flight per worker process, so one account's slow endpoints cannot hold the others' up")
 	c.boolean(fs, &c.Bootstrap, "bootstrap", "MAILROOM_BOOTSTRAP", false, "on first start, create an account, admin token and API key and print them")
 }
@@ -238,7 +238,7 @@ func (c *Config) Validate() error {
 	}
 	for _, s := range []setting[int]{{"rate-burst", c.RateBurst}, {"ip-rate-burst", c.IPRateBurst},
 		{"account-rate-burst", c.AccountRateBurst}, {"dkim-rotation-days", c.DKIMRotationDays},
-		{"webhook-concurrency", c.WebhookConcurrency}, {"webhook-account-concurrency", c.WebhookAccountConcurrency}} {
+		{"webhook-account-concurrency", c.WebhookAccountConcurrency}} {
 		if s.value <= 0 {
 			return invalid(s.flag, "must be positive")
 		}
@@ -265,8 +265,12 @@ func (c *Config) Validate() error {
 			return invalid(s.flag, "must not be negative")
 		}
 	}
-	if c.ProviderConcurrency <= 0 || c.ProviderConcurrency > 10000 {
-		return invalid("provider-concurrency", "must be between 1 and 10000")
+	// Each is a job queue's workers, which the queue bounds: beyond, a
+	// worker would stop only once it was serving.
+	for _, s := range []setting[int]{{"provider-concurrency", c.ProviderConcurrency}, {"webhook-concurrency", c.WebhookConcurrency}} {
+		if s.value <= 0 || s.value > maxQueueWorkers {
+			return invalid(s.flag, "must be between 1 and %d", maxQueueWorkers)
+		}
 	}
 	if c.Environment == "production" && (c.EgressAllowCIDRs != "" || c.WebhookAllowHTTP || c.EgressResolver != "") {
 		return fmt.Errorf("%s, %s and %s are for development only", Setting("egress-allow-cidrs"), Setting("egress-resolver"), Setting("webhook-allow-http"))
@@ -401,6 +405,10 @@ func clamdAddrValid(addr string) bool {
 	n, perr := strconv.Atoi(port)
 	return err == nil && host != "" && !strings.ContainsAny(host, "/") && perr == nil && n >= 1 && n <= 65535
 }
+
+// maxQueueWorkers is the most workers a job queue takes (River's
+// QueueNumWorkersMax).
+const maxQueueWorkers = 10000
 
 // maxBodyBytes is the API's request body limit (httpserver.MaxBodyBytes): a
 // smaller cap on bytes in flight would refuse every large request.

@@ -92,12 +92,20 @@ func TestValuesThatCannotWorkAreRefusedByName(t *testing.T) {
 		"webhook-retry-schedule (MAILROOM_WEBHOOK_RETRY_SCHEDULE)": func(c *Config) { c.WebhookRetries = "1m,soon" },
 		"max-sending-bytes (MAILROOM_MAX_SENDING_BYTES)":           func(c *Config) { c.MaxSendingBytes = 200 << 10 },
 		"roles (MAILROOM_ROLES)":                                   func(c *Config) { c.Roles = nil }, // --roles ""
+		// Beyond what a job queue takes, the worker would stop once serving.
+		"webhook-concurrency (MAILROOM_WEBHOOK_CONCURRENCY)":   func(c *Config) { c.WebhookConcurrency = 10001 },
+		"provider-concurrency (MAILROOM_PROVIDER_CONCURRENCY)": func(c *Config) { c.ProviderConcurrency = 10001 },
 	} {
 		cfg := defaults(t)
 		set(&cfg)
 		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), want+": ") {
 			t.Errorf("%s: %v", want, err)
 		}
+	}
+	cfg := defaults(t)
+	cfg.WebhookConcurrency, cfg.ProviderConcurrency = 10000, 10000
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("the most workers a job queue takes: %v", err)
 	}
 	// A bound whose quarter holds one small email works; none works too.
 	for _, n := range []int64{0, 4 << 20} {
