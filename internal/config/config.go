@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -378,6 +379,23 @@ func (c *Config) validateAddresses() error {
 	if c.EgressResolver != "" {
 		if _, err := c.EgressResolverAddr(); err != nil {
 			return err
+		}
+	}
+	// The AWS clients take these as they are and fail only at their first
+	// request: a feedback queue that warns every few seconds, or blob
+	// storage failing every send.
+	for _, s := range []setting[string]{{"ses-endpoint", c.SESEndpoint}, {"ses-events-queue-url", c.SESEventsQueueURL},
+		{"blob-s3-endpoint", c.BlobS3Endpoint}} {
+		if s.value == "" {
+			continue
+		}
+		u, err := url.Parse(s.value)
+		if err == nil && u.User != nil {
+			// Not quoted: it may hold a password.
+			return invalid(s.flag, "holds credentials, which the AWS credential chain gives instead (AWS_ACCESS_KEY_ID, a profile or a role)")
+		}
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+			return invalid(s.flag, "%q is not an http:// or https:// URL with a host", s.value)
 		}
 	}
 	return nil

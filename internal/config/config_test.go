@@ -208,6 +208,51 @@ func TestResolversAndAddressRangesAreRefusedByName(t *testing.T) {
 	}
 }
 
+// The AWS endpoints and the SES feedback queue are URLs the clients take
+// as they are, failing only at their first request: one that cannot work
+// is refused at start, by name, and one with credentials is not quoted.
+func TestAWSURLsAreRefusedByName(t *testing.T) {
+	for _, c := range []struct{ value, want string }{
+		{"notaurl", `"notaurl" is not an http:// or https:// URL`},
+		{"minio:9000", `"minio:9000" is not an http:// or https:// URL`},
+		{"::bad", `"::bad" is not an http:// or https:// URL`},
+		{"https://", `"https://" is not an http:// or https:// URL`},
+		{"ftp://s3.example.net", `"ftp://s3.example.net" is not an http:// or https:// URL`},
+		{"http://minio:secret-4471@minio:9000", "holds credentials"},
+	} {
+		for _, s := range []struct {
+			flag string
+			set  func(*Config, string)
+		}{
+			{"ses-endpoint", func(c *Config, v string) { c.SESEndpoint = v }},
+			{"ses-events-queue-url", func(c *Config, v string) { c.SESEventsQueueURL = v }},
+			{"blob-s3-endpoint", func(c *Config, v string) { c.BlobS3Endpoint = v }},
+		} {
+			cfg := defaults(t)
+			s.set(&cfg, c.value)
+			err := cfg.Validate()
+			if err == nil || !strings.HasPrefix(err.Error(), Setting(s.flag)+": ") || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s %q: %v, want %q", s.flag, c.value, err, c.want)
+			} else if strings.Contains(err.Error(), "secret-4471") {
+				t.Errorf("%s: the error shows the password: %v", s.flag, err)
+			}
+		}
+	}
+	for _, s := range []func(*Config){
+		func(c *Config) { c.SESEndpoint = "http://127.0.0.1:4566" },
+		func(c *Config) {
+			c.SESEventsQueueURL = "https://sqs.us-east-1.amazonaws.com/123456789012/mailroom-ses-events"
+		},
+		func(c *Config) { c.BlobS3Endpoint = "http://[::1]:9000/" },
+	} {
+		cfg := defaults(t)
+		s(&cfg)
+		if err := cfg.Validate(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // A MAILROOM_* variable that names no setting is listed, so that a
 // misspelt one is reported instead of quietly doing nothing; the
 // variables of the tests, benchmarks and example receiver are not.
