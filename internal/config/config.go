@@ -659,7 +659,7 @@ func notSetting(name string) bool {
 			return true
 		}
 	}
-	return name == "MAILROOM_ENV_FILE" || name == "MAILROOM_WEBHOOK_SECRET"
+	return name == "MAILROOM_ENV_FILE" || name == "MAILROOM_VERSION" || name == "MAILROOM_WEBHOOK_SECRET"
 }
 
 // wanted describes the values a flag type takes, for a variable that holds
