@@ -284,3 +284,19 @@ func drop(t *testing.T, db string) {
 		t.Error(err)
 	}
 }
+
+// migrate names the MAILROOM_* variables that name no setting, as the
+// commands that open the application do: run alone, as a deployment's
+// migration job is, it would otherwise take a misspelt variable silently.
+func TestMigrateNamesVariablesThatNameNoSetting(t *testing.T) {
+	t.Setenv("MAILROOM_DATABASE_URL", pgtest.NewURL(t))
+	t.Setenv("MAILROOM_DATA_DIR", t.TempDir())
+	t.Setenv("MAILROOM_RATE_LIMT", "5")
+	_, stderr, err := run(t, "migrate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, "level=WARN") || !strings.Contains(stderr, "variables=MAILROOM_RATE_LIMT") {
+		t.Errorf("migrate does not name MAILROOM_RATE_LIMT:\n%s", stderr)
+	}
+}

@@ -126,10 +126,12 @@ func migrateCmd(cfg *config.Config) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			slog.SetDefault(newLogger(cfg, cmd.ErrOrStderr())) // each migration applied is a line
+			log := newLogger(cfg, cmd.ErrOrStderr()) // each migration applied is a line
+			slog.SetDefault(log)
 			if err := app.Check(*cfg); err != nil {
 				return err
 			}
+			app.WarnUnknownVariables(*cfg, log)
 			pool, err := database.Open(ctx, cfg.DatabaseURL)
 			if err != nil {
 				return err

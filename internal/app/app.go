@@ -137,6 +137,14 @@ func CheckPoolSize(cfg config.Config, conns, routed int) error {
 	return nil
 }
 
+// WarnUnknownVariables names the MAILROOM_* variables of the environment
+// that name no setting: misspelt, most likely, and without effect.
+func WarnUnknownVariables(cfg config.Config, log *slog.Logger) {
+	if unknown := cfg.UnknownVariables(); len(unknown) > 0 {
+		log.Warn("MAILROOM_* variables that name no setting have no effect; misspelt?", "variables", strings.Join(unknown, ","))
+	}
+}
+
 // Open connects to the database (creating and migrating it) and the event
 // store, and prepares the read-model tables.
 func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error) {
@@ -150,9 +158,7 @@ func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listen
 	if err := Check(cfg); err != nil {
 		return nil, err
 	}
-	if unknown := cfg.UnknownVariables(); len(unknown) > 0 {
-		log.Warn("MAILROOM_* variables that name no setting have no effect; misspelt?", "variables", strings.Join(unknown, ","))
-	}
+	WarnUnknownVariables(cfg, log)
 	pool, err := openMigrated(ctx, cfg, log, ls)
 	if err != nil {
 		return nil, err
