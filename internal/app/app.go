@@ -159,6 +159,11 @@ func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listen
 		return nil, err
 	}
 	WarnUnknownVariables(cfg, log)
+	if ls != nil {
+		for _, c := range cfg.Cautions() {
+			log.Warn(c)
+		}
+	}
 	pool, err := openMigrated(ctx, cfg, log, ls)
 	if err != nil {
 		return nil, err
@@ -211,6 +216,10 @@ func OpenOn(ctx context.Context, cfg config.Config, log *slog.Logger, ls *Listen
 			return nil, fmt.Errorf("%w: MAILROOM_MASTER_KEY is not the key this database was used with", err)
 		}
 		return nil, err
+	}
+	if generated {
+		log.Warn("generated a development master key; what it seals cannot be read without this file, so keep it "+
+			"(production takes MAILROOM_MASTER_KEY with MAILROOM_ENV=production)", "file", cfg.MasterKeyFile())
 	}
 	addressKeys, err := keys.AddressKeys(ctx, append([][]byte{masterKey}, previous...)...)
 	if err != nil {

@@ -646,6 +646,41 @@ func (c *Config) ApplyEnv(fs *pflag.FlagSet) {
 	slices.Sort(c.unknownEnv)
 }
 
+// Cautions lists what a serving process says at start about settings that
+// suit development only, so that one left in a real deployment shows in
+// its logs: the egress exceptions in development (production refuses
+// them); in production the sandbox provider, which sends nothing, and the
+// bootstrap, which prints credentials.
+func (c *Config) Cautions() []string {
+	var out []string
+	if c.Environment == "production" {
+		if c.Provider == "sandbox" {
+			out = append(out, "the sandbox provider sends nothing: every email is written to "+Setting("sandbox-outbox")+
+				" and recorded as delivered; set "+Setting("provider")+" to ses or smtp")
+		}
+		if c.Bootstrap {
+			out = append(out, Setting("bootstrap")+" prints a first account's credentials to standard output, "+
+				"where logs keep them; in production create accounts with `mailroom accounts create`")
+		}
+		return out
+	}
+	var dev []string
+	if c.EgressAllowCIDRs != "" {
+		dev = append(dev, Setting("egress-allow-cidrs")+"="+c.EgressAllowCIDRs)
+	}
+	if c.EgressResolver != "" {
+		dev = append(dev, Setting("egress-resolver")+"="+c.EgressResolver)
+	}
+	if c.WebhookAllowHTTP {
+		dev = append(dev, Setting("webhook-allow-http")+"=true")
+	}
+	if len(dev) > 0 {
+		out = append(out, "development-only settings let webhooks and attachment downloads reach what production refuses: "+
+			strings.Join(dev, ", "))
+	}
+	return out
+}
+
 // UnknownVariables lists the MAILROOM_* variables of the environment that
 // name no setting: misspelt, most likely (MAILROOM_RATE_LIMT), and then
 // quietly without effect.

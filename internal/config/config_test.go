@@ -312,3 +312,38 @@ func TestDevelopmentKeyIsGeneratedOnce(t *testing.T) {
 		}
 	}
 }
+
+// Settings that suit development only are named at start when a serving
+// process has them, so that one left in a real deployment shows in its
+// logs; the default development setup has none to name.
+func TestCautionsNameDevelopmentSettings(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		set  func(*Config)
+		want []string // one per caution, each in its line
+	}{
+		{"development defaults", func(*Config) {}, nil},
+		{"production with a provider", func(c *Config) { c.Environment, c.Provider = "production", "ses" }, nil},
+		{"egress exceptions", func(c *Config) {
+			c.EgressAllowCIDRs, c.EgressResolver, c.WebhookAllowHTTP = "127.0.0.0/8", "127.0.0.1:5300", true
+		}, []string{"MAILROOM_EGRESS_ALLOW_CIDRS)=127.0.0.0/8, egress-resolver (MAILROOM_EGRESS_RESOLVER)=127.0.0.1:5300, webhook-allow-http (MAILROOM_WEBHOOK_ALLOW_HTTP)=true"}},
+		{"plain http only", func(c *Config) { c.WebhookAllowHTTP = true }, []string{"(MAILROOM_WEBHOOK_ALLOW_HTTP)=true"}},
+		{"bootstrap in development", func(c *Config) { c.Bootstrap = true }, nil},
+		{"sandbox in production", func(c *Config) { c.Environment = "production" }, []string{"sandbox provider sends nothing"}},
+		{"bootstrap in production", func(c *Config) { c.Environment, c.Provider, c.Bootstrap = "production", "smtp", true },
+			[]string{"(MAILROOM_BOOTSTRAP) prints"}},
+	} {
+		cfg := defaults(t)
+		c.set(&cfg)
+		got := cfg.Cautions()
+		if len(got) != len(c.want) {
+			t.Errorf("%s: %q, want %d caution(s)", c.name, got, len(c.want))
+			continue
+		}
+		for i, want := range c.want {
+			if !strings.Contains(got[i], want) {
+				t.Errorf("%s: %q, want it to say %q", c.name, got[i], want)
+			}
+		}
+	}
+}
