@@ -653,6 +653,9 @@ func (c *Config) ApplyEnv(fs *pflag.FlagSet) {
 // bootstrap, which prints credentials.
 func (c *Config) Cautions() []string {
 	var out []string
+	if unused := c.unused(); len(unused) > 0 {
+		out = append(out, "settings without effect: "+strings.Join(unused, "; "))
+	}
 	if c.Environment == "production" {
 		if c.Provider == "sandbox" {
 			out = append(out, "the sandbox provider sends nothing: every email is written to "+Setting("sandbox-outbox")+
@@ -677,6 +680,29 @@ func (c *Config) Cautions() []string {
 	if len(dev) > 0 {
 		out = append(out, "development-only settings let webhooks and attachment downloads reach what production refuses: "+
 			strings.Join(dev, ", "))
+	}
+	return out
+}
+
+// unused names the settings given that the chosen provider and blob
+// storage never read: a relay URL without the smtp provider sends
+// nothing through it, an S3 endpoint without a bucket stores on the
+// filesystem.
+func (c *Config) unused() []string {
+	var out []string
+	add := func(given bool, flag, why string) {
+		if given {
+			out = append(out, Setting(flag)+" "+why)
+		}
+	}
+	provider := "with provider " + c.Provider
+	add(c.Provider != "smtp" && c.SMTPURL != "", "smtp-url", provider)
+	for _, s := range []setting[string]{{"ses-configuration-set", c.SESConfigSet}, {"ses-events-queue-url", c.SESEventsQueueURL}, {"ses-endpoint", c.SESEndpoint}} {
+		add(c.Provider != "ses" && s.value != "", s.flag, provider)
+	}
+	add(c.Provider != "sandbox" && c.SandboxLatency != 0, "sandbox-latency", provider)
+	for _, s := range []setting[string]{{"blob-s3-prefix", c.BlobS3Prefix}, {"blob-s3-endpoint", c.BlobS3Endpoint}} {
+		add(c.BlobS3Bucket == "" && s.value != "", s.flag, "without "+Setting("blob-s3-bucket"))
 	}
 	return out
 }

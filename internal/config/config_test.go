@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -330,8 +331,28 @@ func TestCautionsNameDevelopmentSettings(t *testing.T) {
 		{"plain http only", func(c *Config) { c.WebhookAllowHTTP = true }, []string{"(MAILROOM_WEBHOOK_ALLOW_HTTP)=true"}},
 		{"bootstrap in development", func(c *Config) { c.Bootstrap = true }, nil},
 		{"sandbox in production", func(c *Config) { c.Environment = "production" }, []string{"sandbox provider sends nothing"}},
-		{"bootstrap in production", func(c *Config) { c.Environment, c.Provider, c.Bootstrap = "production", "smtp", true },
+		{"bootstrap in production", func(c *Config) {
+			c.Environment, c.Provider, c.Bootstrap, c.SMTPURL = "production", "smtp", true, "smtp://relay"
+		},
 			[]string{"(MAILROOM_BOOTSTRAP) prints"}},
+		// Settings the provider or blob storage chosen never read.
+		{"a relay without the smtp provider", func(c *Config) { c.SMTPURL = "smtp://relay.example:587" },
+			[]string{"without effect: smtp-url (MAILROOM_SMTP_URL) with provider sandbox"}},
+		{"SES settings with another provider", func(c *Config) {
+			c.Provider, c.SMTPURL, c.SESConfigSet, c.SESEventsQueueURL = "smtp", "smtp://relay", "mailroom", "https://sqs.example/1/q"
+		}, []string{"(MAILROOM_SES_CONFIGURATION_SET) with provider smtp; ses-events-queue-url (MAILROOM_SES_EVENTS_QUEUE_URL) with provider smtp"}},
+		{"SES settings with SES", func(c *Config) {
+			c.Provider, c.SESConfigSet, c.SESEventsQueueURL, c.SESEndpoint = "ses", "mailroom", "https://sqs.example/1/q", "http://127.0.0.1:4566"
+		}, nil},
+		{"sandbox latency with SES", func(c *Config) { c.Provider, c.SandboxLatency = "ses", 50*time.Millisecond },
+			[]string{"(MAILROOM_SANDBOX_LATENCY) with provider ses"}},
+		{"S3 settings without a bucket", func(c *Config) { c.BlobS3Prefix, c.BlobS3Endpoint = "prod/", "http://minio:9000" },
+			[]string{"(MAILROOM_BLOB_S3_PREFIX) without blob-s3-bucket (MAILROOM_BLOB_S3_BUCKET); blob-s3-endpoint"}},
+		{"S3 settings with a bucket", func(c *Config) {
+			c.BlobS3Bucket, c.BlobS3Prefix, c.BlobS3Endpoint = "mail", "prod/", "http://minio:9000"
+		}, nil},
+		{"unused in production", func(c *Config) { c.Environment, c.SMTPURL = "production", "smtp://relay" },
+			[]string{"(MAILROOM_SMTP_URL) with provider sandbox", "sandbox provider sends nothing"}},
 	} {
 		cfg := defaults(t)
 		c.set(&cfg)
