@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -656,6 +657,7 @@ func (c *Config) Cautions() []string {
 	if unused := c.unused(); len(unused) > 0 {
 		out = append(out, "settings without effect: "+strings.Join(unused, "; "))
 	}
+	out = append(out, c.wideCIDRs()...)
 	if c.Environment == "production" {
 		if c.Provider == "sandbox" {
 			out = append(out, "the sandbox provider sends nothing: every email is written to "+Setting("sandbox-outbox")+
@@ -680,6 +682,31 @@ func (c *Config) Cautions() []string {
 	if len(dev) > 0 {
 		out = append(out, "development-only settings let webhooks and attachment downloads reach what production refuses: "+
 			strings.Join(dev, ", "))
+	}
+	return out
+}
+
+// wideCIDRs describes the address ranges that take in more than they
+// seem to: a CIDR with bits set past its length is read as its whole
+// network (10.0.0.5/8 is all of 10.0.0.0/8), and a proxy range of every
+// address lets any client name its own address for the per-IP limit.
+func (c *Config) wideCIDRs() []string {
+	var out []string
+	for _, s := range []setting[string]{{"trusted-proxies", c.TrustedProxies}, {"egress-allow-cidrs", c.EgressAllowCIDRs}} {
+		for _, part := range strings.Split(s.value, ",") {
+			p, err := netip.ParsePrefix(strings.TrimSpace(part))
+			if err != nil {
+				continue // an address alone, or nothing (Validate refuses the rest)
+			}
+			if p != p.Masked() {
+				out = append(out, fmt.Sprintf("%s: %s is read as %s, the whole network (write %s for one address)",
+					Setting(s.flag), p, p.Masked(), netip.PrefixFrom(p.Addr(), p.Addr().BitLen())))
+			}
+			if s.flag == "trusted-proxies" && p.Bits() == 0 {
+				out = append(out, fmt.Sprintf("%s: %s trusts every address: any client can name its own address in X-Forwarded-For and pass the per-IP limit",
+					Setting(s.flag), p))
+			}
+		}
 	}
 	return out
 }

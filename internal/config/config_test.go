@@ -351,6 +351,11 @@ func TestCautionsNameDevelopmentSettings(t *testing.T) {
 		{"S3 settings with a bucket", func(c *Config) {
 			c.BlobS3Bucket, c.BlobS3Prefix, c.BlobS3Endpoint = "mail", "prod/", "http://minio:9000"
 		}, nil},
+		// Address ranges wider than they seem.
+		{"a proxy range with host bits", func(c *Config) { c.TrustedProxies = "10.0.0.0/8, 192.168.1.7/16" },
+			[]string{"trusted-proxies (MAILROOM_TRUSTED_PROXIES): 192.168.1.7/16 is read as 192.168.0.0/16, the whole network (write 192.168.1.7/32 for one address)"}},
+		{"every address a proxy", func(c *Config) { c.Environment, c.Provider, c.TrustedProxies = "production", "ses", "::/0" },
+			[]string{"(MAILROOM_TRUSTED_PROXIES): ::/0 trusts every address"}},
 		{"unused in production", func(c *Config) { c.Environment, c.SMTPURL = "production", "smtp://relay" },
 			[]string{"(MAILROOM_SMTP_URL) with provider sandbox", "sandbox provider sends nothing"}},
 	} {
