@@ -30,6 +30,7 @@ require (
 )
 
 require (
+	github.com/agnivade/levenshtein v1.2.2
 	github.com/aws/aws-sdk-go-v2/service/sesv2 v1.79.9
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
 	github.com/aws/aws-sdk-go-v2/service/sts v1.52.0

@@ -296,7 +296,8 @@ func TestMigrateNamesVariablesThatNameNoSetting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(stderr, "level=WARN") || !strings.Contains(stderr, "variables=MAILROOM_RATE_LIMT") {
+	if !strings.Contains(stderr, "level=WARN") || !strings.Contains(stderr, "variables=MAILROOM_RATE_LIMT") ||
+		!strings.Contains(stderr, "did_you_mean=\"MAILROOM_RATE_LIMT -> MAILROOM_RATE_LIMIT\"") {
 		t.Errorf("migrate does not name MAILROOM_RATE_LIMT:\n%s", stderr)
 	}
 }

@@ -141,7 +141,17 @@ func CheckPoolSize(cfg config.Config, conns, routed int) error {
 // that name no setting: misspelt, most likely, and without effect.
 func WarnUnknownVariables(cfg config.Config, log *slog.Logger) {
 	if unknown := cfg.UnknownVariables(); len(unknown) > 0 {
-		log.Warn("MAILROOM_* variables that name no setting have no effect; misspelt?", "variables", strings.Join(unknown, ","))
+		var meant []string
+		for _, v := range unknown {
+			if m := cfg.Meant(v); m != "" {
+				meant = append(meant, v+" -> "+m)
+			}
+		}
+		args := []any{"variables", strings.Join(unknown, ",")}
+		if len(meant) > 0 {
+			args = append(args, "did_you_mean", strings.Join(meant, ","))
+		}
+		log.Warn("MAILROOM_* variables that name no setting have no effect; misspelt?", args...)
 	}
 }
 

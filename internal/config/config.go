@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/spf13/pflag"
 
 	"github.com/mailroom/mailroom/internal/dnscheck"
@@ -109,8 +110,9 @@ type Config struct {
 	SESEventsQueueURL string
 	SESEndpoint       string
 
-	envErrors  []error  // MAILROOM_* values that did not parse
-	unknownEnv []string // MAILROOM_* variables that name no setting
+	envErrors  []error           // MAILROOM_* values that did not parse
+	unknownEnv []string          // MAILROOM_* variables that name no setting
+	meant      map[string]string // an unknown variable's nearest setting variable
 }
 
 // Flags registers the settings on fs with their built-in defaults; call
@@ -637,14 +639,30 @@ func (c *Config) ApplyEnv(fs *pflag.FlagSet) {
 			c.envErrors = append(c.envErrors, fmt.Errorf("%s (%s): %w", f.Name, names[0], err))
 		}
 	})
-	c.unknownEnv = nil
+	c.unknownEnv, c.meant = nil, map[string]string{}
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(name, "MAILROOM_") && !settings[name] && !notSetting(name) {
 			c.unknownEnv = append(c.unknownEnv, name)
+			if m := closest(name, settings); m != "" {
+				c.meant[name] = m
+			}
 		}
 	}
 	slices.Sort(c.unknownEnv)
+}
+
+// closest is the setting's variable name is most likely a misspelling of:
+// the nearest by edit distance, if within two edits (a letter left out,
+// doubled or swapped), else "".
+func closest(name string, settings map[string]bool) string {
+	best, bestDist := "", 3
+	for s := range settings {
+		if d := levenshtein.ComputeDistance(name, s); d < bestDist || (d == bestDist && s < best) {
+			best, bestDist = s, d
+		}
+	}
+	return best
 }
 
 // Cautions lists what a serving process says at start about settings that
@@ -738,6 +756,10 @@ func (c *Config) unused() []string {
 // name no setting: misspelt, most likely (MAILROOM_RATE_LIMT), and then
 // quietly without effect.
 func (c *Config) UnknownVariables() []string { return c.unknownEnv }
+
+// Meant is the setting's variable an unknown variable is most likely a
+// misspelling of (MAILROOM_DATABSE_URL: MAILROOM_DATABASE_URL), or "".
+func (c *Config) Meant(name string) string { return c.meant[name] }
 
 // notSetting reports whether a MAILROOM_* variable is one Mailroom's
 // tests, benchmarks, example receiver or Compose file read.

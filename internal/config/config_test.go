@@ -262,12 +262,22 @@ func TestVariablesThatNameNoSettingAreListed(t *testing.T) {
 	t.Setenv("MAILROOM_RATE_LIMIT", "5")
 	t.Setenv("MAILROOM_TEST_DATABASE_URL", "postgres://x")
 	t.Setenv("MAILROOM_WEBHOOK_SECRET", "whsec_x")
+	t.Setenv("MAILROOM_DATABSE_URL", "postgres://db.example/mailroom")
+	t.Setenv("MAILROOM_QUITE_UNLIKE_ANY", "1")
 	var cfg Config
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	cfg.Flags(fs)
 	cfg.ApplyEnv(fs)
-	if got := cfg.UnknownVariables(); !slices.Equal(got, []string{"MAILROOM_RATE_LIMT"}) {
-		t.Fatalf("unknown variables %v, want [MAILROOM_RATE_LIMT]", got)
+	want := []string{"MAILROOM_DATABSE_URL", "MAILROOM_QUITE_UNLIKE_ANY", "MAILROOM_RATE_LIMT"}
+	if got := cfg.UnknownVariables(); !slices.Equal(got, want) {
+		t.Fatalf("unknown variables %v, want %v", got, want)
+	}
+	// A misspelling is matched to the setting it most likely meant.
+	for name, meant := range map[string]string{"MAILROOM_RATE_LIMT": "MAILROOM_RATE_LIMIT",
+		"MAILROOM_DATABSE_URL": "MAILROOM_DATABASE_URL", "MAILROOM_QUITE_UNLIKE_ANY": ""} {
+		if got := cfg.Meant(name); got != meant {
+			t.Errorf("%s is taken for %q, want %q", name, got, meant)
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("an unknown variable stopped the start: %v", err)
