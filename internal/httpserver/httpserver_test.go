@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -502,6 +504,35 @@ func TestUnreachableDatabaseIs503(t *testing.T) {
 	}
 	if res := s.get(t, "/refused"); res.status != 500 || res.problem(t).Code != "internal_error" {
 		t.Fatalf("refused statement: %d %s", res.status, res.body)
+	}
+}
+
+// A disk that is full (here the kernel's own /dev/full) or a process out of
+// file descriptors, as when the blob directory fills, is a 503 with
+// Retry-After the client can retry, not an unexpected 500.
+func TestOutOfRoomIs503(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full:", err)
+	}
+	s := newServer(t, func(e *echo.Echo) {
+		e.POST("/store", func(c echo.Context) error {
+			return fmt.Errorf("blob: put: %w", os.WriteFile("/dev/full", []byte("content"), 0))
+		})
+		e.POST("/open", func(c echo.Context) error {
+			return fmt.Errorf("blob: put: %w", &fs.PathError{Op: "open", Path: "/blobs/x", Err: syscall.EMFILE})
+		})
+	})
+	for _, path := range []string{"/store", "/open"} {
+		res := s.post(t, path, "{}")
+		p := res.problem(t)
+		if res.status != 503 || p.Code != "store_unavailable" || res.header.Get("Retry-After") != "5" ||
+			!strings.Contains(p.Detail, "Idempotency-Key") || strings.Contains(p.Detail, "/blobs") {
+			t.Errorf("%s: %d %s (Retry-After %q)", path, res.status, res.body, res.header.Get("Retry-After"))
+		}
+	}
+	// Other file errors stay unexpected.
+	if p := toProblem(&fs.PathError{Op: "open", Path: "/blobs/x", Err: syscall.EACCES}, "POST"); p.Status != 500 {
+		t.Errorf("permission denied: %+v", p)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -271,7 +272,30 @@ func toProblem(err error, method string) *Problem {
 		p.RetryAfter = 5 * time.Second
 		return p
 	}
+	if OutOfRoom(err) {
+		detail := "the server cannot store content at the moment (out of disk space or open files); retry after Retry-After seconds"
+		if method != http.MethodGet && method != http.MethodHead {
+			detail += " (a send repeated with the same Idempotency-Key is recorded once)"
+		}
+		p := NewProblem(http.StatusServiceUnavailable, "store_unavailable", detail)
+		p.RetryAfter = 5 * time.Second
+		return p
+	}
 	return internalProblem()
+}
+
+// OutOfRoom reports whether err is the machine running out of a resource
+// that comes back by itself or by an operator's hand, not a fault of the
+// request or the code: a full disk or quota, a file system turned
+// read-only, or no file descriptor left (the blob directory, say). A
+// request refused for it may be sent again.
+func OutOfRoom(err error) bool {
+	for _, e := range []syscall.Errno{syscall.ENOSPC, syscall.EDQUOT, syscall.EROFS, syscall.EMFILE, syscall.ENFILE} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // heldTooLong is the 503 for a request whose body could no longer be read
