@@ -607,12 +607,12 @@ func whyUnreachable(err error) string {
 
 // HTTPServer returns the server for h with the configured timeouts; every
 // listener uses it.
-func (a *App) HTTPServer(h http.Handler) *http.Server { return newHTTPServer(a.Config, h) }
+func (a *App) HTTPServer(h http.Handler) *http.Server { return newHTTPServer(a.Config, h, a.Log) }
 
-func newHTTPServer(cfg config.Config, h http.Handler) *http.Server {
+func newHTTPServer(cfg config.Config, h http.Handler, log *slog.Logger) *http.Server {
 	return httpserver.NewServer(h, httpserver.Timeouts{
 		Read: cfg.HTTPReadTimeout, Write: cfg.HTTPWriteTimeout, Idle: cfg.HTTPIdleTimeout,
-	})
+	}, log)
 }
 
 // Serve runs the roles of the configuration on ls (Listen) until ctx ends.

@@ -69,7 +69,7 @@ func Listen(cfg config.Config, log *slog.Logger) (*Listeners, error) {
 	for i, ln := range lns {
 		slot := &handlerSlot{}
 		slot.set(l.startingHandler(log, detail[i]))
-		srv := newHTTPServer(cfg, slot)
+		srv := newHTTPServer(cfg, slot, log)
 		l.servers, l.handlers = append(l.servers, srv), append(l.handlers, slot)
 		log.Info("listening", "addr", ln.Addr().String())
 		go func() { l.served <- srv.Serve(ln) }()

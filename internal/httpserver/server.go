@@ -108,13 +108,16 @@ const readHeaderTimeout = 10 * time.Second
 const maxHeaderBytes = 64 << 10
 
 // NewServer returns the server every listener uses, so that slow or idle
-// clients cannot hold connections forever.
-func NewServer(h http.Handler, t Timeouts) *http.Server {
+// clients cannot hold connections forever. What net/http itself reports
+// (accept failing for want of file descriptors, say) goes to log as a
+// warning, where a standard logger would write it at info level and never
+// fold its once-a-second repeats; a nil log keeps net/http's default.
+func NewServer(h http.Handler, t Timeouts, log *slog.Logger) *http.Server {
 	h = drainUnread(h, t.Read)
 	if t.Write > 0 {
 		h = withDeadline(h, t.Write-answerTime(t.Write))
 	}
-	return &http.Server{
+	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -122,6 +125,10 @@ func NewServer(h http.Handler, t Timeouts) *http.Server {
 		WriteTimeout:      t.Write,
 		IdleTimeout:       t.Idle,
 	}
+	if log != nil {
+		srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	}
+	return srv
 }
 
 // withDeadline gives each request's context a deadline a little before the

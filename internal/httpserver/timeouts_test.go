@@ -16,11 +16,11 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// startWith serves e through NewServer(e, t) on a loopback listener.
+// startWith serves e through NewServer(e, t, nil) on a loopback listener.
 func startWith(t *testing.T, e *echo.Echo, timeouts Timeouts) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(nil)
-	srv.Config = NewServer(e, timeouts)
+	srv.Config = NewServer(e, timeouts, nil)
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv
