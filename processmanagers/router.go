@@ -88,6 +88,7 @@ type config struct {
 	checkpointEvery time.Duration
 	closeTimeout    time.Duration
 	tenures         *pglock.Tenures
+	passing         func(error) bool
 }
 
 // Option configures a Router.
@@ -129,6 +130,14 @@ func WithCloseTimeout(d time.Duration) Option {
 // the handler's name.
 func WithTenures(t *pglock.Tenures) Option {
 	return func(c *config) { c.tenures = t }
+}
+
+// WithPassingErrors tells the errors of reading the log that pass by
+// themselves (the database refusing the pool a connection for a while): a
+// handler then reads again, keeping its lock and the connection that holds
+// it, rather than giving that connection's slot up.
+func WithPassingErrors(passing func(error) bool) Option {
+	return func(c *config) { c.passing = passing }
 }
 
 // NewRouter returns a router whose handlers read events from store and keep

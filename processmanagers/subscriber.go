@@ -113,11 +113,13 @@ func (s *eventSubscriber) session(ctx context.Context, out chan<- *message.Messa
 	progressed := false
 	opts := pglock.Options{Every: s.cfg.lockPoll, Standby: func() {
 		s.log.Info("process manager is active in another instance; standing by")
-	}, Name: s.name, Tenures: s.cfg.tenures}
+	}, Name: s.name, Tenures: s.cfg.tenures, Passing: s.cfg.passing, Retrying: func(err error, in time.Duration) {
+		s.log.Warn("process manager cannot read; reading again, still holding its lock", "err", err, "retry_in", in)
+	}}
 	// The same lock as a job reader of that name.
 	err := pglock.Hold(ctx, s.connCfg, pglock.ProcessManager(s.name), opts, func(lctx context.Context, conn *pglock.Conn) error {
-		var err error
-		progressed, err = s.deliverAll(lctx, conn, out)
+		p, err := s.deliverAll(lctx, conn, out)
+		progressed = progressed || p
 		return err
 	})
 	if ctx.Err() != nil {
@@ -140,6 +142,7 @@ func (s *eventSubscriber) deliverAll(ctx context.Context, conn *pglock.Conn, out
 		return false, fmt.Errorf("subscribe: %w", err)
 	}
 	defer sub.Close()
+	s.cfg.tenures.Working(s.name, nil) // reading again after a passing error
 
 	sctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)

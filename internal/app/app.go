@@ -137,6 +137,48 @@ func CheckPoolSize(cfg config.Config, conns, routed int) error {
 	return nil
 }
 
+// connectionsAtMost is how many connections to PostgreSQL this process
+// may hold at once: its pool, and for workers the job queue's pool, a
+// connection of its own for each lock holder (each log reader, the webhook
+// sweep, the job queue's liveness, SES feedback) and one for each timed
+// pass (the domain poll, retention) while it runs.
+func (a *App) connectionsAtMost() int {
+	n := int(a.Pool.Config().MaxConns)
+	if a.Config.Has("workers") {
+		readers := 2 + len(a.routed()) // sending and webhooks, and the router's
+		n += jobs.PoolConns + readers + 2 + 2
+		if a.provider.ses != nil && a.Config.SESEventsQueueURL != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// warnConnectionSlots warns when PostgreSQL takes fewer connections, for
+// every client together, than this process alone may open: under load its
+// pools would take the slots its lock holders need to reconnect, and other
+// processes would find none.
+func (a *App) warnConnectionSlots(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var slots, roleLimit int
+	err := a.Pool.QueryRow(ctx, `SELECT current_setting('max_connections')::int
+		- current_setting('superuser_reserved_connections')::int
+		- coalesce(current_setting('reserved_connections', true)::int, 0),
+		(SELECT rolconnlimit FROM pg_roles WHERE rolname = current_user)`).Scan(&slots, &roleLimit)
+	if err != nil {
+		return // sized by the operations guide all the same
+	}
+	limit, by := slots, "max_connections, less the slots reserved for superusers"
+	if roleLimit >= 0 && roleLimit < slots {
+		limit, by = roleLimit, "the role's CONNECTION LIMIT"
+	}
+	if most := a.connectionsAtMost(); most > limit {
+		a.Log.Warn("PostgreSQL takes fewer connections than this process alone may open; raise them, or lower pool_max_conns and MAILROOM_PROVIDER_CONCURRENCY (see \"PostgreSQL connections\" in the operations guide)",
+			"process_may_open", most, "server_takes", limit, "limit", by)
+	}
+}
+
 // WarnUnknownVariables names the MAILROOM_* variables of the environment
 // that name no setting: misspelt, most likely, and without effect.
 func WarnUnknownVariables(cfg config.Config, log *slog.Logger) {
@@ -323,6 +365,7 @@ func (a *App) open(ctx context.Context, ls *Listeners) error {
 		if err := CheckPoolSize(cfg, int(a.Pool.Config().MaxConns), len(a.routed())); err != nil {
 			return err
 		}
+		a.warnConnectionSlots(ctx)
 	} else if n := a.Pool.Config().MaxConns; n < 2 {
 		// An operator command does one thing at a time, but brings read
 		// models up to date (or rebuilds one) in a transaction while it
@@ -774,7 +817,8 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	// The router's handlers and the send planner go by clear fields only
 	// (ids, accounts, types), so they read the log as recorded and open
 	// no personal data they would not use.
-	router, err := processmanagers.NewRouter(a.Pool, a.Ledger, a.Log, processmanagers.WithTenures(a.Tenures))
+	router, err := processmanagers.NewRouter(a.Pool, a.Ledger, a.Log, processmanagers.WithTenures(a.Tenures),
+		processmanagers.WithPassingErrors(database.Unreachable))
 	if err != nil {
 		return err
 	}
@@ -809,7 +853,7 @@ func (a *App) RunWorkers(ctx context.Context) error {
 	}
 	sends := jobs.NewReader(processmanagers.EmailReaderName, a.Pool, a.Ledger, processmanagers.PlanSends, a.Log)
 	sends.Inherit = processmanagers.EmailShardCheckpoints
-	sends.Tenures = a.Tenures
+	sends.Tenures, sends.Passing = a.Tenures, database.Unreachable
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return router.Run(ctx) })
 	g.Go(func() error { return sends.Run(ctx) })

@@ -66,3 +66,42 @@ func TestStartSaysWhatSuitsDevelopmentOnly(t *testing.T) {
 		t.Errorf("a serving process does not name its development-only settings:\n%s", logs)
 	}
 }
+
+// A serving process warns when PostgreSQL takes fewer connections than it
+// alone may open (here a role limited to 20, against an API pool of 24),
+// and says nothing when it takes enough.
+func TestStartWarnsOfTooFewConnectionSlots(t *testing.T) {
+	databaseURL, role, admin := ownedByARole(t)
+	serve := func() string {
+		t.Helper()
+		cfg := apptest.Config(t, databaseURL)
+		cfg.Roles = []string{"api"}
+		cfg.HTTPAddr, cfg.OpsAddr = freeAddr(t), ""
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		ls, err := app.Listen(cfg, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ls.Close()
+		a, err := app.OpenOn(context.Background(), cfg, log, ls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		return logs.String()
+	}
+	const warning = "PostgreSQL takes fewer connections than this process alone may open"
+	if logs := serve(); strings.Contains(logs, warning) {
+		t.Errorf("warned with slots enough:\n%s", logs)
+	}
+	if _, err := admin.Exec(context.Background(), "ALTER ROLE "+role+" CONNECTION LIMIT 20"); err != nil {
+		t.Fatal(err)
+	}
+	logs := serve()
+	for _, want := range []string{warning, "process_may_open=24", "server_takes=20", `limit="the role's CONNECTION LIMIT"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the start does not say %q:\n%s", want, logs)
+		}
+	}
+}

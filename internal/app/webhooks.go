@@ -7,6 +7,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/mailroom/mailroom/internal/database"
 	"github.com/mailroom/mailroom/internal/jobs"
 	"github.com/mailroom/mailroom/processmanagers"
 	"github.com/mailroom/mailroom/readapi"
@@ -46,6 +47,6 @@ func (a *App) webhookJobs(hooks *processmanagers.Webhooks, workers *river.Worker
 	r := jobs.NewReader(processmanagers.WebhookReaderName, a.Pool, a.Store, hooks.Plan, a.Log)
 	r.Inherit = processmanagers.WebhookShardCheckpoints
 	r.Prepare = hooks.Prepare
-	r.Tenures = a.Tenures
+	r.Tenures, r.Passing = a.Tenures, database.Unreachable
 	return r
 }

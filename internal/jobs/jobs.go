@@ -56,9 +56,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // unusedIndexes are River's indexes that Mailroom drops (see Migrate).
 var unusedIndexes = []string{"river_job_args_index", "river_job_metadata_index"}
 
-// queuePoolConns bounds the connections of a worker process's job queue
-// pool: River's fetches, completions, notifications and maintenance.
-const queuePoolConns = 12
+// PoolConns bounds the connections of a worker process's job queue pool:
+// River's fetches, completions, notifications and maintenance.
+const PoolConns = 12
 
 // OpenPool returns the pool a worker process's River client runs on: the
 // same database as pool, with commits that do not wait for the disk. A job
@@ -70,7 +70,7 @@ const queuePoolConns = 12
 func OpenPool(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Pool, error) {
 	cfg := pool.Config().Copy()
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	cfg.MaxConns = queuePoolConns
+	cfg.MaxConns = PoolConns
 	cfg.MinConns = 0
 	p, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

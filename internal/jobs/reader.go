@@ -53,6 +53,11 @@ type Reader struct {
 	// Tenures, when set, records how the reader's lock tenure is doing,
 	// under its name.
 	Tenures *pglock.Tenures
+	// Passing, when set, tells the errors of reading that pass by
+	// themselves (the database refusing the pool a connection for a
+	// while): the reader reads again, keeping its lock and the connection
+	// that holds it, rather than giving that connection's slot up.
+	Passing func(error) bool
 	// Inherit, when set, is a LIKE pattern naming older checkpoints this
 	// reader replaces: with no checkpoint of its own, the reader starts at
 	// the lowest of them, and deletes them when it first saves its own.
@@ -105,10 +110,12 @@ func (r *Reader) session(ctx context.Context) (bool, error) {
 	progressed := false
 	opts := pglock.Options{Every: r.LockPoll, Standby: func() {
 		r.log.Info("job reader is active in another process; standing by")
-	}, Name: r.name, Tenures: r.Tenures}
+	}, Name: r.name, Tenures: r.Tenures, Passing: r.Passing, Retrying: func(err error, in time.Duration) {
+		r.log.Warn("job reader cannot read; reading again, still holding its lock", "err", err, "retry_in", in)
+	}}
 	err := pglock.Hold(ctx, r.pool.Config().ConnConfig, pglock.ProcessManager(r.name), opts, func(ctx context.Context, _ *pglock.Conn) error {
-		var err error
-		progressed, err = r.read(ctx)
+		p, err := r.read(ctx)
+		progressed = progressed || p
 		return err
 	})
 	if ctx.Err() != nil {
@@ -133,6 +140,7 @@ func (r *Reader) read(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("subscribe: %w", err)
 	}
 	defer sub.Close()
+	r.Tenures.Working(r.name, nil) // reading again after a passing error
 	events := make(chan eventstore.RecordedEvent, r.BatchSize)
 	subErr := make(chan error, 1)
 	go func() {

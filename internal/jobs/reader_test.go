@@ -3,7 +3,9 @@ package jobs_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/mailroom/mailroom/internal/eventstore"
 	"github.com/mailroom/mailroom/internal/eventstore/postgres"
 	"github.com/mailroom/mailroom/internal/jobs"
+	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -351,6 +354,89 @@ func TestReaderPreparesEachBatch(t *testing.T) {
 	}
 	if prepared < 3 {
 		t.Errorf("%d batches prepared", prepared)
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("event %s has %d jobs, want 1", id, n)
+		}
+	}
+}
+
+// A passing error of reading (the pool refused a connection for a while)
+// is retried within the tenure: the reader keeps its lock on the same
+// session, says it is failing meanwhile, and reads on from its checkpoint,
+// each event still becoming its jobs once.
+func TestReaderKeepsItsLockThroughPassingErrors(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	store := postgres.New(pool)
+	ids := appendEvents(t, store, "noted", 120)
+	readAll(t, store, 120)
+	hiccup := errors.New("no connection slot left")
+	holder := func() int {
+		var pid int
+		if err := pool.QueryRow(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND (classid::bigint << 32 | objid::bigint) = $1`, int64(pglock.ProcessManager("notes"))).Scan(&pid); err != nil {
+			t.Error(err)
+		}
+		return pid
+	}
+	var mu sync.Mutex
+	prepared, failed := 0, 0
+	var pids []int
+	tenures := &pglock.Tenures{}
+	r := jobs.NewReader("notes", pool, store, planNotes, nil)
+	r.BatchSize, r.Tenures = 40, tenures
+	r.Passing = func(err error) bool { return errors.Is(err, hiccup) }
+	r.Prepare = func(ctx context.Context, batch []eventstore.RecordedEvent) error {
+		mu.Lock()
+		defer mu.Unlock()
+		prepared++
+		pids = append(pids, holder())
+		if prepared == 2 || prepared == 3 {
+			failed++
+			return fmt.Errorf("prepare: %w", hiccup)
+		}
+		return nil
+	}
+	// The tenure's states as they change: it waits 100 ms, then 200 ms,
+	// before reading again.
+	var states []pglock.State
+	watching, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			if v := tenures.List(); len(v) == 1 && (len(states) == 0 || states[len(states)-1] != v[0].State) {
+				states = append(states, v[0].State)
+			}
+			select {
+			case <-watching:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	stop := run(r)
+	got := waitJobs(t, pool, ids)
+	stop()
+	close(watching)
+	<-watched
+	mu.Lock()
+	defer mu.Unlock()
+	if failed != 2 {
+		t.Fatalf("%d batches failed, want 2", failed)
+	}
+	for _, pid := range pids {
+		if pid != pids[0] {
+			t.Errorf("the lock moved to another session while reading again: %v", pids)
+			break
+		}
+	}
+	// Failing while it read again, active once it read on.
+	// (Between the two failures it is active for a moment, which the
+	// watch may not see.)
+	if len(states) < 3 || states[0] != pglock.Active || !slices.Contains(states, pglock.Failing) ||
+		states[len(states)-1] != pglock.Active || slices.Contains(states, pglock.Standby) {
+		t.Errorf("the tenure went %v, want active, failing, active", states)
 	}
 	for id, n := range got {
 		if n != 1 {

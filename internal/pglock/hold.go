@@ -52,7 +52,25 @@ type Options struct {
 	// for the long-lived holders that readiness and metrics show.
 	Name    string
 	Tenures *Tenures
+	// Passing, when set, tells the errors of f that pass by themselves
+	// (the process's pool refused a connection for want of slots at the
+	// server, a statement timed out). Hold then runs f again after a
+	// growing backoff, still holding its lock on its own connection,
+	// rather than ending the tenure: given up, that connection's slot
+	// could go to another connection for good, and a holder that cannot
+	// connect again stops the work it leads. Retrying, when set, hears of
+	// each retry; f's recovery is the holder's to record (Tenures.Working).
+	Passing  func(error) bool
+	Retrying func(err error, in time.Duration)
 }
+
+// How long Hold waits before it runs f again after a passing error: from
+// passingMin, doubling to passingMax; back to passingMin once f ran
+// steadyAfter.
+const (
+	passingMin = 100 * time.Millisecond
+	passingMax = 10 * time.Second
+)
 
 // record notes a holder's state when o names one.
 func (o Options) record(state State, err error) {
@@ -146,6 +164,23 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 		watch(lctx, conn, o.Every, stop)
 	}()
 	err = f(lctx, conn)
+	for wait := passingMin; o.passing(lctx, err); {
+		o.record(Failing, err)
+		if o.Retrying != nil {
+			o.Retrying(err, wait)
+		}
+		if !sleep(lctx, wait) {
+			err = context.Cause(lctx)
+			break
+		}
+		began := time.Now()
+		err = f(lctx, conn)
+		if time.Since(began) >= steadyAfter {
+			wait = passingMin
+		} else {
+			wait = min(2*wait, passingMax)
+		}
+	}
 	stop(nil)
 	<-watched
 	if cause := context.Cause(lctx); errors.Is(cause, ErrLost) && (err == nil || errors.Is(err, context.Canceled)) {
@@ -155,6 +190,13 @@ func Hold(ctx context.Context, cfg *pgx.ConnConfig, key Key, o Options, f func(c
 		o.record(Failing, err)
 	}
 	return err
+}
+
+// passing reports whether Hold runs f again after err: a passing error
+// while the tenure lasts. A lost connection is not one: the lock may be
+// gone with it.
+func (o Options) passing(tenure context.Context, err error) bool {
+	return err != nil && tenure.Err() == nil && o.Passing != nil && !errors.Is(err, ErrLost) && o.Passing(err)
 }
 
 // acquire takes key on conn as o.Wait says.

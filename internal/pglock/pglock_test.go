@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mailroom/mailroom/internal/database"
 	"github.com/mailroom/mailroom/internal/pglock"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
@@ -397,5 +398,73 @@ func TestOnlyTheSessionLeftBehindIsEnded(t *testing.T) {
 			t.Fatal("the left session lives on")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A holder whose work fails for a reason that passes (here the server
+// refusing the role a second connection, SQLSTATE 53300) runs its work
+// again still holding its lock on the same connection: given up, that
+// connection's slot could go to another for good. The tenure says it is
+// failing meanwhile. Any other error ends the tenure at once.
+func TestPassingErrorsKeepTheLockAndItsConnection(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := fmt.Sprintf("mailroom_test_lock_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN CONNECTION LIMIT 1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+		admin.Close(context.Background())
+	})
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User = role
+	tenures := &pglock.Tenures{}
+	var runs int
+	var pids []uint32
+	o := pglock.Options{Name: "reader", Tenures: tenures, Passing: database.Unreachable, Every: 50 * time.Millisecond}
+	err = pglock.Hold(ctx, cfg, pglock.Key(424242), o, func(ctx context.Context, c *pglock.Conn) error {
+		runs++
+		c.Do(func(conn *pgx.Conn) error {
+			pids = append(pids, conn.PgConn().PID())
+			return nil
+		})
+		if runs == 3 {
+			if v := tenures.List()[0]; v.State != pglock.Failing || v.Failures != 2 || !strings.Contains(fmt.Sprint(v.Err), "53300") {
+				t.Errorf("tenure while retrying: %+v", v)
+			}
+			return nil
+		}
+		// The work's own connection: the lock's holds the role's one slot.
+		other, err := pgx.ConnectConfig(ctx, cfg)
+		if err == nil {
+			other.Close(ctx)
+			return errors.New("the role got a second connection")
+		}
+		return err
+	})
+	if err != nil || runs != 3 {
+		t.Fatalf("Hold = %v after %d runs, want nil after 3", err, runs)
+	}
+	for _, pid := range pids[1:] {
+		if pid != pids[0] {
+			t.Errorf("the work ran again on another lock connection: %v", pids)
+		}
+	}
+
+	runs = 0
+	bad := errors.New("a refused value")
+	if err := pglock.Hold(ctx, cfg, pglock.Key(424242), o, func(context.Context, *pglock.Conn) error {
+		runs++
+		return bad
+	}); !errors.Is(err, bad) || runs != 1 {
+		t.Errorf("Hold = %v after %d runs, want the error after 1", err, runs)
 	}
 }
