@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -569,6 +570,14 @@ func (a *App) checkStores(ctx context.Context) (map[string]any, error) {
 		}
 		return nil, fmt.Errorf("event store unreachable: %s", whyUnreachable(err))
 	}
+	// Sends store their content before anything is recorded: a blob
+	// directory that takes none (a full disk, no file descriptor left)
+	// refuses every one while the database answers.
+	if w, ok := a.Blobs.(interface{ Writable() error }); ok && a.Config.Has("api") {
+		if err := w.Writable(); err != nil {
+			return nil, fmt.Errorf("the blob directory takes no content: %s", fileTrouble(err))
+		}
+	}
 	// Lag is counted no further than the bound, however far behind.
 	statuses, err := a.Runner.Status(ctx, a.Config.ReadyMaxLag+1)
 	if err != nil {
@@ -602,6 +611,17 @@ func (a *App) checkStores(ctx context.Context) (map[string]any, error) {
 		notes["quarantined_streams"] = total
 	}
 	return notes, nil
+}
+
+// fileTrouble says what went wrong with a file without its path, which
+// readiness detail, served to anyone without MAILROOM_OPS_ADDR, should not
+// show.
+func fileTrouble(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error() // "no space left on device"
+	}
+	return "it cannot be written"
 }
 
 // slowCheck is the reason for a check of the stores that ran out of time

@@ -85,6 +85,24 @@ func (s *FS) Get(ctx context.Context, d Digest) ([]byte, error) {
 	return data, nil
 }
 
+// Writable reports whether the directory takes a new blob now: a file can
+// be created there and a block written to it. A full disk, a file system
+// turned read-only or a process out of file descriptors refuses every
+// send's content, which readiness should say. Nothing is synced, and the
+// file is removed at once.
+func (s *FS) Writable() error {
+	f, err := os.CreateTemp(s.dir, ".probe-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(make([]byte, 4096))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // Delete removes the blob's file; a missing file is already deleted.
 func (s *FS) Delete(ctx context.Context, d Digest) error {
 	if err := ctx.Err(); err != nil {
