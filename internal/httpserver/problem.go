@@ -263,25 +263,28 @@ func toProblem(err error, method string) *Problem {
 	if errors.As(err, &he) {
 		return fromHTTPError(he)
 	}
+	writes := method != http.MethodGet && method != http.MethodHead
 	if database.Unreachable(err) {
-		detail := "the database cannot be reached at the moment; retry after Retry-After seconds"
-		if method != http.MethodGet && method != http.MethodHead {
-			detail += " (a write may or may not have been recorded; a send repeated with the same Idempotency-Key is recorded once)"
-		}
-		p := NewProblem(http.StatusServiceUnavailable, "store_unavailable", detail)
-		p.RetryAfter = 5 * time.Second
-		return p
+		return storeUnavailable("the database cannot be reached at the moment",
+			writes, "a write may or may not have been recorded; ")
 	}
 	if OutOfRoom(err) {
-		detail := "the server cannot store content at the moment (out of disk space or open files); retry after Retry-After seconds"
-		if method != http.MethodGet && method != http.MethodHead {
-			detail += " (a send repeated with the same Idempotency-Key is recorded once)"
-		}
-		p := NewProblem(http.StatusServiceUnavailable, "store_unavailable", detail)
-		p.RetryAfter = 5 * time.Second
-		return p
+		return storeUnavailable("the server cannot store content at the moment (out of disk space or open files)", writes, "")
 	}
 	return internalProblem()
+}
+
+// storeUnavailable is the 503 for a store that will take writes again: the
+// client retries after Retry-After, and a write retries under its
+// Idempotency-Key (recorded, says whether it may have been recorded).
+func storeUnavailable(why string, write bool, recorded string) *Problem {
+	detail := why + "; retry after Retry-After seconds"
+	if write {
+		detail += " (" + recorded + "a send repeated with the same Idempotency-Key is recorded once)"
+	}
+	p := NewProblem(http.StatusServiceUnavailable, "store_unavailable", detail)
+	p.RetryAfter = 5 * time.Second
+	return p
 }
 
 // OutOfRoom reports whether err is the machine running out of a resource
