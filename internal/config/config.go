@@ -758,7 +758,7 @@ func (c *Config) unused() []string {
 func (c *Config) UnknownVariables() []string { return c.unknownEnv }
 
 // Meant is the setting's variable an unknown variable is most likely a
-// misspelling of (MAILROOM_DATABSE_URL: MAILROOM_DATABASE_URL), or "".
+// misspelling of (MAILROOM_RATE_LIMT: MAILROOM_RATE_LIMIT), or "".
 func (c *Config) Meant(name string) string { return c.meant[name] }
 
 // notSetting reports whether a MAILROOM_* variable is one Mailroom's
