@@ -652,8 +652,8 @@ func (c *Config) ApplyEnv(fs *pflag.FlagSet) {
 	slices.Sort(c.unknownEnv)
 }
 
-// closest is the setting's variable name is most likely a misspelling of:
-// the nearest by edit distance, if within two edits (a letter left out,
+// closest is the setting variable that name most likely misspells: the
+// nearest by edit distance, if within two edits (a letter left out,
 // doubled or swapped), else "".
 func closest(name string, settings map[string]bool) string {
 	best, bestDist := "", 3
@@ -665,10 +665,11 @@ func closest(name string, settings map[string]bool) string {
 	return best
 }
 
-// Cautions lists what a serving process says at start about settings that
-// suit development only, so that one left in a real deployment shows in
-// its logs: the egress exceptions in development (production refuses
-// them); in production the sandbox provider, which sends nothing, and the
+// Cautions lists what a serving process warns of at start, so that a
+// setting likely to be a mistake shows in its logs: settings the chosen
+// provider or blob storage never reads, address ranges wider than they
+// seem, the egress exceptions in development (production refuses them),
+// and in production the sandbox provider, which sends nothing, and the
 // bootstrap, which prints credentials.
 func (c *Config) Cautions() []string {
 	var out []string
