@@ -90,14 +90,40 @@ func blobsAtHand(cfg *config.Config) error {
 
 // readRecipient reads the address to erase from the first line of r, so
 // that it need not be on the command line, which every user of the
-// machine sees (ps) and shells keep in their history.
+// machine sees (ps) and shells keep in their history. Piped in, the input
+// must hold that one address: erasing the first of a list and succeeding
+// would read as the whole list erased. Typed at a terminal, Enter ends it.
 func readRecipient(r io.Reader) (string, error) {
-	line, err := bufio.NewReader(io.LimitReader(r, 4096)).ReadString('\n')
+	const limit = 4096
+	br := bufio.NewReader(io.LimitReader(r, limit+1))
+	raw, err := br.ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return "", fmt.Errorf("--recipient -: reading standard input: %w", err)
 	}
-	if line = strings.TrimSpace(line); line == "" {
+	line := strings.TrimSpace(raw)
+	if line == "" {
 		return "", errors.New("--recipient -: standard input holds no address")
 	}
+	if isTerminal(r) {
+		return line, nil
+	}
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		return "", fmt.Errorf("--recipient -: reading standard input: %w", err)
+	}
+	if strings.TrimSpace(string(rest)) != "" || len(raw)+len(rest) > limit {
+		return "", errors.New("--recipient -: standard input must hold one address; erase each address with a command of its own")
+	}
 	return line, nil
+}
+
+// isTerminal reports whether r is a terminal, where the operator types the
+// address and no end of input follows it.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -111,3 +111,27 @@ func TestEraseCommand(t *testing.T) {
 		t.Errorf("erase for an unknown account: %v", err)
 	}
 }
+
+// An erasure request names one address. Standard input holding several
+// (a list piped in) is refused rather than erasing the first alone and
+// reporting success for what reads as the whole list.
+func TestReadRecipient(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"ann@example.org\n", "ann@example.org", true},
+		{"ann@example.org", "ann@example.org", true},
+		{"  ann@example.org \r\n\n", "ann@example.org", true},
+		{"", "", false},
+		{"\n\n", "", false},
+		{"ann@example.org\nbob@example.org\n", "", false},
+		{"ann@example.org\n\nbob@example.org", "", false},
+		{"ann@example.org\n" + strings.Repeat(" ", 5000), "", false},
+	} {
+		got, err := readRecipient(strings.NewReader(tc.in))
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("readRecipient(%q) = %q, %v; want %q (ok %v)", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
