@@ -276,8 +276,12 @@ func (c *Config) Validate() error {
 			return invalid(s.flag, "must be between 1 and %d", maxQueueWorkers)
 		}
 	}
-	if c.Environment == "production" && (c.EgressAllowCIDRs != "" || c.WebhookAllowHTTP || c.EgressResolver != "") {
-		return fmt.Errorf("%s, %s and %s are for development only", Setting("egress-allow-cidrs"), Setting("egress-resolver"), Setting("webhook-allow-http"))
+	if dev := c.devEgress(); c.Environment == "production" && len(dev) > 0 {
+		which := "them"
+		if len(dev) == 1 {
+			which = "it"
+		}
+		return fmt.Errorf("%s: for development only, refused in production; unset %s", strings.Join(dev, ", "), which)
 	}
 	if c.MaxInflightBytes != 0 && c.MaxInflightBytes < maxBodyBytes {
 		return invalid("max-inflight-bytes", "must be 0 (no cap) or at least 47185920 (45 MiB, the largest request body)")
@@ -688,6 +692,16 @@ func (c *Config) Cautions() []string {
 		}
 		return out
 	}
+	if dev := c.devEgress(); len(dev) > 0 {
+		out = append(out, "development-only settings let webhooks and attachment downloads reach what production refuses: "+
+			strings.Join(dev, ", "))
+	}
+	return out
+}
+
+// devEgress names the egress exceptions given, each with its value: they
+// suit development only.
+func (c *Config) devEgress() []string {
 	var dev []string
 	if c.EgressAllowCIDRs != "" {
 		dev = append(dev, Setting("egress-allow-cidrs")+"="+c.EgressAllowCIDRs)
@@ -698,11 +712,7 @@ func (c *Config) Cautions() []string {
 	if c.WebhookAllowHTTP {
 		dev = append(dev, Setting("webhook-allow-http")+"=true")
 	}
-	if len(dev) > 0 {
-		out = append(out, "development-only settings let webhooks and attachment downloads reach what production refuses: "+
-			strings.Join(dev, ", "))
-	}
-	return out
+	return dev
 }
 
 // wideCIDRs describes the address ranges that take in more than they

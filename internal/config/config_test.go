@@ -137,6 +137,38 @@ func TestValuesThatCannotWorkAreRefusedByName(t *testing.T) {
 	}
 }
 
+// Production refuses the development-only egress settings naming the
+// ones given, so that the operator knows which to unset.
+func TestProductionNamesTheDevelopmentSettingsItRefuses(t *testing.T) {
+	for _, c := range []struct {
+		set      func(*Config)
+		want     string
+		unwanted []string
+	}{
+		{func(c *Config) { c.WebhookAllowHTTP = true }, "webhook-allow-http (MAILROOM_WEBHOOK_ALLOW_HTTP)=true",
+			[]string{"MAILROOM_EGRESS_ALLOW_CIDRS", "MAILROOM_EGRESS_RESOLVER"}},
+		{func(c *Config) { c.EgressResolver = "127.0.0.1:5300" }, "egress-resolver (MAILROOM_EGRESS_RESOLVER)=127.0.0.1:5300",
+			[]string{"MAILROOM_EGRESS_ALLOW_CIDRS", "MAILROOM_WEBHOOK_ALLOW_HTTP"}},
+		{func(c *Config) { c.EgressAllowCIDRs, c.WebhookAllowHTTP = "127.0.0.0/8", true },
+			"egress-allow-cidrs (MAILROOM_EGRESS_ALLOW_CIDRS)=127.0.0.0/8, webhook-allow-http (MAILROOM_WEBHOOK_ALLOW_HTTP)=true",
+			[]string{"MAILROOM_EGRESS_RESOLVER"}},
+	} {
+		cfg := defaults(t)
+		cfg.Environment, cfg.MasterKey, cfg.Provider, cfg.SMTPURL = "production", strings.Repeat("ab", 32), "smtp", "smtp://relay"
+		c.set(&cfg)
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "development only") {
+			t.Errorf("%q: %v", c.want, err)
+			continue
+		}
+		for _, u := range c.unwanted {
+			if strings.Contains(err.Error(), u) {
+				t.Errorf("%q: %v names %s, which is not set", c.want, err, u)
+			}
+		}
+	}
+}
+
 // Setting names every flag's own variable.
 func TestSettingNamesEachFlagsVariable(t *testing.T) {
 	var c Config
