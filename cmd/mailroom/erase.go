@@ -116,14 +116,3 @@ func readRecipient(r io.Reader) (string, error) {
 	}
 	return line, nil
 }
-
-// isTerminal reports whether r is a terminal, where the operator types the
-// address and no end of input follows it.
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}

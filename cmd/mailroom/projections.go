@@ -12,6 +12,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/mailroom/mailroom/internal/apitime"
 	"github.com/mailroom/mailroom/internal/app"
@@ -158,22 +159,27 @@ and the command exits non-zero.`,
 	return cmd
 }
 
+// isTerminal reports whether f, a command's input or output, is a
+// terminal: an operator types there, or watches a progress bar.
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	return ok && term.IsTerminal(int(file.Fd()))
+}
+
 // rebuildProgress shows a rebuild's progress on w: a bar on a terminal;
 // elsewhere (a log file, a pipe) a line every ten seconds, since a bar's
 // redrawn frames would fill it. The rate is printed at the end, over the
 // whole rebuild (the bar's own rate reads the last jump). end finishes the
 // bar's line.
 func rebuildProgress(w io.Writer, name string, total int64) (show func(applied int64), end func()) {
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			bar := progressbar.NewOptions64(total,
-				progressbar.OptionSetDescription("rebuild "+name),
-				progressbar.OptionSetWriter(w),
-				progressbar.OptionShowCount(),
-				progressbar.OptionThrottle(100*time.Millisecond),
-			)
-			return func(n int64) { bar.Set64(n) }, func() { fmt.Fprintln(w) }
-		}
+	if isTerminal(w) {
+		bar := progressbar.NewOptions64(total,
+			progressbar.OptionSetDescription("rebuild "+name),
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionShowCount(),
+			progressbar.OptionThrottle(100*time.Millisecond),
+		)
+		return func(n int64) { bar.Set64(n) }, func() { fmt.Fprintln(w) }
 	}
 	var last time.Time
 	show = func(n int64) {
