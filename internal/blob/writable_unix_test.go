@@ -7,11 +7,12 @@ import (
 	"os"
 	"syscall"
 	"testing"
+
+	"github.com/mailroom/mailroom/internal/fdtest"
 )
 
 // A directory that takes a block says so; once the process has no file
-// descriptor left (the soft limit lowered to the lowest free one), it takes
-// none, and the error says why. No probe file stays behind.
+// descriptor left, it takes none, and the error says why. No probe file stays behind.
 func TestWritableSaysWhenContentCannotBeStored(t *testing.T) {
 	s, err := NewFS(t.TempDir())
 	if err != nil {
@@ -20,25 +21,7 @@ func TestWritableSaysWhenContentCannotBeStored(t *testing.T) {
 	if err := s.Writable(); err != nil {
 		t.Fatalf("an empty directory: %v", err)
 	}
-	var limit syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &limit); err != nil {
-		t.Fatal(err)
-	}
-	probe, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lowest := probe.Fd()
-	probe.Close()
-	short := limit
-	short.Cur = uint64(lowest)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &short); err != nil {
-		t.Fatal(err)
-	}
-	err = s.Writable()
-	if rerr := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &limit); rerr != nil {
-		t.Fatal(rerr)
-	}
+	fdtest.Exhausted(t, func() { err = s.Writable() })
 	if !errors.Is(err, syscall.EMFILE) {
 		t.Errorf("out of file descriptors: %v, want EMFILE", err)
 	}

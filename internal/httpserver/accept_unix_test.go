@@ -9,13 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/mailroom/mailroom/internal/fdtest"
 )
 
 // A process out of file descriptors cannot accept connections: net/http
@@ -23,10 +23,6 @@ import (
 // (an info line would pass unseen by alerts on warnings). Once descriptors
 // come back, the connection that waited is served.
 func TestAcceptWithoutFileDescriptorsWarnsAndRecovers(t *testing.T) {
-	var limit syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &limit); err != nil {
-		t.Fatal(err)
-	}
 	logged := &syncBuffer{}
 	e := echo.New()
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
@@ -42,38 +38,17 @@ func TestAcceptWithoutFileDescriptorsWarnsAndRecovers(t *testing.T) {
 	}
 	defer conn.Close()
 
-	// The soft limit at the lowest free descriptor: accept gets EMFILE.
-	probe, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lowest := probe.Fd()
-	probe.Close()
-	short := limit
-	short.Cur = uint64(lowest)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &short); err != nil {
-		t.Fatal(err)
-	}
-	restored := false
-	restore := func() {
-		if !restored {
-			restored = true
-			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &limit); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	defer restore()
-	go func() { _ = srv.Serve(ln) }()
+	// Served out of descriptors, accept gets EMFILE.
 	defer srv.Close()
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logged.String(), "Accept error"); {
-		if time.Now().After(deadline) {
-			restore()
-			t.Fatalf("no accept error logged: %q", logged.String())
+	fdtest.Exhausted(t, func() {
+		go func() { _ = srv.Serve(ln) }()
+		for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logged.String(), "Accept error"); {
+			if time.Now().After(deadline) {
+				t.Fatalf("no accept error logged: %q", logged.String())
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	restore()
+	})
 
 	var line struct{ Level, Msg string }
 	first, _, _ := strings.Cut(logged.String(), "\n")
