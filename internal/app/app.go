@@ -146,10 +146,14 @@ func CheckPoolSize(cfg config.Config, conns, routed int) error {
 func (a *App) connectionsAtMost() int {
 	n := int(a.Pool.Config().MaxConns)
 	if a.Config.Has("workers") {
-		readers := 2 + len(a.routed()) // sending and webhooks, and the router's
-		n += jobs.PoolConns + readers + 2 + 2
+		const (
+			jobReaders  = 2 // sending and webhooks; the router's are routed()
+			lockHolders = 2 // the webhook sweep, the job queue's liveness
+			timedPasses = 2 // the domain poll, retention
+		)
+		n += jobs.PoolConns + jobReaders + len(a.routed()) + lockHolders + timedPasses
 		if a.provider.ses != nil && a.Config.SESEventsQueueURL != "" {
-			n++
+			n++ // SES feedback's lock
 		}
 	}
 	return n

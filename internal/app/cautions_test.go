@@ -11,6 +11,7 @@ import (
 
 	"github.com/mailroom/mailroom/internal/app"
 	"github.com/mailroom/mailroom/internal/app/apptest"
+	"github.com/mailroom/mailroom/internal/config"
 	"github.com/mailroom/mailroom/internal/pgtest"
 )
 
@@ -24,29 +25,9 @@ func TestStartSaysWhatSuitsDevelopmentOnly(t *testing.T) {
 	cfg.MasterKey = ""
 	cfg.DataDir = t.TempDir()
 	cfg.EgressAllowCIDRs, cfg.WebhookAllowHTTP = "127.0.0.0/8", true
-	open := func(serving bool) string {
-		t.Helper()
-		var logs bytes.Buffer
-		log := slog.New(slog.NewTextHandler(&logs, nil))
-		var ls *app.Listeners
-		if serving {
-			cfg.HTTPAddr, cfg.OpsAddr = freeAddr(t), ""
-			var err error
-			if ls, err = app.Listen(cfg, log); err != nil {
-				t.Fatal(err)
-			}
-			defer ls.Close()
-		}
-		a, err := app.OpenOn(context.Background(), cfg, log, ls)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.Close()
-		return logs.String()
-	}
 	file := filepath.Join(cfg.DataDir, "master.key")
 
-	logs := open(false)
+	logs := startLogs(t, cfg, false)
 	if !strings.Contains(logs, "level=WARN msg=\"generated a development master key") || !strings.Contains(logs, "file="+file) {
 		t.Errorf("a command that generated the key does not say so:\n%s", logs)
 	}
@@ -57,7 +38,7 @@ func TestStartSaysWhatSuitsDevelopmentOnly(t *testing.T) {
 		t.Errorf("a command names the development-only settings:\n%s", logs)
 	}
 
-	logs = open(true)
+	logs = startLogs(t, cfg, true)
 	if strings.Contains(logs, "generated") {
 		t.Errorf("a key read from its file is said to be generated:\n%s", logs)
 	}
@@ -73,23 +54,9 @@ func TestStartSaysWhatSuitsDevelopmentOnly(t *testing.T) {
 func TestStartWarnsOfTooFewConnectionSlots(t *testing.T) {
 	databaseURL, role, admin := ownedByARole(t)
 	serve := func() string {
-		t.Helper()
 		cfg := apptest.Config(t, databaseURL)
 		cfg.Roles = []string{"api"}
-		cfg.HTTPAddr, cfg.OpsAddr = freeAddr(t), ""
-		var logs bytes.Buffer
-		log := slog.New(slog.NewTextHandler(&logs, nil))
-		ls, err := app.Listen(cfg, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ls.Close()
-		a, err := app.OpenOn(context.Background(), cfg, log, ls)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.Close()
-		return logs.String()
+		return startLogs(t, cfg, true)
 	}
 	const warning = "PostgreSQL takes fewer connections than this process alone may open"
 	if logs := serve(); strings.Contains(logs, warning) {
@@ -104,4 +71,28 @@ func TestStartWarnsOfTooFewConnectionSlots(t *testing.T) {
 			t.Errorf("the start does not say %q:\n%s", want, logs)
 		}
 	}
+}
+
+// startLogs opens the application on cfg, as a serving process (with its
+// listeners) or as an operator command, closes it, and returns what it
+// logged.
+func startLogs(t *testing.T, cfg config.Config, serving bool) string {
+	t.Helper()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	var ls *app.Listeners
+	if serving {
+		cfg.HTTPAddr, cfg.OpsAddr = freeAddr(t), ""
+		var err error
+		if ls, err = app.Listen(cfg, log); err != nil {
+			t.Fatal(err)
+		}
+		defer ls.Close()
+	}
+	a, err := app.OpenOn(context.Background(), cfg, log, ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	return logs.String()
 }
